@@ -1,0 +1,64 @@
+// Command llmlb is an LLM-aware load balancer for fleets of vLLM (or other
+// OpenAI-compatible) replicas. Subcommands: serve, sim, demo, bench, validate.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand; run gets the arguments after the subcommand name.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string) error
+}
+
+var commands = []command{
+	{"serve", "run the balancer in front of vLLM replicas", runServe},
+	{"sim", "run simulated vLLM replicas", runSim},
+	{"demo", "simulated fleet + balancer + agent-like traffic, with a live summary", runDemo},
+	{"bench", "compare routing policies on a simulated fleet in virtual time", runBench},
+	{"validate", "check a configuration file and explain every error", runValidate},
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: llmlb <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun 'llmlb <command> -h' for a command's flags.")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for _, c := range commands {
+		if c.name != os.Args[1] {
+			continue
+		}
+		err := c.run(ctx, os.Args[2:])
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "llmlb %s: %v\n", c.name, err)
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Fprintf(os.Stderr, "llmlb: unknown command %q\n\n", os.Args[1])
+	usage()
+	os.Exit(2)
+}

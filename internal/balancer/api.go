@@ -1,0 +1,68 @@
+// Package balancer is llmlb's routing core (SPEC s2-s5): the replica set, the
+// effective load with atomic in-flight reservations, selection, pins, health
+// and alerts. It does no I/O, starts no goroutines and keeps no timers: every
+// call takes now, so `llmlb serve` (wall clock) and `llmlb bench` (virtual
+// clock) run the very same code.
+package balancer
+
+import (
+	"errors"
+
+	"github.com/llmlb/llmlb/internal/health"
+)
+
+// ErrNoHealthyInstances: the pool for the request is empty (SPEC s3 step 5).
+var ErrNoHealthyInstances = errors.New("balancer: no healthy instances")
+
+// ErrUnknownModel: no known replica serves the requested model.
+var ErrUnknownModel = errors.New("balancer: unknown model")
+
+// Profile is what routing needs to know about one request (built by package
+// reqprofile from an OpenAI request, or directly by a benchmark workload).
+type Profile struct {
+	Model        string   // "" matches every replica
+	SessionKey   string   // "" when the request carries none
+	PrefixKey    string   // MD5 of the system prompt prefix, tenant joined; "" when none
+	PromptTokens int      // estimated prompt tokens
+	OutputTokens int      // expected output tokens
+	PromptBlocks []uint64 // chained 16-token block hashes (tokenize.Prompt.Blocks); used by cache-aware baselines only
+}
+
+// Reason is why a replica was chosen (the X-LLMLB-Route header).
+type Reason string
+
+const (
+	ReasonAffinity Reason = "affinity"
+	ReasonLoad     Reason = "load"
+	ReasonFallback Reason = "fallback"
+)
+
+// Outcome is how a proxied request ended; Release feeds it to health.
+type Outcome int
+
+const (
+	OutcomeOK             Outcome = iota // response completed (any non-5xx status)
+	OutcomeServerError                   // the replica answered 5xx
+	OutcomeTransportError                // refused, reset, timeout before or during the response
+	OutcomeCanceled                      // the client went away; says nothing about the replica
+)
+
+// ReplicaSpec is a configured replica (config, not runtime state).
+type ReplicaSpec struct {
+	Name   string
+	URL    string
+	Models []string // declared models; empty until learned with SetModels
+}
+
+// Snapshot is one successful scrape of a replica's /metrics.
+type Snapshot struct {
+	Running      float64 // vllm:num_requests_running (summed over engines)
+	Waiting      float64 // vllm:num_requests_waiting
+	KVCacheUsage float64 // 0..1
+}
+
+// Transition is a health state change of a named replica.
+type Transition struct {
+	Replica string
+	health.Transition
+}
