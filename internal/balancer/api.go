@@ -9,6 +9,7 @@ import (
 	"errors"
 
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/request"
 )
 
 // ErrNoHealthyInstances: the pool for the request is empty (SPEC s3 step 5).
@@ -17,16 +18,8 @@ var ErrNoHealthyInstances = errors.New("balancer: no healthy instances")
 // ErrUnknownModel: no known replica serves the requested model.
 var ErrUnknownModel = errors.New("balancer: unknown model")
 
-// Profile is what routing needs to know about one request (built by package
-// reqprofile from an OpenAI request, or directly by a benchmark workload).
-type Profile struct {
-	Model        string   // "" matches every replica
-	SessionKey   string   // "" when the request carries none
-	PrefixKey    string   // MD5 of the system prompt prefix, tenant joined; "" when none
-	PromptTokens int      // estimated prompt tokens
-	OutputTokens int      // expected output tokens
-	PromptBlocks []uint64 // chained 16-token block hashes (tokenize.Prompt.Blocks); used by cache-aware baselines only
-}
+// Profile is what routing knows about one request.
+type Profile = request.Profile
 
 // Reason is why a replica was chosen (the X-LLMLB-Route header).
 type Reason string

@@ -1,19 +1,14 @@
-// Package reqprofile turns an OpenAI-compatible request into the routing
-// profile of SPEC s2: model, session key (s2.1), prefix key, tenant and token
-// estimates. It parses only what routing needs.
-package reqprofile
+package request
 
 import (
 	"errors"
 	"net/http"
-
-	"github.com/llmlb/llmlb/internal/balancer"
 )
 
 // ErrBadRequest wraps every error caused by the client's request (HTTP 400).
 var ErrBadRequest = errors.New("bad request")
 
-// Config lists where keys come from (SPEC s2.1); Default holds the spec's lists.
+// Config lists where keys come from (SPEC s2.1); DefaultConfig holds the spec's lists.
 type Config struct {
 	SessionHeaders      []string // first match wins
 	SessionBodyFields   []string // dotted paths, e.g. metadata.session_id
@@ -25,6 +20,6 @@ type Config struct {
 
 // Parse profiles one request. path is the URL path (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, ...). Errors wrap ErrBadRequest.
-func Parse(cfg Config, path string, header http.Header, body []byte) (balancer.Profile, error) {
-	panic("reqprofile: not implemented yet")
+func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, error) {
+	panic("request: Parse not implemented yet")
 }

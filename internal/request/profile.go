@@ -1,0 +1,14 @@
+// Package request is what routing knows about one request (Profile) and how
+// that is read from an OpenAI-compatible request (Parse, SPEC s2.1). The
+// benchmark builds Profiles directly from its workloads.
+package request
+
+// Profile is what routing needs to know about one request.
+type Profile struct {
+	Model        string   // "" matches every replica
+	SessionKey   string   // "" when the request carries none
+	PrefixKey    string   // MD5 of the system prompt's first 4096 chars, tenant joined; "" when none
+	PromptTokens int      // estimated prompt tokens
+	OutputTokens int      // expected output tokens
+	PromptBlocks []uint64 // chained 16-token block hashes (tokenize.Prompt.Blocks); for cache-aware baselines
+}

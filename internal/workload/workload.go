@@ -1,0 +1,37 @@
+// Package workload generates the benchmark's traffic (SPEC s12): synthetic
+// workloads (agentic, chat, oneshot, longshort, mixed) and replays of public
+// traces (Mooncake JSONL, Azure CSV). Everything is deterministic for a seed.
+package workload
+
+import (
+	"time"
+
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// Request is one generated request.
+type Request struct {
+	ID      uint64
+	At      time.Duration // arrival, as an offset from the start of the run
+	Session string        // "" for one-shot requests
+	Turn    int           // 1-based turn within its session (1 for one-shots)
+	Profile request.Profile
+	Prompt  tokenize.Prompt
+	Output  int // output tokens the engine will generate
+}
+
+// Workload is a source of requests in arrival order. Closed-loop workloads
+// (a session's next turn comes after the previous answer plus think time)
+// learn of completions through Complete and schedule follow-ups.
+type Workload interface {
+	// Peek returns the arrival time of the next request; ok is false when no
+	// request is pending (more may come after a Complete).
+	Peek() (at time.Duration, ok bool)
+	// Pop removes and returns the next request.
+	Pop() *Request
+	// Complete reports that r finished (or failed) at at.
+	Complete(r *Request, at time.Duration)
+	// Done reports that no request is pending and none will be scheduled.
+	Done() bool
+}
