@@ -1,0 +1,67 @@
+// Package config is llmlb's YAML configuration: plain data with the seeds'
+// values as defaults, strict parsing (an unknown key is an error naming the key
+// and its line) and a Validate that explains every error.
+package config
+
+import (
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/request"
+)
+
+// Config is the whole configuration of `llmlb serve`.
+type Config struct {
+	Listen      string // listen (":8080")
+	AdminListen string // admin_listen ("127.0.0.1:9090")
+	AdminToken  string // admin_token: bearer token for admin mutations ("" = none); admin_token_env names an env var
+
+	Replicas []Replica // replicas
+
+	Routing balancer.Config // routing: policy, load, affinity, health, probing, alerts
+	Request request.Config  // request: session_headers, session_body_fields, tenant_headers, prefix_chars, default_output_tokens
+	Scrape  Scrape          // scrape
+	Proxy   Proxy           // proxy
+	Server  Server          // server
+	Log     Log             // log
+}
+
+// Replica is one configured upstream.
+type Replica struct {
+	Name   string   // name (default: host:port of the URL)
+	URL    string   // url
+	Models []string // models (optional; learned from /v1/models when empty)
+	APIKey string   // api_key, or api_key_env naming an environment variable; replaces the client's Authorization
+}
+
+// Scrape configures the metrics scraper.
+type Scrape struct {
+	Interval       time.Duration // scrape.interval (3s)
+	Timeout        time.Duration // scrape.timeout (1s)
+	MaxBodyBytes   int64         // scrape.max_body_bytes (4 MiB)
+	HealthCheck    bool          // scrape.health_check: also GET /health (false)
+	ModelsInterval time.Duration // scrape.models_interval: refresh /v1/models (30s)
+}
+
+// Proxy configures request handling.
+type Proxy struct {
+	MaxBodyBytes      int64         // proxy.max_body_bytes (32 MiB)
+	MaxAttempts       int           // proxy.max_attempts: tries before the first byte, on distinct replicas (3)
+	RouteHeaders      bool          // proxy.route_headers: X-LLMLB-Replica / X-LLMLB-Route (true)
+	ConnectTimeout    time.Duration // proxy.connect_timeout (5s)
+	FirstByteTimeout  time.Duration // proxy.first_byte_timeout: response headers deadline (10m; 504 after)
+	PassAuthorization bool          // proxy.pass_authorization: forward the client's Authorization when the replica has no api_key (true)
+}
+
+// Server configures the listeners' lifecycle.
+type Server struct {
+	ReadHeaderTimeout time.Duration // server.read_header_timeout (10s)
+	IdleTimeout       time.Duration // server.idle_timeout (120s)
+	ShutdownTimeout   time.Duration // server.shutdown_timeout: drain deadline on SIGTERM (60s)
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string // log.level: debug|info|warn|error (info)
+	Format string // log.format: text|json (text)
+}
