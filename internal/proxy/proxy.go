@@ -1,0 +1,439 @@
+// Package proxy is llmlb's OpenAI-compatible balancing proxy (SPEC s10): it
+// reads a request once, profiles it, asks the routing core for a replica,
+// relays the answer through httputil.ReverseProxy (SSE chunk by chunk) and
+// releases the in-flight reservation when the response ends, fails or the
+// client goes away. Failures before the first byte fail over to another
+// replica; a stream broken mid-way ends with an SSE error event.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/request"
+)
+
+// Header names set on every proxied response (SPEC s10).
+const (
+	HeaderReplica = "X-LLMLB-Replica"
+	HeaderRoute   = "X-LLMLB-Route"
+)
+
+// Defaults used when the corresponding config.Proxy field is zero.
+const (
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultMaxAttempts      = 3
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultFirstByteTimeout = 10 * time.Minute
+)
+
+// Recorder receives the proxy's measurements (package admin's Metrics
+// implements it). Implementations must be safe for concurrent use.
+type Recorder interface {
+	// Request counts one finished client request; replica and reason are
+	// empty when the balancer answered itself.
+	Request(replica string, reason balancer.Reason, code int)
+	// FirstByte observes the time from selection to the first body byte.
+	FirstByte(replica string, d time.Duration)
+	// StreamError counts a response broken after its first byte.
+	StreamError(replica string)
+	// Failover counts an attempt that failed before the first byte.
+	Failover(replica string)
+}
+
+// Options configures a Proxy. Balancer is required; the rest has defaults.
+type Options struct {
+	Balancer *balancer.Balancer
+	Request  request.Config
+	Proxy    config.Proxy
+	// APIKey returns the replica's api key ("" = none); nil means none.
+	APIKey func(replica string) string
+	// Transport reaches the replicas; nil means NewTransport(Proxy).
+	Transport http.RoundTripper
+	// Metrics records measurements; nil records nothing.
+	Metrics Recorder
+	// Transitions receives the health transitions caused by Release (to log
+	// and count them once); nil ignores them.
+	Transitions func([]balancer.Transition)
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// Proxy is the http.Handler of the proxy listener.
+type Proxy struct {
+	bal         *balancer.Balancer
+	reqCfg      request.Config
+	cfg         config.Proxy
+	apiKey      func(string) string
+	metrics     Recorder
+	transitions func([]balancer.Transition)
+	log         *slog.Logger
+	now         func() time.Time
+	rp          *httputil.ReverseProxy
+}
+
+// New returns a Proxy. It starts no goroutines.
+func New(opts Options) (*Proxy, error) {
+	if opts.Balancer == nil {
+		return nil, errors.New("proxy: balancer is required")
+	}
+	cfg := opts.Proxy
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	p := &Proxy{
+		bal:         opts.Balancer,
+		reqCfg:      opts.Request,
+		cfg:         cfg,
+		apiKey:      opts.APIKey,
+		metrics:     opts.Metrics,
+		transitions: opts.Transitions,
+		log:         opts.Logger,
+		now:         opts.Now,
+	}
+	if p.apiKey == nil {
+		p.apiKey = func(string) string { return "" }
+	}
+	if p.metrics == nil {
+		p.metrics = nopRecorder{}
+	}
+	if p.transitions == nil {
+		p.transitions = func([]balancer.Transition) {}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	tr := opts.Transport
+	if tr == nil {
+		tr = NewTransport(cfg)
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      tr,
+		FlushInterval:  -1, // SSE: every chunk goes out at once, never buffered
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return p, nil
+}
+
+// NewTransport returns the transport to the replicas: a dial timeout of
+// cfg.ConnectTimeout, a response header deadline of cfg.FirstByteTimeout
+// (504 after it), no HTTP/2 and no transparent compression.
+func NewTransport(cfg config.Proxy) *http.Transport {
+	connect := cfg.ConnectTimeout
+	if connect <= 0 {
+		connect = DefaultConnectTimeout
+	}
+	firstByte := cfg.FirstByteTimeout
+	if firstByte <= 0 {
+		firstByte = DefaultFirstByteTimeout
+	}
+	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil, // replicas are reached directly, never via HTTP_PROXY
+		DialContext:           d.DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: firstByte,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// routedPaths are profiled with request.Parse and routed by model.
+var routedPaths = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/embeddings":       true,
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	switch {
+	case path == "/v1/models" && r.Method == http.MethodGet:
+		p.serveModels(w)
+		return
+	case strings.HasPrefix(path, "/v1/models/") && r.Method == http.MethodGet:
+		p.serveModel(w, strings.TrimPrefix(path, "/v1/models/"))
+		return
+	case !strings.HasPrefix(path, "/v1/"):
+		p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeNotFound, "unknown path "+path)
+		return
+	}
+
+	body, ok := p.readBody(w, r)
+	if !ok {
+		return
+	}
+	var prof request.Profile
+	if r.Method == http.MethodPost && routedPaths[path] {
+		var err error
+		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
+		if err != nil {
+			p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, err.Error())
+			return
+		}
+	}
+	p.route(w, r, body, &prof)
+}
+
+// readBody reads the whole request body under the size limit; over it the
+// client gets 413 without the rest being read.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		msg := fmt.Sprintf("request body exceeds the limit of %d bytes", p.cfg.MaxBodyBytes)
+		p.answer(w, http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, msg)
+		return nil, false
+	}
+	if r.ContentLength > p.cfg.MaxBodyBytes {
+		return tooLarge()
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge()
+	case err != nil:
+		p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, "reading the request body failed")
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// answer writes an error produced by the balancer itself and counts it.
+func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string) {
+	p.metrics.Request("", "", status)
+	WriteError(w, status, typ, code, msg)
+}
+
+// route selects, proxies and fails over (SPEC s3 + failover): at most
+// MaxAttempts distinct replicas, and never once a byte reached the client.
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof *request.Profile) {
+	ctx := r.Context()
+	var tried []string
+	var last *attempt
+	for n := 0; n < p.cfg.MaxAttempts; n++ {
+		res, err := p.bal.Select(prof, p.now(), tried...)
+		if err != nil {
+			p.selectFailed(w, err, prof, last)
+			return
+		}
+		p.logDecision(ctx, res, prof, n)
+		a := p.try(w, r, body, res)
+		if !a.retry() {
+			return
+		}
+		p.metrics.Failover(res.Replica)
+		p.log.LogAttrs(ctx, slog.LevelWarn, "proxy: attempt failed before the first byte",
+			slog.String("replica", res.Replica), slog.Int("attempt", n+1), slog.String("error", a.err.Error()))
+		tried = append(tried, res.Replica)
+		last = a
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	msg := fmt.Sprintf("upstream failure after %d attempts (last replica %s)", len(tried), last.res.Replica)
+	p.answer(w, http.StatusBadGateway, TypeServer, CodeUpstreamError, msg)
+}
+
+// selectFailed answers when Select finds no replica.
+func (p *Proxy) selectFailed(w http.ResponseWriter, err error, prof *request.Profile, last *attempt) {
+	switch {
+	case errors.Is(err, balancer.ErrUnknownModel):
+		p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound,
+			fmt.Sprintf("the model %q does not exist on any replica", prof.Model))
+	case errors.Is(err, balancer.ErrNoHealthyInstances):
+		msg := "no healthy replica is available"
+		if last != nil {
+			msg = fmt.Sprintf("no healthy replica is left after a failure on %s", last.res.Replica)
+		}
+		p.answer(w, http.StatusServiceUnavailable, TypeUnavailable, CodeNoHealthyInstances, msg)
+	default:
+		p.log.Error("proxy: select failed", slog.String("error", err.Error()))
+		p.answer(w, http.StatusInternalServerError, TypeServer, "internal_error", "routing failed")
+	}
+}
+
+// logDecision writes the one debug line per routing decision. It never logs
+// headers (Authorization) or keys' values beyond whether they are present.
+func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof *request.Profile, attempt int) {
+	if !p.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	e := res.Explanation
+	p.log.LogAttrs(ctx, slog.LevelDebug, "route",
+		slog.String("replica", res.Replica),
+		slog.String("reason", string(res.Reason)),
+		slog.Int("attempt", attempt+1),
+		slog.String("model", prof.Model),
+		slog.Bool("session", prof.SessionKey != ""),
+		slog.Bool("prefix", prof.PrefixKey != ""),
+		slog.Int("prompt_tokens", prof.PromptTokens),
+		slog.String("policy", e.Policy),
+		slog.String("candidate_set", e.CandidateSet),
+		slog.Int("candidates", e.Candidates),
+		slog.Float64("min_running", e.MinRunning),
+		slog.Float64("effective_running", e.EffectiveRunning),
+		slog.Float64("effective_waiting", e.EffectiveWaiting),
+		slog.String("pin_kind", e.PinKind),
+		slog.String("pin_replica", e.PinReplica),
+		slog.String("pin_decision", e.PinDecision),
+	)
+}
+
+// try runs one attempt on the reserved replica and releases the reservation
+// when it ends, also when ReverseProxy aborts the handler with
+// http.ErrAbortHandler (the deferred release runs while the panic unwinds).
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *balancer.Reservation) *attempt {
+	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}}
+	defer func() {
+		o := a.outcome(r.Context())
+		if o == balancer.OutcomeTransportError && a.err == nil {
+			p.metrics.StreamError(res.Replica)
+			p.log.Warn("proxy: response broken after the first byte",
+				slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
+		}
+		if !a.retry() && a.w.status != 0 {
+			p.metrics.Request(res.Replica, res.Reason, a.w.status)
+		}
+		if ts := p.bal.Release(res, o, p.now()); len(ts) > 0 {
+			p.transitions(ts)
+		}
+	}()
+	target, err := url.Parse(res.URL)
+	if err != nil || target.Host == "" {
+		a.err = fmt.Errorf("proxy: replica %s has a bad url: %w", res.Replica, err)
+		return a
+	}
+	a.target = target
+
+	in := r.WithContext(context.WithValue(r.Context(), attemptKey{}, a))
+	in.ContentLength = int64(len(body))
+	in.TransferEncoding = nil
+	if len(body) > 0 {
+		in.Body = io.NopCloser(bytes.NewReader(body))
+	} else {
+		in.Body = http.NoBody
+	}
+	in.GetBody = nil
+	p.rp.ServeHTTP(a.w, in)
+	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
+		// Not retryable and nothing sent yet: a first-byte timeout (504).
+		msg := fmt.Sprintf("replica %s did not answer in time", res.Replica)
+		WriteError(a.w, http.StatusGatewayTimeout, TypeTimeout, CodeUpstreamTimeout, msg)
+	}
+	return a
+}
+
+// rewrite points the outbound request at the attempt's replica and sets
+// upstream auth: the replica's api key replaces the client's Authorization;
+// without a key the client's header passes only if configured.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	a := attemptFrom(pr.In.Context())
+	pr.SetURL(a.target)
+	pr.SetXForwarded()
+	if key := p.apiKey(a.res.Replica); key != "" {
+		pr.Out.Header.Set("Authorization", "Bearer "+key)
+	} else if !p.cfg.PassAuthorization {
+		pr.Out.Header.Del("Authorization")
+	}
+}
+
+// modifyResponse stamps the route headers and wraps the body to see its
+// first byte, its end and a break.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	a := attemptFrom(res.Request.Context())
+	if p.cfg.RouteHeaders {
+		res.Header.Set(HeaderReplica, a.res.Replica)
+		res.Header.Set(HeaderRoute, string(a.res.Reason))
+	}
+	a.status = res.StatusCode
+	ct := res.Header.Get("Content-Type")
+	res.Body = &upstreamBody{
+		rc:  res.Body,
+		a:   a,
+		p:   p,
+		ctx: res.Request.Context(),
+		sse: strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream"),
+	}
+	return nil
+}
+
+// errorHandler records a failure before any response: the retry decision is
+// taken by route, so it writes nothing.
+func (p *Proxy) errorHandler(_ http.ResponseWriter, r *http.Request, err error) {
+	a := attemptFrom(r.Context())
+	a.err = err
+}
+
+// serveModels answers GET /v1/models with the union of the replicas' models.
+func (p *Proxy) serveModels(w http.ResponseWriter) {
+	models := p.bal.Models()
+	list := modelList{Object: "list", Data: make([]model, 0, len(models))}
+	for _, m := range models {
+		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "llmlb"})
+	}
+	p.metrics.Request("", "", http.StatusOK)
+	writeJSON(w, http.StatusOK, list)
+}
+
+// serveModel answers GET /v1/models/{id}.
+func (p *Proxy) serveModel(w http.ResponseWriter, id string) {
+	for _, m := range p.bal.Models() {
+		if m == id {
+			p.metrics.Request("", "", http.StatusOK)
+			writeJSON(w, http.StatusOK, model{ID: m, Object: "model", OwnedBy: "llmlb"})
+			return
+		}
+	}
+	p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound,
+		fmt.Sprintf("the model %q does not exist on any replica", id))
+}
+
+type modelList struct {
+	Object string  `json:"object"`
+	Data   []model `json:"data"`
+}
+
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Request(string, balancer.Reason, int) {}
+func (nopRecorder) FirstByte(string, time.Duration)      {}
+func (nopRecorder) StreamError(string)                   {}
+func (nopRecorder) Failover(string)                      {}
