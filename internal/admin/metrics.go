@@ -1,0 +1,213 @@
+package admin
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+)
+
+// Metrics holds llmlb's own Prometheus metrics (prefix llmlb_). Events
+// (requests, first bytes, stream errors, failovers, transitions, scrapes)
+// are counted as they happen; the balancer's state (in-flight, effective
+// load, replica state, pins, spills, rebinds, ejections) is read from the
+// core at collection time, so it is never stale and costs nothing between
+// scrapes. Metrics implements proxy.Recorder.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests    *prometheus.CounterVec
+	firstByte   *prometheus.HistogramVec
+	streamErrs  *prometheus.CounterVec
+	failovers   *prometheus.CounterVec
+	transitions *prometheus.CounterVec
+	scrapes     *prometheus.CounterVec
+}
+
+// NewMetrics returns the metrics on a fresh registry (with the Go and
+// process collectors); bal's state is collected at scrape time with now.
+func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
+	if now == nil {
+		now = time.Now
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_requests_total",
+			Help: "Client requests answered, by replica, route reason and HTTP status (replica empty: answered by the balancer).",
+		}, []string{"replica", "reason", "code"}),
+		firstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmlb_time_to_first_byte_seconds",
+			Help:    "Time from replica selection to the first response body byte.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 18), // 5 ms .. ~11 min
+		}, []string{"replica"}),
+		streamErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_stream_errors_total",
+			Help: "Responses broken by the replica after their first byte (not retried).",
+		}, []string{"replica"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_failovers_total",
+			Help: "Attempts that failed before the first byte and were retried on another replica.",
+		}, []string{"replica"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_health_transitions_total",
+			Help: "Health state transitions, by replica and from/to state.",
+		}, []string{"replica", "from", "to"}),
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_scrapes_total",
+			Help: "Metrics scrapes of replicas, by result (ok|error).",
+		}, []string{"replica", "result"}),
+	}
+	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes,
+		&stateCollector{bal: bal, now: now},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Registry returns the registry served on /metrics.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Request counts one answered client request.
+func (m *Metrics) Request(replica string, reason balancer.Reason, code int) {
+	m.requests.WithLabelValues(replica, string(reason), strconv.Itoa(code)).Inc()
+}
+
+// FirstByte observes the time to first byte of a replica's response.
+func (m *Metrics) FirstByte(replica string, d time.Duration) {
+	m.firstByte.WithLabelValues(replica).Observe(d.Seconds())
+}
+
+// StreamError counts a response broken after its first byte.
+func (m *Metrics) StreamError(replica string) { m.streamErrs.WithLabelValues(replica).Inc() }
+
+// Failover counts an attempt that failed before the first byte.
+func (m *Metrics) Failover(replica string) { m.failovers.WithLabelValues(replica).Inc() }
+
+// Transitions counts health transitions.
+func (m *Metrics) Transitions(ts []balancer.Transition) {
+	for _, t := range ts {
+		m.transitions.WithLabelValues(t.Replica, t.From.String(), t.To.String()).Inc()
+	}
+}
+
+// Scrape counts one scrape result of a replica.
+func (m *Metrics) Scrape(replica string, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.scrapes.WithLabelValues(replica, result).Inc()
+}
+
+// ForgetReplica drops the per-replica event series of a removed replica.
+func (m *Metrics) ForgetReplica(replica string) {
+	l := prometheus.Labels{"replica": replica}
+	m.requests.DeletePartialMatch(l)
+	m.firstByte.DeletePartialMatch(l)
+	m.streamErrs.DeletePartialMatch(l)
+	m.failovers.DeletePartialMatch(l)
+	m.transitions.DeletePartialMatch(l)
+	m.scrapes.DeletePartialMatch(l)
+}
+
+// stateCollector reads the routing core's state when /metrics is scraped.
+type stateCollector struct {
+	bal *balancer.Balancer
+	now func() time.Time
+}
+
+var (
+	descInFlight       = prometheus.NewDesc("llmlb_replica_in_flight", "The balancer's own in-flight requests to the replica.", []string{"replica"}, nil)
+	descInFlightWeight = prometheus.NewDesc("llmlb_replica_in_flight_weight", "Token-weighted in-flight requests (WLC, SPEC s2.2).", []string{"replica"}, nil)
+	descEffRunning     = prometheus.NewDesc("llmlb_replica_effective_running", "Effective running load (SPEC s2.2).", []string{"replica"}, nil)
+	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Effective waiting load (SPEC s2.2).", []string{"replica"}, nil)
+	descScrRunning     = prometheus.NewDesc("llmlb_replica_scraped_running", "vllm:num_requests_running at the last scrape.", []string{"replica"}, nil)
+	descScrWaiting     = prometheus.NewDesc("llmlb_replica_scraped_waiting", "vllm:num_requests_waiting at the last scrape.", []string{"replica"}, nil)
+	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "KV cache usage (0..1) at the last scrape.", []string{"replica"}, nil)
+	descState          = prometheus.NewDesc("llmlb_replica_state", "1 for the replica's current health state (LIVE|PROBING|EJECTED).", []string{"replica", "state"}, nil)
+	descDraining       = prometheus.NewDesc("llmlb_replica_draining", "1 when the replica is draining (no new traffic).", []string{"replica"}, nil)
+	descCooldown       = prometheus.NewDesc("llmlb_replica_cooldown_seconds", "Current ejection cooldown of the replica.", []string{"replica"}, nil)
+	descRepEjections   = prometheus.NewDesc("llmlb_replica_ejections_total", "Ejections of the replica.", []string{"replica"}, nil)
+	descPins           = prometheus.NewDesc("llmlb_pins", "Pins in the table, by kind (session|prefix).", []string{"kind"}, nil)
+	descSpills         = prometheus.NewDesc("llmlb_spills_total", "Pinned requests routed elsewhere (SPEC s3 step 4).", nil, nil)
+	descRebinds        = prometheus.NewDesc("llmlb_rebinds_total", "Session pins rebound after repeated spills.", nil, nil)
+	descForceRebinds   = prometheus.NewDesc("llmlb_force_rebinds_total", "Pins moved at once because running(pin) - min_r reached the gap.", nil, nil)
+	descPrefixDrops    = prometheus.NewDesc("llmlb_prefix_pin_drops_total", "Prefix pins deleted on a repeated spill.", nil, nil)
+	descEjections      = prometheus.NewDesc("llmlb_ejections_total", "Ejections of all replicas.", nil, nil)
+	descFallbacks      = prometheus.NewDesc("llmlb_fallbacks_total", "Requests routed by the last-resort fallback.", nil, nil)
+	descAlerts         = prometheus.NewDesc("llmlb_alerts_firing", "Alerts firing now (SPEC s5), by name.", []string{"name"}, nil)
+)
+
+var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
+		descScrRunning, descScrWaiting, descKV, descState, descDraining, descCooldown, descRepEjections,
+		descPins, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.now()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for _, r := range c.bal.Replicas(now) {
+		gauge(descInFlight, float64(r.InFlight), r.Name)
+		gauge(descInFlightWeight, r.InFlightWeight, r.Name)
+		gauge(descEffRunning, r.EffectiveRunning, r.Name)
+		gauge(descEffWaiting, r.EffectiveWaiting, r.Name)
+		gauge(descScrRunning, r.ScrapedRunning, r.Name)
+		gauge(descScrWaiting, r.ScrapedWaiting, r.Name)
+		gauge(descKV, r.KVCacheUsage, r.Name)
+		for _, s := range healthStates {
+			gauge(descState, b2f(r.State == s), r.Name, s)
+		}
+		gauge(descDraining, b2f(r.Draining), r.Name)
+		gauge(descCooldown, r.CooldownSeconds, r.Name)
+		counter(descRepEjections, float64(r.Ejections), r.Name)
+	}
+	// Pins copies the table; acceptable at Prometheus' scrape rate.
+	var session, prefix float64
+	for _, p := range c.bal.Pins(now, 0) {
+		if p.Kind == "prefix" {
+			prefix++
+		} else {
+			session++
+		}
+	}
+	gauge(descPins, session, "session")
+	gauge(descPins, prefix, "prefix")
+	k := c.bal.Counters()
+	counter(descSpills, float64(k.Spills))
+	counter(descRebinds, float64(k.Rebinds))
+	counter(descForceRebinds, float64(k.ForceRebinds))
+	counter(descPrefixDrops, float64(k.PrefixDrops))
+	counter(descEjections, float64(k.Ejections))
+	counter(descFallbacks, float64(k.Fallbacks))
+	firing := map[string]float64{"imbalance": 0, "one_replica": 0, "probe_broken": 0, "flapping": 0}
+	for _, a := range c.bal.Alerts(now) {
+		firing[a.Name]++
+	}
+	for name, v := range firing {
+		gauge(descAlerts, v, name)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
