@@ -1,0 +1,301 @@
+// Package bench is `llmlb bench` (SPEC s12): a discrete-event driver that
+// replays a workload against N simulated engines in virtual time, routed by the
+// very same core as `llmlb serve` (package balancer), for several policies, and
+// the report (terminal table, JSON, self-contained HTML with SVG charts).
+//
+// The driver starts no goroutines of its own per event: one policy run is one
+// loop over an indexed min-heap of event sources (each engine's next event, each
+// replica's next scrape, the balancer tick, the next arrival). Run executes
+// several policy runs in parallel goroutines, all stopped by its context.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/workload"
+)
+
+// Epoch is the virtual clock's start: every run begins at this instant, so the
+// same seed gives the same timestamps and the same numbers.
+var Epoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// Defaults of the driver (SPEC s2: scrapes every 3 s; the serve shell ticks
+// the core every second).
+const (
+	DefaultScrapeInterval = 3 * time.Second
+	DefaultTickInterval   = time.Second
+	DefaultShareWindow    = 10 * time.Second
+	DefaultMaxAttempts    = 3
+)
+
+// AllPolicies are the policies compared by default, baselines first.
+var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb"}
+
+// Flap is a fault: the replica alternates Period up and Period down (starting
+// up), like simreplica's flap mode. While down its scrapes fail and it refuses
+// new requests (the driver retries elsewhere, as the proxy does); requests it
+// already holds keep running.
+type Flap struct {
+	Replica string
+	Period  time.Duration
+}
+
+// down reports whether the flapping replica is down at offset at.
+func (f Flap) down(at time.Duration) bool {
+	if f.Period <= 0 {
+		return false
+	}
+	return (at/f.Period)%2 == 1
+}
+
+// ParseFlap parses "replica-1:15s".
+func ParseFlap(s string) (Flap, error) {
+	name, period, ok := strings.Cut(s, ":")
+	if !ok || name == "" {
+		return Flap{}, fmt.Errorf("bench: flap %q: want NAME:PERIOD, e.g. replica-1:15s", s)
+	}
+	d, err := time.ParseDuration(period)
+	if err != nil {
+		return Flap{}, fmt.Errorf("bench: flap %q: %w", s, err)
+	}
+	if d <= 0 {
+		return Flap{}, fmt.Errorf("bench: flap %q: period must be > 0", s)
+	}
+	return Flap{Replica: name, Period: d}, nil
+}
+
+// WorkloadFactory returns a fresh workload; every policy run calls it once, so
+// it must give the same sequence every time (same seed).
+type WorkloadFactory func() (workload.Workload, error)
+
+// Options configure a benchmark run.
+type Options struct {
+	Workload    string          // name for the report ("agentic", or the trace's file name)
+	NewWorkload WorkloadFactory // required
+	Policies    []string        // default AllPolicies
+	Replicas    int             // number of engines (default 4)
+	Profile     engine.Profile  // every engine's profile
+	Duration    time.Duration   // arrivals are accepted in [0, Duration)
+	// Drain is how long after Duration in-flight requests may still finish
+	// (default Duration, at least 5 min); what is still running then is
+	// counted as unfinished with its latency censored at the drain's end.
+	Drain          time.Duration
+	Seed           int64
+	Routing        balancer.Config // Policy is set per run
+	Flaps          []Flap
+	ScrapeInterval time.Duration // default 3 s
+	TickInterval   time.Duration // default 1 s
+	ShareWindow    time.Duration // window of the imbalance index (default 10 s)
+	MaxAttempts    int           // Select attempts per request when replicas refuse (default 3)
+	Parallel       int           // policy runs at once (default GOMAXPROCS)
+	Progress       io.Writer     // progress line every ~1 s of wall time; nil = none
+}
+
+func (o *Options) setDefaults() {
+	if len(o.Policies) == 0 {
+		o.Policies = AllPolicies
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 4
+	}
+	if o.Drain == 0 {
+		o.Drain = max(o.Duration, 5*time.Minute)
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	if o.TickInterval == 0 {
+		o.TickInterval = DefaultTickInterval
+	}
+	if o.ShareWindow == 0 {
+		o.ShareWindow = DefaultShareWindow
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = runtime.GOMAXPROCS(0)
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.NewWorkload == nil {
+		errs = append(errs, errors.New("bench: no workload"))
+	}
+	if o.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("bench: replicas: %d, must be >= 1", o.Replicas))
+	}
+	if o.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("bench: duration: %v, must be > 0", o.Duration))
+	}
+	if o.Drain < 0 || o.ScrapeInterval < 0 || o.TickInterval < 0 || o.ShareWindow < 0 || o.MaxAttempts < 0 {
+		errs = append(errs, errors.New("bench: negative interval or attempts"))
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Policies {
+		if seen[p] {
+			errs = append(errs, fmt.Errorf("bench: policy %q listed twice", p))
+		}
+		seen[p] = true
+	}
+	for _, f := range o.Flaps {
+		if _, ok := replicaIndex(f.Replica, o.Replicas); !ok {
+			errs = append(errs, fmt.Errorf("bench: flap: unknown replica %q (replicas are replica-1..replica-%d)", f.Replica, o.Replicas))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replicaName is the name of engine i (0-based): replica-1, replica-2, ...
+func replicaName(i int) string { return fmt.Sprintf("replica-%d", i+1) }
+
+// replicaIndex is the inverse of replicaName.
+func replicaIndex(name string, n int) (int, bool) {
+	var k int
+	if _, err := fmt.Sscanf(name, "replica-%d", &k); err != nil || k < 1 || k > n || replicaName(k-1) != name {
+		return 0, false
+	}
+	return k - 1, true
+}
+
+// Run runs every policy of opts on fresh engines, a fresh balancer and a fresh
+// workload, up to opts.Parallel at once, and returns the report with results
+// in the order of opts.Policies. Cancelling ctx stops all runs; Run then
+// returns ctx's error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	runs := make([]*run, len(opts.Policies))
+	for i, p := range opts.Policies {
+		runs[i] = &run{opts: &opts, policy: p}
+	}
+	results := make([]Result, len(runs))
+	errs := make([]error, len(runs))
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, opts.Parallel)
+	for i, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			res, err := r.execute(ctx)
+			if err != nil {
+				errs[i] = fmt.Errorf("bench: policy %s: %w", r.policy, err)
+				cancel() // one failure stops the others
+				return
+			}
+			results[i] = res
+		}()
+	}
+
+	progressDone := make(chan struct{})
+	if opts.Progress != nil {
+		go func() {
+			defer close(progressDone)
+			reportProgress(ctx, opts.Progress, runs, opts.Duration)
+		}()
+	} else {
+		close(progressDone)
+	}
+	wg.Wait()
+	cancel()
+	<-progressDone
+
+	if err := errors.Join(errs...); err != nil {
+		if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(err, context.Canceled) {
+			// Prefer the real failure over the cancellations it caused.
+			for _, e := range errs {
+				if e != nil && !errors.Is(e, context.Canceled) {
+					return nil, e
+				}
+			}
+		}
+		return nil, err
+	}
+	return &Report{
+		Workload:        opts.Workload,
+		Replicas:        opts.Replicas,
+		Profile:         opts.Profile.Name,
+		DurationSeconds: opts.Duration.Seconds(),
+		Seed:            opts.Seed,
+		Flaps:           flapStrings(opts.Flaps),
+		Results:         results,
+	}, nil
+}
+
+func flapStrings(fs []Flap) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Replica+":"+f.Period.String())
+	}
+	return out
+}
+
+// reportProgress writes one status line (carriage-return updated) about every
+// second of wall time until ctx is done.
+func reportProgress(ctx context.Context, w io.Writer, runs []*run, total time.Duration) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(w, "\r%s\n", progressLine(runs, total, time.Since(start)))
+			return
+		case <-t.C:
+			fmt.Fprintf(w, "\r%s", progressLine(runs, total, time.Since(start)))
+		}
+	}
+}
+
+func progressLine(runs []*run, total time.Duration, wall time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench %4.0fs wall |", wall.Seconds())
+	for _, r := range runs {
+		done := time.Duration(r.progress.Load())
+		fmt.Fprintf(&b, " %s %s/%s", r.policy, shortDur(min(done, total)), shortDur(total))
+		if r.finished.Load() {
+			b.WriteString(" done")
+		}
+		b.WriteString(" |")
+	}
+	return b.String()
+}
+
+func shortDur(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	if d >= time.Hour {
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+}
+
+// progress and finished are updated by the run's goroutine and read by the
+// progress printer.
+type runProgress struct {
+	progress atomic.Int64 // virtual time done (ns since Epoch)
+	finished atomic.Bool
+}

@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/workload"
+)
+
+// errReplicaDown is what a scrape of a flapping replica reports while down.
+var errReplicaDown = errors.New("bench: connection refused (flap fault)")
+
+// run is one policy's simulation: its own engines, balancer and workload.
+type run struct {
+	runProgress
+	opts   *Options
+	policy string
+
+	eng      []*engine.Engine
+	names    []string
+	index    map[string]int
+	down     []time.Duration // flap period per replica, 0 = never down
+	bal      *balancer.Balancer
+	wl       workload.Workload
+	h        *eventHeap
+	emit     func(engine.Event)
+	now      time.Duration // current virtual offset
+	flights  map[uint64]*flight
+	nextID   uint64
+	arrivals bool // the arrival source is still open
+
+	// Source indices in the heap; their order breaks ties at one instant.
+	srcMark, srcScrape0, srcTick, srcArrival int
+
+	acc accumulator
+}
+
+// flight is one request inside an engine.
+type flight struct {
+	req        *workload.Request
+	res        *balancer.Reservation
+	replica    int
+	arrived    time.Duration
+	firstToken time.Duration // -1 until the first token
+}
+
+func (r *run) setup() error {
+	o := r.opts
+	cfg := o.Routing
+	cfg.Policy = r.policy
+	bal, err := balancer.New(cfg)
+	if err != nil {
+		return err
+	}
+	r.bal = bal
+	wl, err := o.NewWorkload()
+	if err != nil {
+		return err
+	}
+	r.wl = wl
+	n := o.Replicas
+	r.eng = make([]*engine.Engine, n)
+	r.names = make([]string, n)
+	r.index = make(map[string]int, n)
+	r.down = make([]time.Duration, n)
+	for i := range n {
+		r.eng[i] = engine.New(o.Profile)
+		r.names[i] = replicaName(i)
+		r.index[r.names[i]] = i
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: r.names[i], URL: "sim://" + r.names[i]}, Epoch); err != nil {
+			return err
+		}
+	}
+	for _, f := range o.Flaps {
+		i, _ := replicaIndex(f.Replica, n)
+		r.down[i] = f.Period
+	}
+	// Sources: engines 0..n-1, mark, scrapes, tick, arrival.
+	r.srcMark = n
+	r.srcScrape0 = n + 1
+	r.srcTick = 2*n + 1
+	r.srcArrival = 2*n + 2
+	r.h = newEventHeap(2*n + 3)
+	r.h.set(r.srcMark, int64(o.Duration))
+	for i := range n {
+		// Staggered phases: replica i is first scraped at i/n of an interval,
+		// so the fleet's snapshots are of different ages at any instant.
+		r.h.set(r.srcScrape0+i, int64(o.ScrapeInterval)*int64(i)/int64(n))
+	}
+	r.h.set(r.srcTick, int64(o.TickInterval))
+	r.arrivals = true
+	r.rekeyArrival()
+	r.flights = make(map[uint64]*flight)
+	r.emit = r.onEvent
+	r.acc.init(n, o)
+	return nil
+}
+
+// execute runs the simulation to its end and returns the policy's result.
+func (r *run) execute(ctx context.Context) (Result, error) {
+	defer r.finished.Store(true)
+	wall := time.Now()
+	if err := r.setup(); err != nil {
+		return Result{}, err
+	}
+	end := r.opts.Duration + r.opts.Drain
+	for steps := 0; ; steps++ {
+		if steps&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return Result{}, err
+			}
+			r.progress.Store(int64(r.now))
+		}
+		src, key := r.h.min()
+		if key == never || time.Duration(key) > end {
+			break
+		}
+		if key < int64(r.now) {
+			return Result{}, fmt.Errorf("bench: event source %d went back in time (%v < %v)", src, time.Duration(key), r.now)
+		}
+		r.now = time.Duration(key)
+		switch {
+		case src < r.srcMark:
+			if err := r.engineEvent(src); err != nil {
+				return Result{}, err
+			}
+		case src == r.srcMark:
+			r.mark()
+		case src < r.srcTick:
+			r.scrape(src - r.srcScrape0)
+		case src == r.srcTick:
+			r.bal.Tick(r.at())
+			r.h.set(r.srcTick, r.nextAfterDuration(key+int64(r.opts.TickInterval)))
+		default:
+			r.arrival()
+		}
+	}
+	r.progress.Store(int64(min(r.now, r.opts.Duration)))
+	return r.result(end, time.Since(wall)), nil
+}
+
+// at is the current virtual instant.
+func (r *run) at() time.Time { return Epoch.Add(r.now) }
+
+// nextAfterDuration keeps periodic sources (scrapes, tick) alive only while
+// requests may still arrive: in the drain nothing is routed any more.
+func (r *run) nextAfterDuration(key int64) int64 {
+	if time.Duration(key) >= r.opts.Duration {
+		return never
+	}
+	return key
+}
+
+// engineEvent advances engine i to its next event and re-keys it.
+func (r *run) engineEvent(i int) error {
+	e := r.eng[i]
+	e.Advance(r.at(), r.emit)
+	r.rekeyEngine(i)
+	if r.h.key[i] <= int64(r.now) {
+		return fmt.Errorf("bench: engine %s made no progress at %v", r.names[i], r.now)
+	}
+	r.rekeyArrival()
+	return nil
+}
+
+func (r *run) rekeyEngine(i int) {
+	t, ok := r.eng[i].NextEvent()
+	if !ok {
+		r.h.set(i, never)
+		return
+	}
+	r.h.set(i, int64(t.Sub(Epoch)))
+}
+
+// rekeyArrival re-reads the workload's next arrival (a completion may have
+// scheduled a closed-loop follow-up).
+func (r *run) rekeyArrival() {
+	if !r.arrivals {
+		return
+	}
+	at, ok := r.wl.Peek()
+	switch {
+	case !ok && r.wl.Done():
+		r.arrivals = false
+		r.h.set(r.srcArrival, never)
+	case !ok:
+		r.h.set(r.srcArrival, never) // waits for a Complete
+	case at >= r.opts.Duration:
+		r.arrivals = false
+		r.h.set(r.srcArrival, never)
+	default:
+		r.h.set(r.srcArrival, int64(max(at, r.now)))
+	}
+}
+
+// isDown reports whether replica i refuses connections now (flap fault).
+func (r *run) isDown(i int) bool {
+	p := r.down[i]
+	return p > 0 && Flap{Period: p}.down(r.now)
+}
+
+// scrape is one scrape of replica i: the engine is brought to now and its
+// vLLM gauges go to the balancer, exactly what the serve shell's scraper does.
+func (r *run) scrape(i int) {
+	now := r.at()
+	if r.isDown(i) {
+		r.bal.ObserveScrape(r.names[i], balancer.Snapshot{}, errReplicaDown, now)
+	} else {
+		e := r.eng[i]
+		e.Advance(now, r.emit)
+		r.rekeyEngine(i)
+		st := e.Stats()
+		r.bal.ObserveScrape(r.names[i], balancer.Snapshot{
+			Running:      float64(st.Running),
+			Waiting:      float64(st.Waiting),
+			KVCacheUsage: st.KVCacheUsage,
+		}, nil, now)
+		r.rekeyArrival()
+	}
+	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.opts.ScrapeInterval)))
+}
+
+// mark fires once at Duration: the throughput window closes here.
+func (r *run) mark() {
+	now := r.at()
+	for i, e := range r.eng {
+		e.Advance(now, r.emit)
+		r.rekeyEngine(i)
+		r.acc.generatedAtEnd += e.Stats().GenerationTokens
+	}
+	r.rekeyArrival()
+	r.h.set(r.srcMark, never)
+}
+
+// arrival routes the workload's next request: Select with its reservation,
+// then Add to the chosen engine. A refusing replica (flap) is reported as a
+// transport error and the request retried elsewhere, as the proxy does.
+func (r *run) arrival() {
+	req := r.wl.Pop()
+	now := r.at()
+	r.acc.arrived++
+	if req.Turn >= 2 {
+		r.acc.turn2Arrived++
+	}
+	var exclude []string
+	for range r.opts.MaxAttempts {
+		res, err := r.bal.Select(&req.Profile, now, exclude...)
+		if err != nil {
+			break
+		}
+		i, ok := r.index[res.Replica]
+		if !ok {
+			r.bal.Release(res, balancer.OutcomeCanceled, now)
+			break
+		}
+		if r.isDown(i) {
+			r.bal.Release(res, balancer.OutcomeTransportError, now)
+			r.acc.refused++
+			exclude = append(exclude, res.Replica)
+			continue
+		}
+		e := r.eng[i]
+		e.Advance(now, r.emit)
+		r.nextID++
+		id := r.nextID
+		if err := e.Add(engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.Output}, now); err != nil {
+			// The replica answers 400 (prompt too long): not its fault.
+			r.bal.Release(res, balancer.OutcomeOK, now)
+			r.acc.rejected++
+			r.wl.Complete(req, r.now)
+			r.rekeyEngine(i)
+			r.rekeyArrival()
+			return
+		}
+		r.flights[id] = &flight{req: req, res: res, replica: i, arrived: r.now, firstToken: -1}
+		r.acc.routed(i, r.now, req, res.Reason)
+		r.rekeyEngine(i)
+		r.rekeyArrival()
+		return
+	}
+	r.acc.failed++
+	r.wl.Complete(req, r.now)
+	r.rekeyArrival()
+}
+
+// onEvent handles an engine event: first token, finish (release and tell the
+// workload, which may schedule the session's next turn).
+func (r *run) onEvent(ev engine.Event) {
+	f, ok := r.flights[ev.ID]
+	if !ok {
+		return
+	}
+	at := ev.At.Sub(Epoch)
+	switch ev.Kind {
+	case engine.FirstToken:
+		if f.firstToken < 0 {
+			f.firstToken = at - f.arrived
+		}
+	case engine.Finished, engine.Aborted:
+		if f.firstToken < 0 {
+			f.firstToken = at - f.arrived
+		}
+		delete(r.flights, ev.ID)
+		r.bal.Release(f.res, balancer.OutcomeOK, ev.At)
+		r.acc.done(f, at, ev, r.opts.Duration)
+		r.wl.Complete(f.req, at)
+	}
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the outcome of one `llmlb bench` run: one Result per policy, all
+// on the same workload, fleet and seed. It is what --json prints.
+type Report struct {
+	Workload        string   `json:"workload"`
+	Replicas        int      `json:"replicas"`
+	Profile         string   `json:"profile"`
+	DurationSeconds float64  `json:"duration_seconds"`
+	Seed            int64    `json:"seed"`
+	Flaps           []string `json:"flaps,omitempty"`
+	Results         []Result `json:"results"`
+}
+
+// Percentiles of a latency distribution, in seconds (nearest rank).
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+// Quantile is one point of a distribution: the value at probability P.
+type Quantile struct {
+	P       float64 `json:"p"`
+	Seconds float64 `json:"seconds"`
+}
+
+// TurnStats are the figures of turns 2+ of sessioned workloads (the seeds'
+// session-affinity claim: TTFT and prefill work on later turns).
+type TurnStats struct {
+	Requests      int         `json:"requests"`
+	TTFT          Percentiles `json:"ttft_seconds"`
+	PromptTokens  uint64      `json:"prompt_tokens"`
+	CachedTokens  uint64      `json:"cached_tokens"`
+	PrefillTokens uint64      `json:"prefill_tokens"` // prompt - cached, of finished turns 2+
+}
+
+// Result is one policy's figures. docs/BENCH.md defines every field.
+type Result struct {
+	Policy string `json:"policy"`
+
+	Requests   int `json:"requests"`   // arrived in [0, duration)
+	Completed  int `json:"completed"`  // finished by the end of the duration
+	Finished   int `json:"finished"`   // finished, including the drain
+	Unfinished int `json:"unfinished"` // still running when the drain ended
+	Failed     int `json:"failed"`     // no replica accepted it (503)
+	Rejected   int `json:"rejected"`   // the engine refused it (prompt too long)
+	Refused    int `json:"refused"`    // attempts refused by a down replica (retried)
+
+	TTFT               Percentiles `json:"ttft_seconds"`
+	E2E                Percentiles `json:"e2e_seconds"`
+	OutputTokensPerSec float64     `json:"output_tokens_per_second"`
+	PrefixHitRate      float64     `json:"prefix_cache_hit_rate"`
+	PrefillTokens      uint64      `json:"prefill_tokens_computed"`
+	Preemptions        uint64      `json:"preemptions"`
+	ImbalanceIndex     float64     `json:"imbalance_index"`
+	MaxReplicaShare    float64     `json:"max_replica_share"`
+	Turns2             *TurnStats  `json:"turns_2plus,omitempty"`
+
+	RouteAffinity int    `json:"route_affinity"`
+	RouteLoad     int    `json:"route_load"`
+	RouteFallback int    `json:"route_fallback"`
+	Spills        uint64 `json:"spills"`
+	Rebinds       uint64 `json:"rebinds"`
+	Ejections     uint64 `json:"ejections"`
+
+	TTFTQuantiles      []Quantile  `json:"ttft_quantiles"`
+	ShareWindowSeconds float64     `json:"share_window_seconds"`
+	Share              [][]float64 `json:"share"` // [window][replica]: share of routed prompt tokens
+
+	WallSeconds         float64 `json:"wall_seconds"` // not deterministic
+	SimulatedSecPerWall float64 `json:"simulated_seconds_per_wall_second"`
+}
+
+// WriteJSON writes the report as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return fmt.Errorf("bench: json: %w", err)
+	}
+	return nil
+}
+
+// ReadJSON parses a report written by WriteJSON.
+func ReadJSON(r io.Reader) (*Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bench: json: %w", err)
+	}
+	return &rep, nil
+}
+
+// WriteTable writes the terminal table: one row per policy.
+func (rep *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "workload %s, %d x %s, %s virtual, seed %d", rep.Workload, rep.Replicas, rep.Profile,
+		fmtDur(rep.DurationSeconds), rep.Seed)
+	if len(rep.Flaps) > 0 {
+		fmt.Fprintf(w, ", flaps %s", strings.Join(rep.Flaps, ","))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tTTFT p50\tp90\tp99\te2e p50\tp99\tout tok/s\tcompleted\thit rate\tprefill tok\tpreempt\timbalance\tmax share\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%.1f%%\t%s\t%d\t%.2f\t%.1f%%\t\n",
+			r.Policy, fmtSec(r.TTFT.P50), fmtSec(r.TTFT.P90), fmtSec(r.TTFT.P99),
+			fmtSec(r.E2E.P50), fmtSec(r.E2E.P99), r.OutputTokensPerSec, r.Completed,
+			100*r.PrefixHitRate, fmtTokens(r.PrefillTokens), r.Preemptions,
+			r.ImbalanceIndex, 100*r.MaxReplicaShare)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.hasTurns() {
+		fmt.Fprintln(w, "\nturns 2+ (sessioned requests after their first turn):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\trequests\tTTFT p50\tp99\tprefill tok\tcached share\t")
+		for _, r := range rep.Results {
+			t := r.Turns2
+			if t == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.1f%%\t\n", r.Policy, t.Requests,
+				fmtSec(t.TTFT.P50), fmtSec(t.TTFT.P99), fmtTokens(t.PrefillTokens),
+				100*ratio(float64(t.CachedTokens), float64(t.PromptTokens)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	var notes []string
+	for _, r := range rep.Results {
+		if r.Unfinished+r.Failed+r.Rejected+r.Refused > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d unfinished, %d failed, %d rejected, %d refused attempts",
+				r.Policy, r.Unfinished, r.Failed, r.Rejected, r.Refused))
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+func (rep *Report) hasTurns() bool {
+	for _, r := range rep.Results {
+		if r.Turns2 != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// fmtSec formats seconds compactly: 850ms, 4.21s, 2m05s.
+func fmtSec(s float64) string {
+	switch {
+	case s < 1:
+		return fmt.Sprintf("%.0fms", s*1000)
+	case s < 100:
+		return fmt.Sprintf("%.2fs", s)
+	default:
+		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+	}
+}
+
+func fmtDur(s float64) string {
+	if s >= 3600 && int(s)%60 == 0 {
+		return fmt.Sprintf("%gh", s/3600)
+	}
+	if s >= 60 {
+		return fmt.Sprintf("%gm", s/60)
+	}
+	return fmt.Sprintf("%gs", s)
+}
+
+func fmtTokens(n uint64) string {
+	switch {
+	case n >= 10_000_000_000:
+		return fmt.Sprintf("%.0fG", float64(n)/1e9)
+	case n >= 10_000_000:
+		return fmt.Sprintf("%.0fM", float64(n)/1e6)
+	case n >= 10_000:
+		return fmt.Sprintf("%.0fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// sampleReport is a small hand-made report for the output tests.
+func sampleReport() *Report {
+	res := func(policy string, p99, hit float64) Result {
+		return Result{
+			Policy: policy, Requests: 100, Completed: 98, Finished: 100,
+			TTFT: Percentiles{P50: 0.2, P90: 0.8, P99: p99}, E2E: Percentiles{P50: 1.5, P90: 3, P99: 9},
+			OutputTokensPerSec: 1234.5, PrefixHitRate: hit, PrefillTokens: 1_234_567, Preemptions: 3,
+			ImbalanceIndex: 1.7, MaxReplicaShare: 0.31,
+			Turns2:             &TurnStats{Requests: 40, TTFT: Percentiles{P50: 0.1, P90: 0.2, P99: 0.3}, PromptTokens: 1000, CachedTokens: 800, PrefillTokens: 200},
+			TTFTQuantiles:      []Quantile{{0.5, 0.2}, {0.9, 0.8}, {0.99, p99}, {1, p99 * 2}},
+			ShareWindowSeconds: 10,
+			Share:              [][]float64{{0.25, 0.25, 0.25, 0.25}, {0.5, 0.5, 0, 0}, {0, 0, 0, 0}},
+			WallSeconds:        1.5,
+		}
+	}
+	return &Report{
+		Workload: "longshort <test>", Replicas: 4, Profile: "2x3090-tp2", DurationSeconds: 30, Seed: 1,
+		Results: []Result{res("rr", 4.2, 0.1), res("llmlb", 0.65, 0.6)},
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	rep := sampleReport()
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadJSON(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, rep) {
+		t.Fatalf("round trip differs:\n got %+v\nwant %+v", got, rep)
+	}
+}
+
+func TestReadJSONRejectsGarbage(t *testing.T) {
+	if _, err := ReadJSON(strings.NewReader("{not json")); err == nil || !strings.HasPrefix(err.Error(), "bench: ") {
+		t.Fatalf("err = %v, want a bench: error", err)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	var buf bytes.Buffer
+	if err := sampleReport().WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"policy", "rr", "llmlb", "4.20s", "650ms", "turns 2+", "80.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestWriteHTML checks that the report is well-formed markup (parsed as XML
+// after the doctype), self-contained and has the three charts.
+func TestWriteHTML(t *testing.T) {
+	var buf bytes.Buffer
+	if err := sampleReport().WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "<svg"); n < 4 {
+		t.Errorf("%d <svg> elements, want CDF, two bar charts and one share chart per policy", n)
+	}
+	for _, bad := range []string{"<script src", "<link", "http://", "https://"} {
+		if strings.Contains(strings.ReplaceAll(out, `xmlns="http://www.w3.org/2000/svg"`, ""), bad) {
+			t.Errorf("report references an external asset (%q)", bad)
+		}
+	}
+	if strings.Contains(out, "<test>") {
+		t.Error("workload name not escaped")
+	}
+	body := strings.TrimPrefix(out, "<!DOCTYPE html>\n")
+	body = strings.Replace(body, `<meta charset="utf-8">`, `<meta charset="utf-8"/>`, 1)
+	dec := xml.NewDecoder(strings.NewReader(body))
+	dec.Strict = true
+	for {
+		_, err := dec.Token()
+		if err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatalf("report is not well-formed: %v", err)
+		}
+	}
+}
+
+func TestWriteHTMLEmptyReport(t *testing.T) {
+	rep := &Report{Workload: "x", Replicas: 2, Results: []Result{{Policy: "rr"}}}
+	var buf bytes.Buffer
+	if err := rep.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "<svg") {
+		t.Fatal("no svg")
+	}
+}
