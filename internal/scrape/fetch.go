@@ -1,0 +1,260 @@
+// Package scrape reads each replica's vLLM /metrics (and /v1/models) and feeds
+// the results to the routing core (SPEC s2 load signal, s4 health). The
+// Fetcher does the I/O for one replica; the Scraper is the loop that `llmlb
+// serve` owns: one goroutine per replica, started by Run and stopped by its
+// context. EJECTED replicas keep being scraped: a scrape is their only way back
+// (incident 3).
+package scrape
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+)
+
+// ErrNoMetrics: the response parsed but holds neither the running nor the
+// waiting metric of any known vLLM version (wrong port, not a vLLM server).
+var ErrNoMetrics = errors.New("scrape: no vLLM metrics in response")
+
+// ErrBodyTooLarge: a response body exceeded the configured limit.
+var ErrBodyTooLarge = errors.New("scrape: response body too large")
+
+// Result is one successful scrape of a replica's /metrics.
+type Result struct {
+	Snapshot balancer.Snapshot
+	// Legacy is true when the KV cache usage came from vLLM's pre-0.12 name
+	// (vllm:gpu_cache_usage_perc).
+	Legacy bool
+}
+
+// Fetcher reads one replica's load. It is the seam between the scraper loop
+// and the network; Fake is an in-memory implementation for tests.
+type Fetcher interface {
+	Fetch(ctx context.Context, replicaURL string) (Result, error)
+}
+
+// ModelFetcher reads the models a replica serves (OpenAI GET /v1/models). A
+// Fetcher that also implements it lets the Scraper learn models for replicas
+// whose models were not declared in the configuration.
+type ModelFetcher interface {
+	FetchModels(ctx context.Context, replicaURL string) ([]string, error)
+}
+
+// Metric names, current (vLLM >= 0.12) first, then the names older versions
+// export. Values are summed over the engine and model_name labels.
+const (
+	metricRunning      = "vllm:num_requests_running"
+	metricWaiting      = "vllm:num_requests_waiting"
+	metricKVUsage      = "vllm:kv_cache_usage_perc"
+	metricKVUsageOld   = "vllm:gpu_cache_usage_perc" // before vLLM 0.12
+	defaultTimeout     = time.Second
+	defaultMaxBodySize = 4 << 20
+)
+
+// HTTPOptions configures an HTTPFetcher (config.Scrape carries the values).
+type HTTPOptions struct {
+	Timeout      time.Duration // whole request, body included (default 1s)
+	MaxBodyBytes int64         // larger bodies are an error (default 4 MiB)
+	HealthCheck  bool          // also GET /health; non-200 fails the scrape
+	// Transport overrides the HTTP transport (tests); nil clones
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+// HTTPFetcher scrapes vLLM over HTTP with its own client (never
+// http.DefaultClient), a timeout and a bounded body read.
+type HTTPFetcher struct {
+	client      *http.Client
+	maxBody     int64
+	healthCheck bool
+}
+
+// NewHTTPFetcher returns a fetcher; zero options take the defaults.
+func NewHTTPFetcher(o HTTPOptions) *HTTPFetcher {
+	if o.Timeout <= 0 {
+		o.Timeout = defaultTimeout
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = defaultMaxBodySize
+	}
+	rt := o.Transport
+	if rt == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 4
+		rt = t
+	}
+	return &HTTPFetcher{
+		client:      &http.Client{Timeout: o.Timeout, Transport: rt},
+		maxBody:     o.MaxBodyBytes,
+		healthCheck: o.HealthCheck,
+	}
+}
+
+// apiKeyKey is the context key of WithAPIKey.
+type apiKeyKey struct{}
+
+// WithAPIKey returns a context whose HTTP scrapes carry
+// "Authorization: Bearer key" (a replica's configured api_key). The Scraper
+// sets it per replica; an empty key sends no header.
+func WithAPIKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, apiKeyKey{}, key)
+}
+
+func apiKeyFrom(ctx context.Context) string {
+	k, _ := ctx.Value(apiKeyKey{}).(string)
+	return k
+}
+
+// Fetch GETs replicaURL/metrics (and /health first when configured) and
+// parses vLLM's load metrics.
+func (f *HTTPFetcher) Fetch(ctx context.Context, replicaURL string) (Result, error) {
+	if f.healthCheck {
+		if _, err := f.get(ctx, replicaURL, "/health", "*/*"); err != nil {
+			return Result{}, err
+		}
+	}
+	body, err := f.get(ctx, replicaURL, "/metrics", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	if err != nil {
+		return Result{}, err
+	}
+	return ParseMetrics(bytes.NewReader(body))
+}
+
+// FetchModels GETs replicaURL/v1/models and returns the model ids, in the
+// replica's order, with the same timeout and body limit as Fetch.
+func (f *HTTPFetcher) FetchModels(ctx context.Context, replicaURL string) ([]string, error) {
+	body, err := f.get(ctx, replicaURL, "/v1/models", "application/json")
+	if err != nil {
+		return nil, err
+	}
+	return ParseModels(body)
+}
+
+// get performs one bounded GET and returns the body of a 200 response.
+func (f *HTTPFetcher) get(ctx context.Context, base, path, accept string) ([]byte, error) {
+	u := strings.TrimRight(base, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %s: %w", path, err)
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "llmlb-scraper")
+	if key := apiKeyFrom(ctx); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		// url.Error already names the method and URL.
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, f.maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("scrape: GET %s: reading body: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape: GET %s: status %s", u, resp.Status)
+	}
+	if int64(len(body)) > f.maxBody {
+		return nil, fmt.Errorf("%w: GET %s: over %d bytes", ErrBodyTooLarge, u, f.maxBody)
+	}
+	return body, nil
+}
+
+// ParseMetrics reads a Prometheus text exposition and extracts vLLM's load:
+// running and waiting requests summed over all series (engines, models), and
+// KV cache usage averaged over them (each engine reports its own fraction).
+func ParseMetrics(r io.Reader) (Result, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Result{}, fmt.Errorf("scrape: parsing metrics: %w", err)
+	}
+	running, okR := sum(families[metricRunning])
+	waiting, okW := sum(families[metricWaiting])
+	if !okR && !okW {
+		return Result{}, ErrNoMetrics
+	}
+	var res Result
+	res.Snapshot.Running = running
+	res.Snapshot.Waiting = waiting
+	if kv, n := sumCount(families[metricKVUsage]); n > 0 {
+		res.Snapshot.KVCacheUsage = kv / float64(n)
+	} else if kv, n := sumCount(families[metricKVUsageOld]); n > 0 {
+		res.Snapshot.KVCacheUsage = kv / float64(n)
+		res.Legacy = true
+	}
+	for _, v := range []float64{res.Snapshot.Running, res.Snapshot.Waiting, res.Snapshot.KVCacheUsage} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return Result{}, fmt.Errorf("scrape: implausible metric value %v", v)
+		}
+	}
+	return res, nil
+}
+
+func sum(mf *dto.MetricFamily) (float64, bool) {
+	s, n := sumCount(mf)
+	return s, n > 0
+}
+
+// sumCount adds up every sample of a gauge, counter or untyped family.
+func sumCount(mf *dto.MetricFamily) (float64, int) {
+	if mf == nil {
+		return 0, 0
+	}
+	var s float64
+	var n int
+	for _, m := range mf.GetMetric() {
+		switch {
+		case m.Gauge != nil:
+			s += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			s += m.GetUntyped().GetValue()
+		case m.Counter != nil:
+			s += m.GetCounter().GetValue()
+		default:
+			continue
+		}
+		n++
+	}
+	return s, n
+}
+
+// ParseModels decodes an OpenAI model list ({"object":"list","data":[{"id":..}]})
+// and returns the ids, skipping empty and repeated ones.
+func ParseModels(body []byte) ([]string, error) {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("scrape: parsing /v1/models: %w", err)
+	}
+	if list.Data == nil {
+		return nil, errors.New(`scrape: parsing /v1/models: no "data" list`)
+	}
+	seen := make(map[string]bool, len(list.Data))
+	models := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID == "" || seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		models = append(models, m.ID)
+	}
+	return models, nil
+}

@@ -1,0 +1,241 @@
+package scrape
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/health"
+)
+
+// recordingSink records every call and signals each ObserveScrape on obs.
+type recordingSink struct {
+	mu     sync.Mutex
+	scrape map[string][]observed
+	models map[string][][]string
+	obs    chan string
+	stop   chan struct{}         // closed by the test before it stops reading obs
+	trs    []balancer.Transition // returned by every ObserveScrape that failed
+}
+
+type observed struct {
+	snap balancer.Snapshot
+	err  error
+}
+
+// newSink returns a sink whose obs channel holds buffer signals; with 0 the
+// loop cannot run ahead of the test by more than one scrape.
+func newSink(buffer int) *recordingSink {
+	return &recordingSink{
+		scrape: make(map[string][]observed),
+		models: make(map[string][][]string),
+		obs:    make(chan string, buffer),
+		stop:   make(chan struct{}),
+	}
+}
+
+func (s *recordingSink) ObserveScrape(name string, snap balancer.Snapshot, err error, now time.Time) []balancer.Transition {
+	s.mu.Lock()
+	s.scrape[name] = append(s.scrape[name], observed{snap, err})
+	s.mu.Unlock()
+	select {
+	case s.obs <- name:
+	case <-s.stop:
+	}
+	if err != nil {
+		return s.trs
+	}
+	return nil
+}
+
+func (s *recordingSink) SetModels(name string, models []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models[name] = append(s.models[name], models)
+}
+
+func (s *recordingSink) observed(name string) []observed {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]observed(nil), s.scrape[name]...)
+}
+
+// waitFor blocks until name has been observed n more times (generous
+// deadline: it guards against hangs, it does not measure anything).
+func (s *recordingSink) waitFor(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for n > 0 {
+		select {
+		case got := <-s.obs:
+			if got == name {
+				n--
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d more scrapes of %s", n, name)
+		}
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestScraperLoop(t *testing.T) {
+	fake := NewFake()
+	fake.Set("http://a", Result{Snapshot: balancer.Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.5}}, nil)
+	fake.SetModels("http://a", []string{"qwen"}, nil)
+	errDown := errors.New("connection refused")
+	fake.Set("http://b", Result{}, errDown)
+	fake.SetModels("http://b", []string{"never-asked"}, nil)
+	fake.Set("http://c", Result{}, nil)
+	fake.SetModels("http://c", []string{"learned"}, nil)
+
+	sink := newSink(4096)
+	tr := balancer.Transition{Replica: "b", Transition: health.Transition{From: health.Live, To: health.Ejected}}
+	sink.trs = []balancer.Transition{tr}
+
+	var mu sync.Mutex
+	var gotTrs []balancer.Transition
+	scrapes := map[string]int{}
+	failures := map[string]int{}
+	s := New(fake, sink, Options{
+		Interval: time.Millisecond,
+		Logger:   quiet,
+		OnTransitions: func(trs []balancer.Transition) {
+			mu.Lock()
+			defer mu.Unlock()
+			gotTrs = append(gotTrs, trs...)
+		},
+		OnScrape: func(name string, err error, took time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			scrapes[name]++
+			if err != nil {
+				failures[name]++
+			}
+		},
+	})
+	for _, tg := range []Target{
+		{Name: "a", URL: "http://a", APIKey: "sk-a"},
+		{Name: "b", URL: "http://b"},
+		{Name: "c", URL: "http://c", Models: []string{"declared"}},
+	} {
+		if err := s.Add(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Add(Target{Name: "a", URL: "http://other"}); err == nil {
+		t.Error("adding a duplicate name: want an error")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+
+	sink.waitFor(t, "a", 3)
+	sink.waitFor(t, "b", 3) // an ejected (failing) replica keeps being scraped
+
+	// Added at run time: scraped at once.
+	fake.Set("http://d", Result{Snapshot: balancer.Snapshot{Waiting: 2}}, nil)
+	fake.SetModels("http://d", []string{"m1", "m2"}, nil)
+	if err := s.Add(Target{Name: "d", URL: "http://d"}); err != nil {
+		t.Fatal(err)
+	}
+	sink.waitFor(t, "d", 2)
+
+	// Removed at run time: Remove returns after its loop ended, so the
+	// call count stays put while the others go on.
+	if !s.Remove("b") {
+		t.Fatal("Remove(b) = false")
+	}
+	if s.Remove("b") {
+		t.Error("second Remove(b) = true")
+	}
+	callsB := fake.Calls("http://b")
+	sink.waitFor(t, "a", 3)
+	if got := fake.Calls("http://b"); got != callsB {
+		t.Errorf("b scraped %d times after Remove", got-callsB)
+	}
+
+	if got := s.Run(ctx); got == nil {
+		t.Error("a second concurrent Run: want an error")
+	}
+	close(sink.stop)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+
+	if got := sink.observed("a")[0]; got.err != nil || got.snap != (balancer.Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.5}) {
+		t.Errorf("a observed %+v", got)
+	}
+	if got := sink.observed("b")[0]; !errors.Is(got.err, errDown) {
+		t.Errorf("b observed err %v, want %v", got.err, errDown)
+	}
+	if got := fake.LastAPIKey("http://a"); got != "sk-a" {
+		t.Errorf("a scraped with API key %q, want sk-a", got)
+	}
+	sink.mu.Lock()
+	models := sink.models
+	sink.mu.Unlock()
+	// Models are fetched once (unchanged within ModelsInterval), never for a
+	// failing replica nor for one whose models were declared.
+	wantModels := map[string][][]string{"a": {{"qwen"}}, "d": {{"m1", "m2"}}}
+	if d := cmp.Diff(wantModels, models); d != "" {
+		t.Errorf("SetModels calls (-want +got):\n%s", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gotTrs) == 0 || gotTrs[0] != tr {
+		t.Errorf("OnTransitions got %v, want b's transitions", gotTrs)
+	}
+	if scrapes["a"] < 6 || failures["a"] != 0 || failures["b"] != scrapes["b"] || scrapes["b"] < 3 {
+		t.Errorf("OnScrape counts: scrapes %v, failures %v", scrapes, failures)
+	}
+	if got := s.Targets(); len(got) != 3 || got[0].Name != "a" || got[2].Name != "d" {
+		t.Errorf("Targets() = %+v, want a, c, d", got)
+	}
+}
+
+func TestScraperModelsRefresh(t *testing.T) {
+	fake := NewFake()
+	fake.Set("http://a", Result{}, nil)
+	fake.SetModels("http://a", nil, errors.New("boom"))
+	sink := newSink(0)
+	// ModelsInterval below the scrape interval: every scrape refreshes.
+	s := New(fake, sink, Options{Interval: time.Millisecond, ModelsInterval: time.Nanosecond, Logger: quiet})
+	if err := s.Add(Target{Name: "a", URL: "http://a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	sink.waitFor(t, "a", 2) // a failing /v1/models is retried, not reported
+	fake.SetModels("http://a", []string{"x"}, nil)
+	sink.waitFor(t, "a", 3)
+	fake.SetModels("http://a", []string{"x", "y"}, nil)
+	sink.waitFor(t, "a", 3)
+	close(sink.stop)
+	cancel()
+	<-done
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if d := cmp.Diff([][]string{{"x"}, {"x", "y"}}, sink.models["a"]); d != "" {
+		t.Errorf("SetModels calls (-want +got):\n%s", d)
+	}
+}
+
+func TestScraperAddValidates(t *testing.T) {
+	s := New(NewFake(), newSink(0), Options{})
+	for _, tg := range []Target{{URL: "http://a"}, {Name: "a"}} {
+		if err := s.Add(tg); err == nil {
+			t.Errorf("Add(%+v): want an error", tg)
+		}
+	}
+}
