@@ -1,0 +1,380 @@
+// Package server wires `llmlb serve` together: the routing core, the proxy
+// and admin listeners, the scraper and the 1 s health ticker, and owns their
+// lifecycle (SPEC s10). Run stops accepting on cancel, lets in-flight
+// responses finish up to server.shutdown_timeout and returns nil.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/scrape"
+)
+
+// Defaults applied when the corresponding config field is empty.
+const (
+	DefaultListen            = ":8080"
+	DefaultAdminListen       = "127.0.0.1:9090"
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultShutdownTimeout   = 60 * time.Second
+	// TickInterval is how often balancer.Tick runs (PROBING -> LIVE, pin expiry).
+	TickInterval = time.Second
+)
+
+// Option adjusts a Server (tests, the demo).
+type Option func(*options)
+
+type options struct {
+	fetcher   scrape.Fetcher
+	transport http.RoundTripper
+	now       func() time.Time
+}
+
+// WithFetcher replaces the HTTP metrics fetcher (e.g. scrape.Fake in tests).
+func WithFetcher(f scrape.Fetcher) Option { return func(o *options) { o.fetcher = f } }
+
+// WithTransport replaces the proxy's transport to the replicas.
+func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
+
+// WithClock replaces time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// Server is a running (or ready to run) `llmlb serve`.
+type Server struct {
+	cfg     config.Config
+	log     *slog.Logger
+	now     func() time.Time
+	bal     *balancer.Balancer
+	metrics *admin.Metrics
+	proxy   *proxy.Proxy
+	admin   http.Handler
+	scraper *scrape.Scraper
+
+	keysMu sync.RWMutex
+	keys   map[string]string // replica name -> api key (never logged)
+
+	mu               sync.Mutex
+	proxyLn, adminLn net.Listener
+	started          bool
+}
+
+// New builds a server from a validated configuration. It starts nothing:
+// Listen binds the listeners, Run serves.
+func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	bal, err := balancer.New(cfg.Routing)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     logger,
+		now:     o.now,
+		bal:     bal,
+		metrics: admin.NewMetrics(bal, o.now),
+		keys:    make(map[string]string),
+	}
+	s.proxy, err = proxy.New(proxy.Options{
+		Balancer:    bal,
+		Request:     cfg.Request,
+		Proxy:       cfg.Proxy,
+		APIKey:      s.apiKey,
+		Transport:   o.transport,
+		Metrics:     s.metrics,
+		Transitions: s.onTransitions,
+		Logger:      logger,
+		Now:         o.now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.admin, err = admin.NewHandler(admin.Options{
+		Balancer: bal,
+		Fleet:    fleet{s},
+		Metrics:  s.metrics,
+		Token:    cfg.AdminToken,
+		Logger:   logger,
+		Now:      o.now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	fetcher := o.fetcher
+	if fetcher == nil {
+		fetcher = scrape.NewHTTPFetcher(scrape.HTTPOptions{
+			Timeout:      cfg.Scrape.Timeout,
+			MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
+			HealthCheck:  cfg.Scrape.HealthCheck,
+		})
+	}
+	s.scraper = scrape.New(fetcher, bal, scrape.Options{
+		Interval:       cfg.Scrape.Interval,
+		ModelsInterval: cfg.Scrape.ModelsInterval,
+		OnTransitions:  s.onTransitions,
+		OnScrape:       func(name string, err error, _ time.Duration) { s.metrics.Scrape(name, err == nil) },
+		Logger:         logger,
+		Now:            o.now,
+	})
+	for _, r := range cfg.Replicas {
+		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}
+		if spec.Name == "" {
+			spec.Name = defaultName(r.URL)
+		}
+		if err := s.addReplica(spec, r.APIKey); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// defaultName is a replica's name when none is configured: host:port.
+func defaultName(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return raw
+}
+
+// Balancer returns the routing core (for the demo's summary and tests).
+func (s *Server) Balancer() *balancer.Balancer { return s.bal }
+
+// Metrics returns llmlb's own metrics.
+func (s *Server) Metrics() *admin.Metrics { return s.metrics }
+
+// ProxyHandler returns the proxy listener's handler.
+func (s *Server) ProxyHandler() http.Handler { return s.proxy }
+
+// AdminHandler returns the admin listener's handler.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// UseListeners makes Run serve on the given listeners instead of binding
+// cfg.Listen and cfg.AdminListen. Run closes them.
+func (s *Server) UseListeners(proxyLn, adminLn net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proxyLn, s.adminLn = proxyLn, adminLn
+}
+
+// Listen binds the proxy and admin listeners (Run calls it when needed);
+// after it ProxyAddr and AdminAddr are known, also for ":0" addresses.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proxyLn == nil {
+		ln, err := net.Listen("tcp", orDefault(s.cfg.Listen, DefaultListen))
+		if err != nil {
+			return fmt.Errorf("server: proxy listener: %w", err)
+		}
+		s.proxyLn = ln
+	}
+	if s.adminLn == nil {
+		ln, err := net.Listen("tcp", orDefault(s.cfg.AdminListen, DefaultAdminListen))
+		if err != nil {
+			return fmt.Errorf("server: admin listener: %w", err)
+		}
+		s.adminLn = ln
+	}
+	return nil
+}
+
+// ProxyAddr is the proxy listener's bound address ("" before Listen).
+func (s *Server) ProxyAddr() string { return s.addr(&s.proxyLn) }
+
+// AdminAddr is the admin listener's bound address ("" before Listen).
+func (s *Server) AdminAddr() string { return s.addr(&s.adminLn) }
+
+func (s *Server) addr(ln *net.Listener) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *ln == nil {
+		return ""
+	}
+	return (*ln).Addr().String()
+}
+
+// Run serves until ctx is cancelled, then drains: it stops accepting, lets
+// in-flight responses (long streams included) finish up to
+// server.shutdown_timeout, closes what remains and returns nil. It returns
+// an error if a listener fails. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("server: Run called twice")
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	newHTTP := func(h http.Handler) *http.Server {
+		// No WriteTimeout: it would cut long streams.
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: orDefault(s.cfg.Server.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+			IdleTimeout:       orDefault(s.cfg.Server.IdleTimeout, DefaultIdleTimeout),
+			ErrorLog:          errLog,
+		}
+	}
+	proxySrv, adminSrv := newHTTP(s.proxy), newHTTP(s.admin)
+
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		if err := s.scraper.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("server: scraper stopped", slog.String("error", err.Error()))
+		}
+	}()
+	go func() {
+		defer bg.Done()
+		s.tick(bgCtx)
+	}()
+
+	serveErr := make(chan error, 2)
+	serve := func(srv *http.Server, ln net.Listener, what string) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("server: %s listener: %w", what, err)
+		}
+	}
+	go serve(proxySrv, s.proxyLn, "proxy")
+	go serve(adminSrv, s.adminLn, "admin")
+	s.log.Info("llmlb serving", slog.String("proxy", s.ProxyAddr()), slog.String("admin", s.AdminAddr()))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+
+	// Drain: stop accepting and wait for in-flight responses.
+	timeout := orDefault(s.cfg.Server.ShutdownTimeout, DefaultShutdownTimeout)
+	s.log.Info("llmlb draining", slog.Duration("deadline", timeout))
+	shCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var sh sync.WaitGroup
+	for _, srv := range []*http.Server{proxySrv, adminSrv} {
+		sh.Add(1)
+		go func() {
+			defer sh.Done()
+			if err := srv.Shutdown(shCtx); err != nil {
+				s.log.Warn("server: drain deadline passed, closing remaining connections", slog.String("error", err.Error()))
+				_ = srv.Close()
+			}
+		}()
+	}
+	sh.Wait()
+	stopBG()
+	bg.Wait()
+	s.log.Info("llmlb stopped")
+	return runErr
+}
+
+// tick drives the core's time-based transitions once a second.
+func (s *Server) tick(ctx context.Context) {
+	t := time.NewTicker(TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ts := s.bal.Tick(s.now()); len(ts) > 0 {
+				s.onTransitions(ts)
+			}
+		}
+	}
+}
+
+// onTransitions logs every health transition once, at info, and counts it.
+func (s *Server) onTransitions(ts []balancer.Transition) {
+	s.metrics.Transitions(ts)
+	for _, t := range ts {
+		attrs := []slog.Attr{
+			slog.String("replica", t.Replica),
+			slog.String("from", t.From.String()),
+			slog.String("to", t.To.String()),
+			slog.String("cause", t.Cause),
+		}
+		if t.Cooldown > 0 {
+			attrs = append(attrs, slog.Duration("cooldown", t.Cooldown))
+		}
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "replica state changed", attrs...)
+	}
+}
+
+func (s *Server) apiKey(replica string) string {
+	s.keysMu.RLock()
+	defer s.keysMu.RUnlock()
+	return s.keys[replica]
+}
+
+// addReplica adds a replica to the core and the scraper (with its api key).
+func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
+	if err := s.bal.AddReplica(spec, s.now()); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	err := s.scraper.Add(scrape.Target{Name: spec.Name, URL: spec.URL, APIKey: apiKey, Models: spec.Models})
+	if err != nil {
+		s.bal.RemoveReplica(spec.Name, s.now())
+		return fmt.Errorf("server: %w", err)
+	}
+	s.keysMu.Lock()
+	s.keys[spec.Name] = apiKey
+	s.keysMu.Unlock()
+	return nil
+}
+
+// fleet implements admin.Fleet on the server.
+type fleet struct{ s *Server }
+
+// AddReplica adds a replica at run time (no api key: the client's
+// Authorization passes as configured).
+func (f fleet) AddReplica(spec balancer.ReplicaSpec) error { return f.s.addReplica(spec, "") }
+
+// RemoveReplica stops scraping a replica and removes it from the core.
+func (f fleet) RemoveReplica(name string) bool {
+	scraped := f.s.scraper.Remove(name)
+	removed := f.s.bal.RemoveReplica(name, f.s.now())
+	f.s.keysMu.Lock()
+	delete(f.s.keys, name)
+	f.s.keysMu.Unlock()
+	f.s.metrics.ForgetReplica(name)
+	return scraped || removed
+}
+
+// SetDraining stops or resumes new traffic to a replica.
+func (f fleet) SetDraining(name string, draining bool) bool {
+	return f.s.bal.SetDraining(name, draining)
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
