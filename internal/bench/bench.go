@@ -99,6 +99,8 @@ type Options struct {
 	MaxAttempts    int           // Select attempts per request when replicas refuse (default 3)
 	Parallel       int           // policy runs at once (default GOMAXPROCS)
 	Progress       io.Writer     // progress line every ~1 s of wall time; nil = none
+
+	newEngine func() simEngine // tests: a stand-in engine model
 }
 
 func (o *Options) setDefaults() {

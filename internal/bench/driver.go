@@ -20,7 +20,7 @@ type run struct {
 	opts   *Options
 	policy string
 
-	eng      []*engine.Engine
+	eng      []simEngine
 	names    []string
 	index    map[string]int
 	down     []time.Duration // flap period per replica, 0 = never down
@@ -37,6 +37,15 @@ type run struct {
 	srcMark, srcScrape0, srcTick, srcArrival int
 
 	acc accumulator
+}
+
+// simEngine is what the driver needs of an engine; *engine.Engine is the
+// real one, tests may substitute a trivial model.
+type simEngine interface {
+	Add(r engine.Request, now time.Time) error
+	Advance(now time.Time, emit func(engine.Event))
+	NextEvent() (time.Time, bool)
+	Stats() engine.Stats
 }
 
 // flight is one request inside an engine.
@@ -63,12 +72,16 @@ func (r *run) setup() error {
 	}
 	r.wl = wl
 	n := o.Replicas
-	r.eng = make([]*engine.Engine, n)
+	r.eng = make([]simEngine, n)
 	r.names = make([]string, n)
 	r.index = make(map[string]int, n)
 	r.down = make([]time.Duration, n)
 	for i := range n {
-		r.eng[i] = engine.New(o.Profile)
+		if o.newEngine != nil {
+			r.eng[i] = o.newEngine()
+		} else {
+			r.eng[i] = engine.New(o.Profile)
+		}
 		r.names[i] = replicaName(i)
 		r.index[r.names[i]] = i
 		if err := bal.AddReplica(balancer.ReplicaSpec{Name: r.names[i], URL: "sim://" + r.names[i]}, Epoch); err != nil {

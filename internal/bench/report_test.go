@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"reflect"
 	"strings"
@@ -106,4 +107,18 @@ func TestWriteHTMLEmptyReport(t *testing.T) {
 	if !strings.Contains(buf.String(), "<svg") {
 		t.Fatal("no svg")
 	}
+}
+
+// equalJSON compares two values by their JSON encoding (what users see).
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(ja, jb)
 }

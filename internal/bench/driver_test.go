@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/workload"
+)
+
+// fifoOptions runs the driver on the trivial FIFO engine model, so the
+// driver's own logic is tested apart from the real engine's.
+func fifoOptions(wl string, replicas int, d time.Duration, policies ...string) Options {
+	p := workload.Params{Seed: 7, Duration: d, Replicas: replicas}
+	return Options{
+		Workload:    wl,
+		NewWorkload: func() (workload.Workload, error) { return workload.New(wl, p) },
+		Policies:    policies,
+		Replicas:    replicas,
+		Profile:     engine.Profile{Name: "fifo"},
+		Duration:    d,
+		Seed:        7,
+		Routing:     balancer.DefaultConfig(),
+		newEngine:   newFIFOEngine,
+	}
+}
+
+// TestDriverAccounting checks the driver's bookkeeping: every arrival is
+// routed, finished or unfinished; shares sum to one; TTFT <= e2e.
+func TestDriverAccounting(t *testing.T) {
+	tests := []struct {
+		name     string
+		workload string
+	}{
+		{"open loop", "longshort"},
+		{"closed loop", "chat"},
+		{"bursts", "agentic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Run(context.Background(), fifoOptions(tt.workload, 3, 2*time.Minute, testPolicies...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rep.Results {
+				t.Logf("%s: %d requests, %d finished, ttft %+v, imbalance %.2f", r.Policy, r.Requests, r.Finished, r.TTFT, r.ImbalanceIndex)
+				if r.Requests == 0 {
+					t.Fatalf("%s: no requests", r.Policy)
+				}
+				if got := r.Finished + r.Unfinished + r.Failed + r.Rejected; got != r.Requests {
+					t.Errorf("%s: finished %d + unfinished %d + failed %d + rejected %d != arrived %d",
+						r.Policy, r.Finished, r.Unfinished, r.Failed, r.Rejected, r.Requests)
+				}
+				if r.RouteAffinity+r.RouteLoad+r.RouteFallback != r.Requests-r.Failed {
+					t.Errorf("%s: routed %d+%d+%d, want %d", r.Policy, r.RouteAffinity, r.RouteLoad, r.RouteFallback, r.Requests-r.Failed)
+				}
+				if r.TTFT.P50 > r.E2E.P50 || r.TTFT.P99 > r.E2E.P99 {
+					t.Errorf("%s: TTFT %+v above e2e %+v", r.Policy, r.TTFT, r.E2E)
+				}
+				for w, shares := range r.Share {
+					var sum float64
+					for _, s := range shares {
+						sum += s
+					}
+					if sum != 0 && (sum < 0.999 || sum > 1.001) {
+						t.Errorf("%s: window %d shares sum to %v", r.Policy, w, sum)
+					}
+				}
+				if r.ImbalanceIndex < 1 || r.ImbalanceIndex > 3 {
+					t.Errorf("%s: imbalance %v outside [1, N]", r.Policy, r.ImbalanceIndex)
+				}
+			}
+		})
+	}
+}
+
+func TestDriverDeterministicWithFIFOEngine(t *testing.T) {
+	opts := fifoOptions("agentic", 4, 3*time.Minute, testPolicies...)
+	a, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Parallel = 1
+	b, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, rb := deterministic(a.Results), deterministic(b.Results)
+	for i := range ra {
+		if !equalJSON(t, ra[i], rb[i]) {
+			t.Errorf("policy %s differs between runs", ra[i].Policy)
+		}
+	}
+}
+
+// testPolicies are the policies the driver tests run.
+var testPolicies = []string{"llmlb"}
