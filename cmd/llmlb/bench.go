@@ -3,8 +3,199 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/bench"
+	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/workload"
 )
 
+// runBench is `llmlb bench` (SPEC s12): every policy on the same workload and
+// fleet in virtual time, a table on stdout (or --json), an optional HTML
+// report, and a progress line on stderr.
 func runBench(ctx context.Context, args []string) error {
-	return errors.New("not built yet")
+	return benchMain(ctx, args, os.Stdout, os.Stderr)
+}
+
+func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	def := balancer.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		wlName      = fs.String("workload", "", "synthetic workload: "+strings.Join(workload.Names(), ", ")+" (default agentic)")
+		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake JSONL or Azure CSV)")
+		traceFormat = fs.String("trace-format", "", "trace format: mooncake | azure (default from the extension: .jsonl, .csv)")
+		traceSpeed  = fs.Float64("trace-speed", 1, "trace time compression: 2 replays twice as fast")
+		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare")
+		replicas    = fs.Int("replicas", 4, "number of simulated replicas")
+		profile     = fs.String("profile", engine.DefaultProfile, "engine profile of every replica")
+		duration    = fs.Duration("duration", 30*time.Minute, "virtual time during which requests arrive")
+		seed        = fs.Int64("seed", 1, "random seed (workload and balancer); same seed, same numbers")
+		jsonOut     = fs.Bool("json", false, "print machine-readable results (JSON) on stdout instead of the table")
+		htmlOut     = fs.String("html", "", "write a self-contained HTML report with SVG charts to this file")
+		rate        = fs.Float64("rate", 0, "arrivals per second (new sessions for closed-loop workloads); 0 = the workload's default for --replicas")
+		users       = fs.Int("users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
+		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
+		quiet       = fs.Bool("quiet", false, "no progress line on stderr")
+
+		sessionTTL     = fs.Duration("session-ttl", def.Affinity.SessionTTL, "llmlb: idle TTL of session pins")
+		prefixTTL      = fs.Duration("prefix-ttl", def.Affinity.PrefixTTL, "llmlb: idle TTL of prefix pins")
+		sessionSlack   = fs.Float64("session-slack", def.Affinity.SessionSlack, "llmlb: a session pin is usable while running <= min_r + slack")
+		prefixSlack    = fs.Float64("prefix-slack", def.Affinity.PrefixSlack, "llmlb: a prefix pin is usable while running <= min_r + slack")
+		spillsToRebind = fs.Int("spills-to-rebind", def.Affinity.SpillsToRebind, "llmlb: consecutive spills that rebind a session pin")
+		forceRebindGap = fs.Float64("force-rebind-gap", def.Affinity.ForceRebindGap, "llmlb: running(pin) - min_r that moves a pin at once")
+		tokenUnit      = fs.Int("token-unit", def.Load.TokenUnit, "estimated tokens that weigh 1.0 in-flight request")
+	)
+	var flaps []bench.Flap
+	fs.Func("flap", "fault: `NAME:PERIOD` makes a replica alternate PERIOD up / PERIOD down (repeatable), e.g. replica-1:15s", func(s string) error {
+		f, err := bench.ParseFlap(s)
+		if err != nil {
+			return err
+		}
+		flaps = append(flaps, f)
+		return nil
+	})
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmlb bench [--workload NAME | --trace FILE] [flags]\n\nCompares routing policies on a simulated fleet in virtual time (docs/BENCH.md).\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *wlName != "" && *trace != "" {
+		return errors.New("--workload and --trace exclude each other")
+	}
+
+	prof, err := engine.Lookup(*profile)
+	if err != nil {
+		return err
+	}
+	cfg := def
+	cfg.Affinity.SessionTTL = *sessionTTL
+	cfg.Affinity.PrefixTTL = *prefixTTL
+	cfg.Affinity.SessionSlack = *sessionSlack
+	cfg.Affinity.PrefixSlack = *prefixSlack
+	cfg.Affinity.SpillsToRebind = *spillsToRebind
+	cfg.Affinity.ForceRebindGap = *forceRebindGap
+	cfg.Load.TokenUnit = *tokenUnit
+	cfg.Seed = uint64(*seed)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	opts := bench.Options{
+		Policies: benchSplitList(*policies),
+		Replicas: *replicas,
+		Profile:  prof,
+		Duration: *duration,
+		Seed:     *seed,
+		Routing:  cfg,
+		Flaps:    flaps,
+		Parallel: *parallel,
+	}
+	if !*quiet {
+		opts.Progress = stderr
+	}
+	if *trace != "" {
+		path, format := *trace, *traceFormat
+		durationSet := false
+		fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+		topt := workload.TraceOptions{Speed: *traceSpeed}
+		if durationSet {
+			topt.Duration = *duration
+		}
+		// Fail early on a bad file rather than once per policy; without
+		// --duration the run lasts as long as the trace.
+		wl, err := workload.OpenTrace(path, format, topt)
+		if err != nil {
+			return err
+		}
+		if !durationSet {
+			opts.Duration = traceSpan(wl)
+		}
+		opts.Workload = filepath.Base(path)
+		opts.NewWorkload = func() (workload.Workload, error) { return workload.OpenTrace(path, format, topt) }
+	} else {
+		name := *wlName
+		if name == "" {
+			name = "agentic"
+		}
+		p := workload.Params{Seed: *seed, Duration: *duration, Rate: *rate, Users: *users, Replicas: *replicas}
+		if _, err := workload.New(name, p); err != nil {
+			return err
+		}
+		opts.Workload = name
+		opts.NewWorkload = func() (workload.Workload, error) { return workload.New(name, p) }
+	}
+
+	rep, err := bench.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		if err := benchWriteHTML(rep, *htmlOut); err != nil {
+			return err
+		}
+	}
+	if *jsonOut {
+		return rep.WriteJSON(stdout)
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		fmt.Fprintf(stdout, "report: %s\n", *htmlOut)
+	}
+	return nil
+}
+
+// traceSpan is the time from the start to just after the last arrival,
+// rounded up to a whole minute.
+func traceSpan(wl workload.Workload) time.Duration {
+	var last time.Duration
+	for {
+		at, ok := wl.Peek()
+		if !ok {
+			break
+		}
+		last = at
+		wl.Pop()
+	}
+	d := last + time.Second
+	if d%time.Minute != 0 {
+		d = d.Truncate(time.Minute) + time.Minute
+	}
+	return d
+}
+
+func benchWriteHTML(rep *bench.Report, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteHTML(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func benchSplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -61,6 +61,9 @@ func (r *run) setup() error {
 	o := r.opts
 	cfg := o.Routing
 	cfg.Policy = r.policy
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(o.Seed)
+	}
 	bal, err := balancer.New(cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/workload"
+)
+
+func TestBenchFlagErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"workload and trace", []string{"--workload", "chat", "--trace", "x.jsonl"}, "exclude each other"},
+		{"bad flap", []string{"--flap", "replica-1"}, "NAME:PERIOD"},
+		{"stray argument", []string{"extra"}, "unexpected argument"},
+		{"bad duration", []string{"--duration", "soon"}, "invalid value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := benchMain(context.Background(), tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestBenchHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := benchMain(context.Background(), []string{"-h"}, &stdout, &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+	for _, f := range []string{"--workload", "--trace", "--policies", "--replicas", "--profile", "--duration", "--seed", "--json", "--html", "--session-ttl", "--token-unit"} {
+		if !strings.Contains(stderr.String(), strings.TrimPrefix(f, "-")) {
+			t.Errorf("help lacks %s", f)
+		}
+	}
+}
+
+// fakeTrace is a finished list of arrivals for traceSpan.
+type fakeTrace struct{ at []time.Duration }
+
+func (f *fakeTrace) Peek() (time.Duration, bool) {
+	if len(f.at) == 0 {
+		return 0, false
+	}
+	return f.at[0], true
+}
+func (f *fakeTrace) Pop() *workload.Request {
+	r := &workload.Request{At: f.at[0]}
+	f.at = f.at[1:]
+	return r
+}
+func (f *fakeTrace) Complete(*workload.Request, time.Duration) {}
+func (f *fakeTrace) Done() bool                                { return len(f.at) == 0 }
+
+func TestTraceSpan(t *testing.T) {
+	tests := []struct {
+		name string
+		at   []time.Duration
+		want time.Duration
+	}{
+		{"rounds up to a minute", []time.Duration{0, 16*time.Minute + 59*time.Second}, 17 * time.Minute},
+		{"just past a minute", []time.Duration{0, 17 * time.Minute}, 18 * time.Minute},
+		{"empty", nil, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := traceSpan(&fakeTrace{at: tt.at}); got != tt.want {
+				t.Fatalf("traceSpan = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
