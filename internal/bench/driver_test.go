@@ -97,3 +97,16 @@ func TestDriverDeterministicWithFIFOEngine(t *testing.T) {
 
 // testPolicies are the policies the driver tests run.
 var testPolicies = []string{"llmlb"}
+
+// BenchmarkDriverFIFO measures the driver, balancer and workload without the
+// real engine: 100 replicas, 10 virtual minutes of agentic load, llmlb.
+func BenchmarkDriverFIFO(b *testing.B) {
+	opts := fifoOptions("agentic", 100, 10*time.Minute, "llmlb")
+	for b.Loop() {
+		rep, err := Run(context.Background(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(rep.Results[0].Requests), "requests")
+	}
+}
