@@ -24,6 +24,7 @@ var commands = []command{
 	{"demo", "simulated fleet + balancer + agent-like traffic, with a live summary", runDemo},
 	{"bench", "compare routing policies on a simulated fleet in virtual time", runBench},
 	{"validate", "check a configuration file and explain every error", runValidate},
+	{"loadgen", "hold concurrent streaming requests against a balancer (load and soak runs)", runLoadgen},
 }
 
 func usage() {
