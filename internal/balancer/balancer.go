@@ -1,17 +1,36 @@
 package balancer
 
 import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // Reservation is the result of Select: the chosen replica with its in-flight
-// slot already reserved. Pass it to Release exactly once.
+// slot already reserved. Pass it to Release exactly once (a second Release is
+// a harmless no-op).
 type Reservation struct {
 	Replica     string
 	URL         string
 	Reason      Reason
 	Explanation Explanation
+
+	rep      *replica
+	weight   int64 // in micro-units of load (see weightOf)
+	released bool  // guarded by the balancer's lock
 }
+
+// Weight returns the reservation's load weight (SPEC s2.2 wlc units).
+func (r *Reservation) Weight() float64 { return float64(r.weight) / microUnit }
 
 // Explanation says why a replica was chosen; it is logged at debug level for
 // every routing decision. It holds no slices so that Select need not allocate.
@@ -71,56 +90,415 @@ type Counters struct {
 	Spills, Rebinds, ForceRebinds, PrefixDrops, Ejections, Fallbacks uint64
 }
 
+// microUnit is the fixed-point scale of in-flight weights: integer sums make
+// a replica's load return to exactly 0 when its last request ends, so the
+// no-wait test (effective_waiting == 0) is never spoiled by float residue.
+const microUnit = 1e6
+
+// replica is one replica's runtime state, guarded by the balancer's lock.
+type replica struct {
+	name, url string
+	models    []string
+	health    *health.Machine
+
+	snap         Snapshot // last successful scrape
+	lastScrape   time.Time
+	lastScrapeOK bool
+
+	inFlight       int   // the balancer's own in-flight requests
+	inFlightWeight int64 // their token weights, in micro-units (wlc_in_flight)
+	requests       uint64
+	traffic        window // requests routed, for the alerts
+
+	draining, removed bool
+}
+
+// effective returns the effective load of SPEC s2.2 (incident 2: the WLC
+// blind spot between two scrapes).
+func (r *replica) effective() (running, waiting float64) {
+	wlc := float64(r.inFlightWeight) / microUnit
+	running = max(r.snap.Running, wlc)
+	waiting = r.snap.Waiting + max(0, wlc-r.snap.Running)
+	return running, waiting
+}
+
+// serves reports whether the replica serves model. A replica whose models
+// are not known yet serves every model, and model "" matches every replica.
+func (r *replica) serves(model string) bool {
+	return model == "" || len(r.models) == 0 || slices.Contains(r.models, model)
+}
+
 // Balancer is the routing core. It is safe for concurrent use: one mutex
 // guards all state, and Select reserves under it (incident 2).
-type Balancer struct{}
+type Balancer struct {
+	mu       sync.Mutex
+	cfg      Config
+	replicas []*replica // in the order they were added
+	byName   map[string]*replica
+	pins     *pins.Table
+	policy   policy.Policy
+	rng      *rand.Rand
+	rr       uint64 // round-robin counter of step 3's tie-break
+	counters Counters
+	alerts   alertState
+
+	// Scratch reused by every Select under the lock (no per-call allocation):
+	// the candidates handed to the policy and their replicas, index-aligned.
+	cands    []policy.Candidate
+	candReps []*replica
+	expl     Explanation
+}
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
-func New(cfg Config) (*Balancer, error) { panic("balancer: not implemented yet") }
+// Policy "" or "llmlb" is the seed algorithm; the baselines come from
+// package policy.
+func New(cfg Config) (*Balancer, error) {
+	if cfg.Policy == "" || cfg.Policy == PolicyLLMLB {
+		return NewWithPolicy(cfg, nil)
+	}
+	p, err := newBaseline(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithPolicy(cfg, p)
+}
+
+// NewWithPolicy returns a balancer whose steps 2-4 are p's choice (nil: the
+// llmlb policy). Steps 1 and 5, reservations, health and alerts are shared,
+// so a comparison of policies differs only in the choice (SPEC s12).
+func NewWithPolicy(cfg Config, p policy.Policy) (*Balancer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("balancer: invalid config: %w", err)
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = 0x11e1b
+	}
+	b := &Balancer{
+		cfg:    cfg,
+		byName: make(map[string]*replica),
+		pins:   pins.New(cfg.pins()),
+		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+	b.cfg.Policy = PolicyLLMLB
+	b.policy = &llmlb{b: b}
+	if p != nil {
+		b.cfg.Policy = p.Name()
+		b.policy = p
+	}
+	return b, nil
+}
+
+// Policy returns the name of the policy that makes the choice.
+func (b *Balancer) Policy() string { return b.cfg.Policy }
+
+// Config returns the configuration the balancer runs with.
+func (b *Balancer) Config() Config { return b.cfg }
 
 // AddReplica adds a replica (LIVE until its first failed scrape).
-func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error { panic("not implemented") }
+func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error {
+	if spec.Name == "" {
+		return errors.New("balancer: replica name is empty")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.byName[spec.Name]; ok {
+		return fmt.Errorf("balancer: replica %q already exists", spec.Name)
+	}
+	r := &replica{
+		name:   spec.Name,
+		url:    spec.URL,
+		models: slices.Clone(spec.Models),
+		health: health.NewMachine(&b.cfg.Health, now),
+	}
+	b.replicas = append(b.replicas, r)
+	b.byName[r.name] = r
+	if b.alerts.lastGoodScrape.IsZero() {
+		b.alerts.lastGoodScrape = now // the probe_broken clock starts with the fleet
+	}
+	return nil
+}
 
 // RemoveReplica removes a replica; its reservations may still be released.
-func (b *Balancer) RemoveReplica(name string, now time.Time) bool { panic("not implemented") }
+func (b *Balancer) RemoveReplica(name string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.byName[name]
+	if !ok {
+		return false
+	}
+	r.removed = true
+	delete(b.byName, name)
+	b.replicas = slices.DeleteFunc(b.replicas, func(x *replica) bool { return x == r })
+	b.pins.RemoveReplica(name)
+	if rm, ok := b.policy.(policy.ReplicaRemover); ok {
+		rm.RemoveReplica(name)
+	}
+	return true
+}
 
 // SetDraining stops (or resumes) new traffic to a replica; in-flight continues.
-func (b *Balancer) SetDraining(name string, draining bool) bool { panic("not implemented") }
+func (b *Balancer) SetDraining(name string, draining bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.byName[name]
+	if ok {
+		r.draining = draining
+	}
+	return ok
+}
 
 // SetModels records the models a replica serves (learned from /v1/models).
-func (b *Balancer) SetModels(name string, models []string) { panic("not implemented") }
+func (b *Balancer) SetModels(name string, models []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.byName[name]; ok {
+		r.models = slices.Clone(models)
+	}
+}
 
 // Models returns the union of all replicas' models, sorted.
-func (b *Balancer) Models() []string { panic("not implemented") }
+func (b *Balancer) Models() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, r := range b.replicas {
+		out = append(out, r.models...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 // Select chooses a replica for p and reserves its in-flight slot atomically
 // (SPEC s3). exclude names replicas already tried for this request (failover).
+// Health changes with time only through Tick, ObserveScrape and Release.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
-	panic("not implemented")
+	if p == nil {
+		return nil, errors.New("balancer: nil request profile")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expl = Explanation{Policy: b.cfg.Policy}
+
+	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
+	// model (not draining, not already tried; PROBING ones only below
+	// probing.max_in_flight). EJECTED replicas get no traffic.
+	known, err := b.pool(p.Model, exclude)
+	if err != nil {
+		return nil, err
+	}
+
+	// Step 5. Fallback: no replica is LIVE or PROBING but some are known:
+	// pick one at random (last resort). None known: no_healthy_instances.
+	if len(b.cands) == 0 {
+		if known == 0 {
+			return nil, ErrNoHealthyInstances
+		}
+		b.expl.CandidateSet = "fallback"
+		b.counters.Fallbacks++
+		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil
+	}
+
+	// Steps 2-4. No-wait, least-loaded and pin: the policy's choice (policy
+	// llmlb below, or a baseline of package policy).
+	c := b.policy.Choose(p, b.cands, now)
+	if c.Index < 0 || c.Index >= len(b.cands) {
+		return nil, fmt.Errorf("balancer: policy %s chose candidate %d of %d", b.cfg.Policy, c.Index, len(b.cands))
+	}
+	if b.expl.Candidates == 0 { // a baseline: it saw all of step 1's pool
+		b.expl.Candidates, b.expl.CandidateSet = len(b.cands), "routable"
+	}
+	reason := ReasonLoad
+	if c.Reason == string(ReasonAffinity) {
+		reason = ReasonAffinity
+	}
+	return b.reserve(b.candReps[c.Index], reason, p, now), nil
 }
 
-// Release returns a reservation's slot and feeds the outcome to health.
-func (b *Balancer) Release(r *Reservation, o Outcome, now time.Time) []Transition {
-	panic("not implemented")
+// pool fills b.cands / b.candReps with step 1's routable replicas and returns
+// how many known replicas serve the model and may be tried at all.
+func (b *Balancer) pool(model string, exclude []string) (known int, err error) {
+	b.cands, b.candReps = b.cands[:0], b.candReps[:0]
+	servedBy := 0
+	for _, r := range b.replicas {
+		if !r.serves(model) {
+			continue
+		}
+		servedBy++
+		if r.draining || slices.Contains(exclude, r.name) {
+			continue
+		}
+		known++
+		state := r.health.State()
+		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
+			continue
+		}
+		running, waiting := r.effective()
+		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
+			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight})
+		b.candReps = append(b.candReps, r)
+	}
+	if servedBy == 0 && len(b.replicas) > 0 {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownModel, model)
+	}
+	return known, nil
+}
+
+// fallback picks uniformly at random among the known replicas of step 5.
+func (b *Balancer) fallback(model string, exclude []string, known int) *replica {
+	k := b.rng.IntN(known)
+	var last *replica
+	for _, r := range b.replicas {
+		if !r.serves(model) || r.draining || slices.Contains(exclude, r.name) {
+			continue
+		}
+		if k == 0 {
+			return r
+		}
+		k--
+		last = r
+	}
+	return last // unreachable: known counted the same set
+}
+
+// reserve takes r's in-flight slot under the lock that made the choice.
+func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time) *Reservation {
+	running, waiting := r.effective()
+	b.expl.EffectiveRunning, b.expl.EffectiveWaiting = running, waiting
+	w := b.weightOf(p)
+	r.inFlight++
+	r.inFlightWeight += w
+	r.requests++
+	r.traffic.add(now, b.cfg.Alerts.Window)
+	return &Reservation{Replica: r.name, URL: r.url, Reason: reason, Explanation: b.expl, rep: r, weight: w}
+}
+
+// weightOf is one request's load: max(min_weight, (prompt+output)/token_unit),
+// in micro-units (SPEC s2.2: a 100K-token request weighs 100x a 1K one).
+func (b *Balancer) weightOf(p *Profile) int64 {
+	tokens := float64(max(0, p.PromptTokens) + max(0, p.OutputTokens))
+	w := max(b.cfg.Load.MinWeight, tokens/float64(b.cfg.Load.TokenUnit))
+	return int64(math.Round(w * microUnit))
+}
+
+// Release returns a reservation's slot and feeds the outcome to health. A
+// client cancel says nothing about the replica. Releasing twice is harmless.
+func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transition {
+	if res == nil || res.rep == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if res.released {
+		return nil
+	}
+	res.released = true
+	r := res.rep
+	r.inFlight--
+	r.inFlightWeight -= res.weight
+	if r.removed {
+		return nil
+	}
+	var tr []health.Transition
+	switch o {
+	case OutcomeOK:
+		tr = r.health.ObserveRequest(true, "", now)
+	case OutcomeServerError:
+		tr = r.health.ObserveRequest(false, "5xx", now)
+	case OutcomeTransportError:
+		tr = r.health.ObserveRequest(false, "transport error", now)
+	}
+	return b.named(r, tr, nil)
 }
 
 // ObserveScrape records a scrape: snap on success, err on failure.
 func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time.Time) []Transition {
-	panic("not implemented")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.byName[name]
+	if !ok {
+		return nil
+	}
+	r.lastScrape, r.lastScrapeOK = now, err == nil
+	if err != nil {
+		return b.named(r, r.health.ObserveScrape(false, err.Error(), now), nil)
+	}
+	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage)}
+	b.alerts.lastGoodScrape = now
+	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
+}
+
+// sane maps NaN, infinities and negatives of a bad exporter to 0.
+func sane(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// named converts a replica's health transitions, counting ejections.
+func (b *Balancer) named(r *replica, tr []health.Transition, out []Transition) []Transition {
+	for _, t := range tr {
+		if t.To == health.Ejected {
+			b.counters.Ejections++
+		}
+		out = append(out, Transition{Replica: r.name, Transition: t})
+	}
+	return out
 }
 
 // Tick advances time-driven transitions (PROBING -> LIVE after the clean
-// window, streak reset) and expires pins, with bounded cost per call.
-func (b *Balancer) Tick(now time.Time) []Transition { panic("not implemented") }
+// window, streak reset), expires at most affinity.sweep_budget pins and
+// evaluates the alert windows.
+func (b *Balancer) Tick(now time.Time) []Transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Transition
+	for _, r := range b.replicas {
+		out = b.named(r, r.health.Tick(now), out)
+	}
+	b.pins.Sweep(now, b.cfg.Affinity.SweepBudget)
+	b.evalAlerts(now)
+	return out
+}
 
 // Replicas returns a copy of every replica's state, sorted by name.
-func (b *Balancer) Replicas(now time.Time) []ReplicaStatus { panic("not implemented") }
+func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]ReplicaStatus, 0, len(b.replicas))
+	for _, r := range b.replicas {
+		running, waiting := r.effective()
+		out = append(out, ReplicaStatus{
+			Name: r.name, URL: r.url, Models: slices.Clone(r.models),
+			State: r.health.State().String(), Draining: r.draining,
+			EffectiveRunning: running, EffectiveWaiting: waiting,
+			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
+			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit,
+			CooldownSeconds: r.health.Cooldown().Seconds(), Ejections: r.health.Ejections(),
+			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
 
 // Pins returns a copy of the pin table (at most limit entries, 0 = all).
-func (b *Balancer) Pins(now time.Time, limit int) []PinStatus { panic("not implemented") }
-
-// Alerts returns the alerts firing at now.
-func (b *Balancer) Alerts(now time.Time) []Alert { panic("not implemented") }
+func (b *Balancer) Pins(now time.Time, limit int) []PinStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	list := b.pins.List(now, limit)
+	out := make([]PinStatus, len(list))
+	for i, p := range list {
+		out[i] = PinStatus{Kind: p.Kind.String(), Key: p.Key, Replica: p.Replica,
+			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills}
+	}
+	return out
+}
 
 // Counters returns the monotonic totals.
-func (b *Balancer) Counters() Counters { panic("not implemented") }
+func (b *Balancer) Counters() Counters {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.counters
+}

@@ -1,9 +1,12 @@
 package balancer
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/pins"
 )
 
 // Config is the routing core's configuration: plain data with the seeds'
@@ -17,6 +20,10 @@ type Config struct {
 	Health   health.Config
 	Probing  ProbingConfig
 	Alerts   AlertsConfig
+
+	// Seed seeds the random pick of step 5 (fallback) so that a benchmark
+	// run is deterministic (seed: 0 means a fixed default seed).
+	Seed uint64
 }
 
 // LoadConfig sets how in-flight requests are weighted (SPEC s2.2).
@@ -35,6 +42,13 @@ type AffinityConfig struct {
 	ForceRebindGap float64       // affinity.force_rebind_gap (3)
 	PrefixChars    int           // affinity.prefix_chars (4096)
 	MaxPins        int           // affinity.max_pins: bound on the table (default 1,000,000)
+
+	// PrefixSpillsToDrop is affinity.prefix_spills_to_drop (2): consecutive
+	// spills that delete a prefix pin ("a repeated spill deletes the key").
+	PrefixSpillsToDrop int
+	// SweepBudget is affinity.sweep_budget (1024): the most expired pins
+	// one Tick deletes, so housekeeping never stalls routing.
+	SweepBudget int
 }
 
 // ProbingConfig limits traffic to PROBING replicas.
@@ -48,4 +62,105 @@ type AlertsConfig struct {
 	ImbalanceFor   time.Duration // alerts.imbalance_for (5m)
 	OneReplicaFor  time.Duration // alerts.one_replica_for (5m)
 	ProbeBrokenFor time.Duration // alerts.probe_broken_for (1m)
+
+	// Window is alerts.window (1m): the sliding window over which traffic
+	// shares (the imbalance index, "all traffic on one replica") are counted.
+	Window time.Duration
+}
+
+// DefaultConfig returns the seeds' values (SPEC s2-s5).
+func DefaultConfig() Config {
+	return Config{
+		Policy: PolicyLLMLB,
+		Load:   LoadConfig{TokenUnit: 1000, MinWeight: 1},
+		Affinity: AffinityConfig{
+			SessionTTL:         60 * time.Minute,
+			PrefixTTL:          5 * time.Minute,
+			SessionSlack:       1,
+			PrefixSlack:        0,
+			SpillsToRebind:     3,
+			ForceRebindGap:     3,
+			PrefixChars:        4096,
+			MaxPins:            1_000_000,
+			PrefixSpillsToDrop: 2,
+			SweepBudget:        1024,
+		},
+		Health:  health.Default(),
+		Probing: ProbingConfig{MaxInFlight: 2},
+		Alerts: AlertsConfig{
+			ImbalanceIndex: 3,
+			ImbalanceFor:   5 * time.Minute,
+			OneReplicaFor:  5 * time.Minute,
+			ProbeBrokenFor: time.Minute,
+			Window:         time.Minute,
+		},
+	}
+}
+
+// PolicyLLMLB is the name of the seed algorithm's policy (the default).
+const PolicyLLMLB = "llmlb"
+
+// Validate reports every bad value, each error naming its YAML key relative
+// to the routing section (e.g. "affinity.session_ttl: must be > 0").
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, rule string, v any) {
+		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", key, rule, v))
+	}
+	switch c.Policy {
+	case "", PolicyLLMLB, "rr", "least-request", "sticky", "prefix-tree":
+	default:
+		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want llmlb, rr, least-request, sticky or prefix-tree)", c.Policy))
+	}
+	if c.Load.TokenUnit < 1 {
+		bad("load.token_unit", ">= 1", c.Load.TokenUnit)
+	}
+	if !(c.Load.MinWeight > 0) {
+		bad("load.min_weight", "> 0", c.Load.MinWeight)
+	}
+	a := c.Affinity
+	if err := c.pins().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !(a.SessionSlack >= 0) {
+		bad("affinity.session_slack", ">= 0", a.SessionSlack)
+	}
+	if !(a.PrefixSlack >= 0) {
+		bad("affinity.prefix_slack", ">= 0", a.PrefixSlack)
+	}
+	if !(a.ForceRebindGap > 0) {
+		bad("affinity.force_rebind_gap", "> 0", a.ForceRebindGap)
+	}
+	if a.PrefixChars < 1 {
+		bad("affinity.prefix_chars", ">= 1", a.PrefixChars)
+	}
+	if a.SweepBudget < 1 {
+		bad("affinity.sweep_budget", ">= 1", a.SweepBudget)
+	}
+	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Probing.MaxInFlight < 1 {
+		bad("probing.max_in_flight", ">= 1", c.Probing.MaxInFlight)
+	}
+	al := c.Alerts
+	if !(al.ImbalanceIndex > 1) {
+		bad("alerts.imbalance_index", "> 1", al.ImbalanceIndex)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"alerts.imbalance_for", al.ImbalanceFor}, {"alerts.one_replica_for", al.OneReplicaFor},
+		{"alerts.probe_broken_for", al.ProbeBrokenFor}, {"alerts.window", al.Window}} {
+		if d.v <= 0 {
+			bad(d.key, "> 0", d.v)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) pins() pins.Config {
+	a := c.Affinity
+	return pins.Config{SessionTTL: a.SessionTTL, PrefixTTL: a.PrefixTTL, SpillsToRebind: a.SpillsToRebind,
+		PrefixSpills: a.PrefixSpillsToDrop, MaxPins: a.MaxPins}
 }

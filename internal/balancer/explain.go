@@ -1,0 +1,23 @@
+package balancer
+
+import "log/slog"
+
+// LogAttrs returns the explanation as slog attributes for the debug log of
+// a routing decision (it allocates; call it only when debug is enabled).
+func (e Explanation) LogAttrs() []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String("policy", e.Policy),
+		slog.Int("candidates", e.Candidates),
+		slog.String("candidate_set", e.CandidateSet),
+		slog.Float64("min_running", e.MinRunning),
+		slog.Float64("effective_running", e.EffectiveRunning),
+		slog.Float64("effective_waiting", e.EffectiveWaiting),
+	}
+	if e.PinKind != "" {
+		attrs = append(attrs,
+			slog.String("pin_kind", e.PinKind),
+			slog.String("pin_replica", e.PinReplica),
+			slog.String("pin_decision", e.PinDecision))
+	}
+	return attrs
+}

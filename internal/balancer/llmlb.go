@@ -1,0 +1,214 @@
+package balancer
+
+import (
+	"math"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/policy"
+)
+
+// llmlb is the seed 002 algorithm, steps 2-4 of SPEC s3, as a policy.Policy.
+// It runs under the balancer's lock, reads the replicas behind the
+// candidates (b.candReps, index-aligned) and owns the pin table.
+type llmlb struct{ b *Balancer }
+
+// Name returns "llmlb".
+func (*llmlb) Name() string { return PolicyLLMLB }
+
+// candidate sets of step 2, narrowest first.
+const (
+	setNoWait   = "no-wait"
+	setLive     = "live"
+	setRoutable = "routable"
+)
+
+// Choose runs steps 2-4 on step 1's pool (cands, len > 0).
+func (l *llmlb) Choose(p *policy.Request, cands []policy.Candidate, now time.Time) policy.Choice {
+	b, e := l.b, &l.b.expl
+
+	// Step 2. No-wait: if some LIVE replica has effective_waiting == 0, only
+	// those are candidates; otherwise LIVE ones; otherwise all routable. A
+	// new session thus lands on a cold, idle replica, not in someone's queue.
+	e.CandidateSet = setRoutable
+	for _, c := range cands {
+		if c.Live && c.EffectiveWaiting == 0 {
+			e.CandidateSet = setNoWait
+			break
+		}
+		if c.Live {
+			e.CandidateSet = setLive
+		}
+	}
+	in := func(c policy.Candidate) bool {
+		switch e.CandidateSet {
+		case setNoWait:
+			return c.Live && c.EffectiveWaiting == 0
+		case setLive:
+			return c.Live
+		}
+		return true
+	}
+
+	// Step 3. Least-loaded: the minimum effective_running (min_r); ties
+	// broken round-robin, LIVE preferred over PROBING.
+	minR := math.Inf(1)
+	for _, c := range cands {
+		if in(c) {
+			e.Candidates++
+			minR = min(minR, c.EffectiveRunning)
+		}
+	}
+	preferLive := false
+	for _, c := range cands {
+		if in(c) && c.EffectiveRunning == minR && c.Live {
+			preferLive = true
+		}
+	}
+	best := -1
+	start := int(b.rr % uint64(len(cands))) // rotate the starting point
+	b.rr++
+	for j := range cands {
+		i := (start + j) % len(cands)
+		if c := cands[i]; in(c) && c.EffectiveRunning == minR && c.Live == preferLive {
+			best = i
+			break
+		}
+	}
+	e.MinRunning = minR
+
+	// Step 4. Pin (soft sticky): session key first, then prefix key.
+	return l.pin(p, cands, best, minR, now)
+}
+
+// pin applies step 4 and the pin life cycle to the least-loaded choice best.
+func (l *llmlb) pin(p *policy.Request, cands []policy.Candidate, best int, minR float64, now time.Time) policy.Choice {
+	b, e := l.b, &l.b.expl
+	choice := policy.Choice{Index: best, Reason: string(ReasonLoad)}
+	bestLive := cands[best].Live // new pins only on LIVE replicas
+	bestName := cands[best].Name
+
+	kind, key, pinned, found := l.lookup(p, now)
+	if found {
+		e.PinKind, e.PinReplica = kind.String(), pinned
+		slack := b.cfg.Affinity.SessionSlack
+		if kind == pins.Prefix {
+			slack = b.cfg.Affinity.PrefixSlack
+		}
+		r := b.byName[pinned]
+		idx := l.indexOf(r)
+		switch {
+		case r == nil || r.draining || r.health.State() == health.Ejected:
+			// A pin on a dead (EJECTED, removed, draining) replica never blocks.
+			e.PinDecision = "dead"
+			if bestLive {
+				b.pins.Bind(kind, key, bestName, now)
+				b.counters.Rebinds++
+				e.PinDecision = "dead: rebind"
+			} else {
+				b.pins.Delete(kind, key)
+			}
+		case idx < 0:
+			// Serves another model, already tried, or a PROBING replica at its
+			// in-flight limit: not usable, and not the pin's fault.
+			e.PinDecision = "skip: not a candidate"
+		case l.usable(r, minR, slack):
+			b.pins.Use(kind, key, now)
+			e.PinDecision = "used"
+			choice = policy.Choice{Index: idx, Reason: string(ReasonAffinity)}
+		default:
+			l.spill(kind, key, r, minR, bestName, bestLive, now)
+		}
+	}
+
+	// New pins, made only on LIVE replicas (PROBING accepts no pins).
+	chosen := cands[choice.Index]
+	if chosen.Live {
+		if p.SessionKey != "" && !(found && kind == pins.Session) {
+			if _, _, ok := b.pins.Lookup(pins.Session, p.SessionKey, now); !ok {
+				b.pins.Bind(pins.Session, p.SessionKey, chosen.Name, now)
+				l.noteNew(pins.Session)
+			}
+		}
+		if p.PrefixKey != "" && !(found && kind == pins.Prefix) {
+			if _, _, ok := b.pins.Lookup(pins.Prefix, p.PrefixKey, now); !ok {
+				b.pins.Bind(pins.Prefix, p.PrefixKey, chosen.Name, now)
+				l.noteNew(pins.Prefix)
+			}
+		}
+	}
+	return choice
+}
+
+// noteNew records a new pin in the explanation when no pin was consulted.
+func (l *llmlb) noteNew(kind pins.Kind) {
+	if e := &l.b.expl; e.PinDecision == "" {
+		e.PinKind, e.PinDecision = kind.String(), "new"
+	}
+}
+
+// usable is SPEC s3 step 4's test: the pin's replica is LIVE, has no queue
+// and effective_running <= min_r + slack.
+func (l *llmlb) usable(r *replica, minR, slack float64) bool {
+	running, waiting := r.effective()
+	return r.health.State() == health.Live && waiting == 0 && running <= minR+slack
+}
+
+// spill handles an unusable pin (incident 1): a gap of force_rebind_gap
+// moves it at once; otherwise the spill is counted, and the pin table
+// rebinds a session pin after spills_to_rebind or drops a prefix pin after
+// a repeated spill.
+func (l *llmlb) spill(kind pins.Kind, key string, r *replica, minR float64, bestName string, bestLive bool, now time.Time) {
+	b, e := l.b, &l.b.expl
+	running, waiting := r.effective()
+	b.counters.Spills++
+	switch {
+	case r.health.State() != health.Live:
+		e.PinDecision = "spill: not LIVE"
+	case waiting > 0:
+		e.PinDecision = "spill: queue"
+	default:
+		e.PinDecision = "spill: running > min_r+slack"
+	}
+	if running-minR >= b.cfg.Affinity.ForceRebindGap && bestLive {
+		b.pins.Bind(kind, key, bestName, now)
+		b.counters.ForceRebinds++
+		e.PinDecision = "force rebind"
+		return
+	}
+	switch b.pins.Spill(kind, key, bestName, bestLive, now) {
+	case pins.Rebound:
+		b.counters.Rebinds++
+		e.PinDecision = "rebind"
+	case pins.Dropped:
+		b.counters.PrefixDrops++
+		e.PinDecision = "prefix dropped"
+	}
+}
+
+// lookup finds the pin to consult: the session key's pin first, then the
+// prefix key's.
+func (l *llmlb) lookup(p *policy.Request, now time.Time) (kind pins.Kind, key, replica string, ok bool) {
+	if p.SessionKey != "" {
+		if replica, _, ok = l.b.pins.Lookup(pins.Session, p.SessionKey, now); ok {
+			return pins.Session, p.SessionKey, replica, true
+		}
+	}
+	if p.PrefixKey != "" {
+		if replica, _, ok = l.b.pins.Lookup(pins.Prefix, p.PrefixKey, now); ok {
+			return pins.Prefix, p.PrefixKey, replica, true
+		}
+	}
+	return 0, "", "", false
+}
+
+// indexOf returns r's index among the candidates, or -1.
+func (l *llmlb) indexOf(r *replica) int {
+	for i, c := range l.b.candReps {
+		if c == r {
+			return i
+		}
+	}
+	return -1
+}
