@@ -3,10 +3,25 @@
 // 16-token blocks, a waiting queue and preemption. It has no HTTP and no
 // goroutines: the benchmark drives it on a virtual clock, the simulated replica
 // (package simreplica) on the wall clock.
+//
+// The scheduler follows vLLM v1 (vllm/v1/core/sched/scheduler.py, FCFS):
+// every step first gives each running request its next tokens (a prefill
+// chunk or one decode token) within the step's token budget, preempting the
+// most recently admitted request when KV blocks run out (recompute: its blocks
+// are freed and it goes back to the front of the waiting queue); then, if
+// nothing was preempted, it admits waiting requests in arrival order while
+// slots, budget and blocks allow, each starting after its cached prefix.
+//
+// Time: the engine's clock is the end of the last completed step. A step's
+// composition is fixed when it starts; a request added while a step runs
+// joins at the next step boundary. Runs of identical pure-decode steps are
+// fast-forwarded in one go; the events they produce are exactly those of
+// the step-by-step simulation.
 package engine
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -15,6 +30,10 @@ import (
 // ErrPromptTooLong is returned by Add for a prompt that can never fit the KV
 // cache (or the profile's maximum model length).
 var ErrPromptTooLong = errors.New("engine: prompt longer than the model's context")
+
+// ErrBadRequest is returned by Add for a request the engine cannot take: an
+// empty prompt or an id that is already in the engine.
+var ErrBadRequest = errors.New("engine: bad request")
 
 // Request is one generation request as the engine sees it.
 type Request struct {
@@ -36,11 +55,32 @@ const (
 	Token
 	// Finished: all MaxTokens generated; the request has left the engine.
 	Finished
-	// Aborted: the request was removed by Abort.
+	// Aborted: the request was removed by Abort. The engine never emits it
+	// (Abort's caller already knows); it is kept for consumers' switches.
 	Aborted
 )
 
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case FirstToken:
+		return "FirstToken"
+	case Token:
+		return "Token"
+	case Finished:
+		return "Finished"
+	case Aborted:
+		return "Aborted"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
 // Event is emitted by Advance.
+//
+// Every output token produces exactly one FirstToken or Token event (Token
+// only for StreamTokens requests); Finished follows the last token's event
+// at the same instant with OutputTokens == MaxTokens. A request with
+// MaxTokens 1 thus gets FirstToken and Finished at one instant.
 type Event struct {
 	Kind         EventKind
 	ID           uint64
@@ -75,35 +115,684 @@ type Stats struct {
 	E2E  Histogram // arrival -> finish
 }
 
+// seqState is where a request is in the engine.
+type seqState uint8
+
+const (
+	stWaiting seqState = iota
+	stRunning
+	stGone // finished or aborted
+)
+
+// seq is one request inside the engine (vLLM's Request).
+type seq struct {
+	req          Request
+	arrival      time.Time
+	blocks       []int32 // KV blocks, in token order
+	computed     int     // tokens whose KV is computed or scheduled
+	outputs      int     // output tokens sampled
+	hashed       int     // leading prompt blocks registered in (or hit from) the cache
+	promptBlocks int     // full prompt blocks that have a hash
+	cached       int     // prompt tokens hit at first admission; -1 before
+	state        seqState
+	preempted    bool // preempted at least once (prefix stats count first admissions only)
+	done         bool // finished in the step being applied
+}
+
+// tokens is the request's current length: prompt plus sampled output.
+func (s *seq) tokens() int { return s.req.Prompt.Tokens + s.outputs }
+
+// entry is one request's share of a step.
+type entry struct {
+	s *seq
+	n int
+}
+
+// plan is the step (or run of identical decode steps) in flight.
+type plan struct {
+	active bool
+	start  time.Time
+	dur    time.Duration // of one step
+	// steps is the number of steps in the plan; more than one only for a
+	// run of pure-decode steps over all running requests.
+	steps     int
+	applied   int // steps already applied by Advance
+	scheduled int // steps whose tokens are already scheduled (blocks allocated)
+	run       bool
+	streamers bool // a running request streams: every run step emits events
+	entries   []entry
+}
+
 // Engine is one simulated replica. It is not safe for concurrent use; the
 // owner serialises calls.
 type Engine struct {
-	profile Profile
+	profile  Profile
+	err      error // the profile's validation error, returned by Add
+	kv       *kvCache
+	slowdown float64
+
+	clock   time.Time // end of the last completed step
+	lastNow time.Time // latest instant any call told us about
+	seqs    map[uint64]*seq
+	running []*seq
+	waiting []*seq // FCFS; preempted requests are put back at the front
+	whead   int
+	plan    plan
+
+	// blocked memoises a failed admission of the waiting queue's head so
+	// that a busy engine does not redo its prefix lookup every step.
+	blocked struct {
+		s      *seq
+		free   int
+		gen    uint64
+		budget int
+	}
+
+	hitBuf []int32
+	spare  []*seq // finished requests, recycled with their block slices
+	noRuns bool   // tests: plan every step singly (the reference simulation)
+
+	st   Stats // counters only; the histograms live below
+	ttft hist
+	e2e  hist
 }
 
-// New returns an idle engine with an empty cache.
-func New(p Profile) *Engine { return &Engine{profile: p} }
+// New returns an idle engine with an empty cache. An invalid profile makes
+// every Add fail with the validation error.
+func New(p Profile) *Engine {
+	e := &Engine{
+		profile:  p,
+		slowdown: 1,
+		seqs:     make(map[uint64]*seq),
+		ttft:     newHist(TTFTBuckets),
+		e2e:      newHist(E2EBuckets),
+	}
+	if e.err = p.Validate(); e.err == nil {
+		e.kv = newKVCache(p.Blocks())
+	}
+	return e
+}
 
 // Profile returns the engine's profile.
 func (e *Engine) Profile() Profile { return e.profile }
 
 // Add queues a request that arrived at now. If the engine is idle the next step
 // starts at now; otherwise the request joins at the next step boundary.
-func (e *Engine) Add(r Request, now time.Time) error { panic("engine: not implemented yet") }
+func (e *Engine) Add(r Request, now time.Time) error {
+	if e.err != nil {
+		return e.err
+	}
+	p := r.Prompt
+	switch {
+	case p.Tokens < 1:
+		return fmt.Errorf("%w: empty prompt (request %d)", ErrBadRequest, r.ID)
+	case e.seqs[r.ID] != nil:
+		return fmt.Errorf("%w: duplicate request id %d", ErrBadRequest, r.ID)
+	}
+	r.MaxTokens = max(r.MaxTokens, 1)
+	total := p.Tokens + r.MaxTokens
+	if total > e.profile.MaxModelLen {
+		return fmt.Errorf("%w: %d prompt + %d output tokens > max model length %d",
+			ErrPromptTooLong, p.Tokens, r.MaxTokens, e.profile.MaxModelLen)
+	}
+	if need := blocksFor(total); need > len(e.kv.blocks) {
+		return fmt.Errorf("%w: %d tokens need %d KV blocks, the cache has %d",
+			ErrPromptTooLong, total, need, len(e.kv.blocks))
+	}
+	e.see(now)
 
-// Abort removes a request (client went away) and frees its blocks.
-func (e *Engine) Abort(id uint64, now time.Time) bool { panic("engine: not implemented yet") }
+	s := e.newSeq()
+	s.req = r
+	s.arrival = now
+	s.promptBlocks = min(len(p.Blocks), p.Tokens/tokenize.BlockSize)
+	if c := blocksFor(total); cap(s.blocks) < c {
+		s.blocks = make([]int32, 0, c)
+	}
+	e.seqs[r.ID] = s
+	e.waiting = append(e.waiting, s)
+
+	if !e.plan.active {
+		e.schedule(later(now, e.clock))
+	} else {
+		e.truncate(now)
+	}
+	return nil
+}
+
+// Abort removes a request (client went away) and frees its blocks. It emits
+// no event; it reports whether the request was in the engine.
+func (e *Engine) Abort(id uint64, now time.Time) bool {
+	s, ok := e.seqs[id]
+	if !ok {
+		return false
+	}
+	e.see(now)
+	// The step in flight completes as planned (the GPU is computing it);
+	// later steps are planned without the request.
+	e.truncate(now)
+	switch s.state {
+	case stRunning:
+		for i, r := range e.running {
+			if r == s {
+				e.running = append(e.running[:i], e.running[i+1:]...)
+				break
+			}
+		}
+		e.freeBlocks(s)
+	case stWaiting:
+		for i := e.whead; i < len(e.waiting); i++ {
+			if e.waiting[i] == s {
+				e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+				break
+			}
+		}
+	}
+	s.state = stGone
+	delete(e.seqs, id)
+	if e.blocked.s == s {
+		e.blocked.s = nil
+	}
+	// Not recycled: the plan in flight may still point at it.
+	return true
+}
 
 // Advance runs every scheduler step that ends at or before now and calls emit
 // for each event in time order.
-func (e *Engine) Advance(now time.Time, emit func(Event)) { panic("engine: not implemented yet") }
+func (e *Engine) Advance(now time.Time, emit func(Event)) {
+	e.see(now)
+	for e.plan.active {
+		pl := &e.plan
+		if pl.run {
+			if done := stepsBy(pl.start, pl.dur, now, pl.steps); done > pl.applied {
+				e.applyRun(done-pl.applied, emit)
+			}
+			if pl.applied < pl.steps {
+				return
+			}
+		} else {
+			end := pl.start.Add(pl.dur)
+			if end.After(now) {
+				return
+			}
+			e.applyStep(end, emit)
+		}
+		end := pl.start.Add(time.Duration(pl.steps) * pl.dur)
+		pl.active = false
+		e.clock = end
+		e.reap()
+		e.schedule(end)
+	}
+}
 
 // NextEvent returns the earliest time at which Advance would emit an event;
 // ok is false when the engine is idle.
-func (e *Engine) NextEvent() (t time.Time, ok bool) { panic("engine: not implemented yet") }
+//
+// The answer is never later than the next event but may be earlier: the end
+// of a step whose outcome (a prefill chunk, a coming preemption) the engine
+// cannot know before it has run, because a request added meanwhile would
+// change the next step. Advancing to such a time emits nothing; ask again.
+func (e *Engine) NextEvent() (t time.Time, ok bool) {
+	pl := &e.plan
+	if !pl.active {
+		return time.Time{}, false
+	}
+	if pl.run && !pl.streamers {
+		return pl.start.Add(time.Duration(pl.steps) * pl.dur), true
+	}
+	return pl.start.Add(time.Duration(pl.applied+1) * pl.dur), true
+}
 
 // SetSlowdown multiplies every step's duration by factor (>= 1; fault injection).
-func (e *Engine) SetSlowdown(factor float64) { panic("engine: not implemented yet") }
+// Values below 1 (or NaN) mean 1. It applies from the next step boundary.
+func (e *Engine) SetSlowdown(factor float64) {
+	if !(factor >= 1) {
+		factor = 1
+	}
+	e.truncate(e.lastNow)
+	e.slowdown = factor
+}
 
 // Stats returns the counters as of the last Advance.
-func (e *Engine) Stats() Stats { panic("engine: not implemented yet") }
+func (e *Engine) Stats() Stats {
+	s := e.st
+	s.Running = len(e.running)
+	s.Waiting = len(e.waiting) - e.whead
+	if e.kv != nil {
+		s.KVCacheUsage = float64(e.kv.used()) / float64(len(e.kv.blocks))
+	}
+	s.TTFT = e.ttft.snapshot()
+	s.E2E = e.e2e.snapshot()
+	return s
+}
+
+// see records the latest instant a caller told us about.
+func (e *Engine) see(now time.Time) {
+	if now.After(e.lastNow) {
+		e.lastNow = now
+	}
+}
+
+// truncate ends a run of decode steps at the first step boundary at or
+// after t, so that whatever happened at t (an arrival, an abort, a new
+// slowdown) shapes the steps after it, as in a step-by-step simulation.
+func (e *Engine) truncate(t time.Time) {
+	pl := &e.plan
+	if !pl.active || !pl.run {
+		return
+	}
+	m := pl.applied + 1
+	if d := t.Sub(pl.start); d > 0 {
+		m = max(m, int((d+pl.dur-1)/pl.dur))
+	}
+	if m < pl.steps {
+		pl.steps = m
+	}
+}
+
+// schedule plans the step that starts at boundary b (vLLM's schedule()).
+func (e *Engine) schedule(b time.Time) {
+	pl := &e.plan
+	for attempt := 0; attempt < 2; attempt++ {
+		if len(e.running) == 0 {
+			if e.whead == len(e.waiting) {
+				return // idle
+			}
+			// Idle until the first request arrives.
+			b = later(b, e.waiting[e.whead].arrival)
+		}
+		if e.planStep(b) {
+			return
+		}
+	}
+	// Unreachable with a valid profile: a lone request always fits (Add
+	// checks it). Leave the engine idle rather than spin.
+	pl.active = false
+}
+
+// planStep builds the step starting at b; false if nothing could run.
+func (e *Engine) planStep(b time.Time) bool {
+	pl := &e.plan
+	budget := e.profile.MaxNumBatchedTokens
+	ents := pl.entries[:0]
+	tokens := 0
+	preempted := false
+	decodeOnly := true
+
+	// 1. Running requests, in admission order.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := min(s.tokens()-s.computed, budget)
+		for !e.allocate(s, n) {
+			// Out of blocks: preempt the most recently admitted request.
+			v := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(v)
+			preempted = true
+			if v == s {
+				s = nil
+				break
+			}
+		}
+		if s == nil {
+			break
+		}
+		if n != 1 || s.outputs == 0 || s.computed != s.tokens()-1 {
+			decodeOnly = false
+		}
+		e.commit(s, n)
+		ents = append(ents, entry{s, n})
+		budget -= n
+		tokens += n
+	}
+	allRunning := len(ents) == len(e.running)
+
+	// 2. Waiting requests, if nothing was preempted.
+	admitted, blocked := false, false
+	if !preempted {
+		for e.whead < len(e.waiting) {
+			s := e.waiting[e.whead]
+			if s.arrival.After(b) {
+				break // arrives during this step: joins at the next boundary
+			}
+			if len(e.running) >= e.profile.MaxNumSeqs || budget <= 0 {
+				blocked = true
+				break
+			}
+			n, ok := e.admit(s, budget)
+			if !ok {
+				blocked = true
+				break
+			}
+			e.waiting[e.whead] = nil
+			e.whead++
+			s.state = stRunning
+			e.running = append(e.running, s)
+			ents = append(ents, entry{s, n})
+			budget -= n
+			tokens += n
+			admitted = true
+		}
+		e.compactWaiting()
+	}
+	pl.entries = ents
+	if len(ents) == 0 {
+		return false
+	}
+	pl.active = true
+	pl.start = b
+	pl.dur = e.stepTime(len(ents), tokens)
+	pl.steps, pl.applied, pl.scheduled = 1, 0, 1
+	pl.run = false
+	if decodeOnly && allRunning && !preempted && !admitted && !e.noRuns {
+		if k := e.runLength(b, pl.dur, blocked); k > 1 {
+			pl.steps = k
+			pl.run = true
+			pl.streamers = false
+			for _, s := range e.running {
+				pl.streamers = pl.streamers || s.req.StreamTokens
+			}
+		}
+	}
+	return true
+}
+
+// runLength is how many identical pure-decode steps can follow from b: up to
+// the first step in which a request finishes, while the KV blocks they need
+// are free (after that a step would preempt), and up to the boundary at which
+// a known pending arrival joins. blocked says the waiting head was refused at
+// b; it stays refused during the run (free blocks only shrink, slots and
+// budget stay the same), so it does not limit the run.
+func (e *Engine) runLength(b time.Time, dur time.Duration, blocked bool) int {
+	k := e.profile.MaxModelLen
+	for _, s := range e.running {
+		k = min(k, s.req.MaxTokens-s.outputs)
+	}
+	if !blocked {
+		for i := e.whead; i < len(e.waiting); i++ {
+			if a := e.waiting[i].arrival; a.After(b) {
+				k = min(k, max(1, int((a.Sub(b)+dur-1)/dur)))
+				break
+			}
+		}
+	}
+	if k <= 1 || e.runBlocks(k) <= e.kv.numFree {
+		return k
+	}
+	// Largest j < k whose extra blocks fit (runBlocks is monotone).
+	lo, hi := 1, k // runBlocks(lo) fits, runBlocks(hi) does not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if e.runBlocks(mid) <= e.kv.numFree {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// runBlocks is the number of new blocks steps 2..k of a decode run need.
+func (e *Engine) runBlocks(k int) int {
+	need := 0
+	for _, s := range e.running {
+		need += blocksFor(s.computed+k-1) - len(s.blocks)
+	}
+	return need
+}
+
+// admit tries to start waiting request s with at most budget tokens: a
+// prefix-cache lookup (capped so that at least one token is computed, as
+// vLLM recomputes the last block of a full hit), then blocks for the hit
+// and for the first chunk. It returns the chunk size.
+func (e *Engine) admit(s *seq, budget int) (int, bool) {
+	bl := &e.blocked
+	if bl.s == s && e.kv.numFree <= bl.free && e.kv.gen == bl.gen && budget >= bl.budget {
+		return 0, false // nothing that could help has changed
+	}
+	maxHit := min(s.promptBlocks, (s.tokens()-1)/tokenize.BlockSize)
+	hits := e.hitBuf[:0]
+	evictable := 0
+	for len(hits) < maxHit {
+		i, ok := e.kv.lookup(s.req.Prompt.Blocks[len(hits)])
+		if !ok {
+			break
+		}
+		if e.kv.blocks[i].ref == 0 {
+			evictable++
+		}
+		hits = append(hits, i)
+	}
+	e.hitBuf = hits
+	hitTokens := len(hits) * tokenize.BlockSize
+	n := min(s.tokens()-hitTokens, budget)
+	if blocksFor(hitTokens+n)-len(hits)+evictable > e.kv.numFree {
+		bl.s, bl.free, bl.gen, bl.budget = s, e.kv.numFree, e.kv.gen, budget
+		return 0, false
+	}
+	bl.s = nil
+	for _, i := range hits {
+		e.kv.touch(i)
+	}
+	s.blocks = append(s.blocks[:0], hits...)
+	s.computed = hitTokens
+	s.hashed = len(hits)
+	if !s.preempted {
+		e.st.PrefixQueryTokens += uint64(s.req.Prompt.Tokens)
+		e.st.PrefixHitTokens += uint64(hitTokens)
+		s.cached = hitTokens
+	}
+	e.allocate(s, n) // fits: checked above
+	e.commit(s, n)
+	return n, true
+}
+
+// allocate gives s the blocks for n more tokens; false if they are not free.
+func (e *Engine) allocate(s *seq, n int) bool {
+	need := blocksFor(s.computed+n) - len(s.blocks)
+	if need > e.kv.numFree {
+		return false
+	}
+	for range need {
+		s.blocks = append(s.blocks, e.kv.alloc())
+	}
+	return true
+}
+
+// commit schedules n tokens of s: they count as computed from now on (vLLM
+// advances num_computed_tokens at schedule time), and prompt blocks that
+// become full are cached under their hash.
+func (e *Engine) commit(s *seq, n int) {
+	if s.outputs == 0 || s.computed < s.tokens()-1 {
+		e.st.PrefillComputed += uint64(n)
+	}
+	s.computed += n
+	upto := min(s.computed/tokenize.BlockSize, s.promptBlocks)
+	for ; s.hashed < upto; s.hashed++ {
+		e.kv.cache(s.blocks[s.hashed], s.req.Prompt.Blocks[s.hashed])
+	}
+}
+
+// preempt frees v's blocks and puts it back at the front of the waiting
+// queue; it will recompute everything not found in the cache.
+func (e *Engine) preempt(v *seq) {
+	e.freeBlocks(v)
+	v.computed = 0
+	v.hashed = 0
+	v.preempted = true
+	v.state = stWaiting
+	if e.whead > 0 {
+		e.whead--
+		e.waiting[e.whead] = v
+	} else {
+		e.waiting = append(e.waiting, nil)
+		copy(e.waiting[1:], e.waiting)
+		e.waiting[0] = v
+	}
+	e.st.Preemptions++
+}
+
+// freeBlocks releases s's blocks in reverse order, so that the tail of a
+// prompt is evicted before its (more shared) head, as vLLM does.
+func (e *Engine) freeBlocks(s *seq) {
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		e.kv.release(s.blocks[i])
+	}
+	s.blocks = s.blocks[:0]
+}
+
+// applyStep completes a single step at end: requests whose tokens are all
+// computed sample one token.
+func (e *Engine) applyStep(end time.Time, emit func(Event)) {
+	for _, en := range e.plan.entries {
+		s := en.s
+		if s.state != stRunning || s.computed < s.tokens() {
+			continue // aborted, or a prefill chunk that samples nothing
+		}
+		e.sample(s, end, emit)
+	}
+	e.plan.applied = 1
+}
+
+// applyRun applies j more steps of a decode run.
+func (e *Engine) applyRun(j int, emit func(Event)) {
+	pl := &e.plan
+	target := pl.applied + j
+	last := target == pl.steps
+	bulk := j
+	if last {
+		bulk-- // the last step may finish requests: sampled one by one below
+	}
+	if bulk > 0 {
+		if pl.streamers {
+			for k := 1; k <= bulk; k++ {
+				at := pl.start.Add(time.Duration(pl.applied+k) * pl.dur)
+				for _, s := range e.running {
+					s.outputs++
+					if s.req.StreamTokens {
+						emit(Event{Kind: Token, ID: s.req.ID, At: at, CachedTokens: max(s.cached, 0), OutputTokens: s.outputs})
+					}
+				}
+			}
+		} else {
+			for _, s := range e.running {
+				s.outputs += bulk
+			}
+		}
+		e.st.GenerationTokens += uint64(bulk * len(e.running))
+	}
+	// Schedule the steps that have started by now (the run checked that
+	// their blocks are free).
+	if upto := min(target+1, pl.steps); upto > pl.scheduled {
+		d := upto - pl.scheduled
+		for _, s := range e.running {
+			e.allocate(s, d)
+			s.computed += d
+		}
+		pl.scheduled = upto
+	}
+	pl.applied = target
+	if last {
+		at := pl.start.Add(time.Duration(pl.steps) * pl.dur)
+		for _, s := range e.running {
+			e.sample(s, at, emit)
+		}
+	}
+}
+
+// sample gives s one output token at t and emits its events.
+func (e *Engine) sample(s *seq, t time.Time, emit func(Event)) {
+	s.outputs++
+	e.st.GenerationTokens++
+	cached := max(s.cached, 0)
+	switch {
+	case s.outputs == 1:
+		e.st.PromptTokens += uint64(s.req.Prompt.Tokens)
+		e.ttft.observe(t.Sub(s.arrival).Seconds())
+		emit(Event{Kind: FirstToken, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: 1})
+	case s.req.StreamTokens:
+		emit(Event{Kind: Token, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
+	}
+	if s.outputs >= s.req.MaxTokens {
+		e.st.Finished++
+		e.e2e.observe(t.Sub(s.arrival).Seconds())
+		e.freeBlocks(s)
+		s.done = true
+		emit(Event{Kind: Finished, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
+	}
+}
+
+// reap removes finished requests from the running list (keeping its order)
+// and recycles them.
+func (e *Engine) reap() {
+	kept := e.running[:0]
+	for _, s := range e.running {
+		if !s.done {
+			kept = append(kept, s)
+			continue
+		}
+		s.state = stGone
+		delete(e.seqs, s.req.ID)
+		if e.blocked.s == s {
+			e.blocked.s = nil
+		}
+		e.spare = append(e.spare, s)
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+}
+
+// newSeq returns a clean request record, reusing a finished one.
+func (e *Engine) newSeq() *seq {
+	if n := len(e.spare); n > 0 {
+		s := e.spare[n-1]
+		e.spare = e.spare[:n-1]
+		*s = seq{blocks: s.blocks[:0], cached: -1}
+		return s
+	}
+	return &seq{cached: -1}
+}
+
+// compactWaiting drops the consumed head of the waiting queue when it
+// dominates the slice.
+func (e *Engine) compactWaiting() {
+	if e.whead == len(e.waiting) {
+		clear(e.waiting)
+		e.waiting = e.waiting[:0]
+		e.whead = 0
+	} else if e.whead > 64 && e.whead*2 > len(e.waiting) {
+		n := copy(e.waiting, e.waiting[e.whead:])
+		clear(e.waiting[n:])
+		e.waiting = e.waiting[:n]
+		e.whead = 0
+	}
+}
+
+// stepTime is the model's duration of a step with seqs requests and tokens
+// batched tokens.
+func (e *Engine) stepTime(seqs, tokens int) time.Duration {
+	p := e.profile
+	d := p.StepBase + time.Duration(seqs)*p.StepPerSeq + time.Duration(tokens)*p.StepPerToken
+	if e.slowdown != 1 {
+		d = time.Duration(float64(d) * e.slowdown)
+	}
+	return max(d, time.Nanosecond)
+}
+
+// stepsBy is how many of a plan's steps (at most limit) end at or before t.
+func stepsBy(start time.Time, dur time.Duration, t time.Time, limit int) int {
+	d := t.Sub(start)
+	if d < dur {
+		return 0
+	}
+	return int(min(int64(d/dur), int64(limit)))
+}
+
+// blocksFor is the number of blocks that hold n tokens.
+func blocksFor(n int) int { return (n + tokenize.BlockSize - 1) / tokenize.BlockSize }
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

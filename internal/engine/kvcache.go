@@ -1,0 +1,132 @@
+package engine
+
+// The KV cache follows vLLM v1's block pool (vllm/v1/core/block_pool.py):
+// fixed-size blocks with a reference count; a full prompt block is cached
+// under its chained hash; blocks whose count drops to zero go to the tail of
+// an LRU free queue but keep their hash, so a later request can still hit
+// them; a block is evicted (its hash forgotten) only when it is taken from
+// the head of the free queue for new data; a hit on a free block takes it
+// out of the queue again ("touch").
+
+// noBlock marks an empty link.
+const noBlock int32 = -1
+
+// kvBlock is one 16-token KV block.
+type kvBlock struct {
+	hash   uint64
+	hashed bool  // hash is valid and the block is in kvCache.cached
+	ref    int32 // running requests using the block; 0 = in the free queue
+	prev   int32 // free-queue links (intrusive doubly linked list)
+	next   int32
+}
+
+// kvCache is the block pool: blocks, the LRU free queue and the hash index.
+type kvCache struct {
+	blocks  []kvBlock
+	head    int32 // least recently freed: evicted first
+	tail    int32
+	numFree int
+	cached  map[uint64]int32
+	// gen changes whenever a hash is added, so a blocked waiting request
+	// knows that its prefix lookup may give more now.
+	gen uint64
+}
+
+func newKVCache(n int) *kvCache {
+	c := &kvCache{
+		blocks: make([]kvBlock, n),
+		head:   noBlock,
+		tail:   noBlock,
+		cached: make(map[uint64]int32, n),
+	}
+	// Initially every block is free, in index order.
+	for i := range c.blocks {
+		c.pushBack(int32(i))
+	}
+	return c
+}
+
+func (c *kvCache) pushBack(i int32) {
+	b := &c.blocks[i]
+	b.prev, b.next = c.tail, noBlock
+	if c.tail == noBlock {
+		c.head = i
+	} else {
+		c.blocks[c.tail].next = i
+	}
+	c.tail = i
+	c.numFree++
+}
+
+func (c *kvCache) unlink(i int32) {
+	b := &c.blocks[i]
+	if b.prev == noBlock {
+		c.head = b.next
+	} else {
+		c.blocks[b.prev].next = b.next
+	}
+	if b.next == noBlock {
+		c.tail = b.prev
+	} else {
+		c.blocks[b.next].prev = b.prev
+	}
+	b.prev, b.next = noBlock, noBlock
+	c.numFree--
+}
+
+// alloc takes the least recently freed block, evicting its cached hash.
+// The caller has checked that numFree > 0.
+func (c *kvCache) alloc() int32 {
+	i := c.head
+	c.unlink(i)
+	b := &c.blocks[i]
+	if b.hashed {
+		if j, ok := c.cached[b.hash]; ok && j == i {
+			delete(c.cached, b.hash)
+		}
+		b.hashed = false
+	}
+	b.ref = 1
+	return i
+}
+
+// touch adds a reference to a cached block found by a prefix hit.
+func (c *kvCache) touch(i int32) {
+	b := &c.blocks[i]
+	if b.ref == 0 {
+		c.unlink(i)
+	}
+	b.ref++
+}
+
+// release drops a reference; an unreferenced block joins the free queue's
+// tail (most recently used), keeping its hash.
+func (c *kvCache) release(i int32) {
+	b := &c.blocks[i]
+	b.ref--
+	if b.ref == 0 {
+		c.pushBack(i)
+	}
+}
+
+// lookup returns the cached block with hash h.
+func (c *kvCache) lookup(h uint64) (int32, bool) {
+	i, ok := c.cached[h]
+	return i, ok
+}
+
+// cache registers block i (now full of computed prompt tokens) under hash
+// h. When another block already holds h (two requests prefilled the same
+// prefix at once) the block stays uncached, a duplicate as in vLLM.
+func (c *kvCache) cache(i int32, h uint64) {
+	if _, dup := c.cached[h]; dup {
+		return
+	}
+	c.cached[h] = i
+	b := &c.blocks[i]
+	b.hash, b.hashed = h, true
+	c.gen++
+}
+
+// used is the number of blocks referenced by requests.
+func (c *kvCache) used() int { return len(c.blocks) - c.numFree }
