@@ -1,8 +1,21 @@
 package request
 
 import (
+	"bytes"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // ErrBadRequest wraps every error caused by the client's request (HTTP 400).
@@ -18,8 +31,599 @@ type Config struct {
 	PromptBlocks        bool // also compute tokenize block hashes (cache-aware policies)
 }
 
+// MaxKeyBytes bounds a session key or tenant id: a longer one is replaced by
+// "sha256:" and 32 hex digits of its hash, so keys stay small in the pin
+// table, logs and admin JSON.
+const MaxKeyBytes = 256
+
+// maxModelBytes bounds the model name; longer names are rejected.
+const maxModelBytes = 512
+
+// maxOutputTokens caps an expected output so absurd max_tokens values cannot
+// overflow load weights; the replica rejects them anyway.
+const maxOutputTokens = 1 << 24
+
+// DefaultConfig returns the key sources of SPEC s2.1 and the seeds' defaults.
+// The body field metadata.user_id yields only the session_<uuid> part of a
+// Claude Code user id (user_<hash>_account_<id>_session_<uuid>).
+func DefaultConfig() Config {
+	return Config{
+		SessionHeaders: []string{
+			"x-session-id", "x-claude-code-session-id", "x-kilocode-taskid",
+			"x-cursor-conversation-id", "helicone-session-id", "session-id", "thread-id",
+		},
+		SessionBodyFields: []string{
+			"prompt_cache_key", "conversation_id", "thread_id", "session_id",
+			"metadata.session_id", "metadata.user_id",
+		},
+		TenantHeaders:       []string{"x-project-id", "x-kilocode-projectid"},
+		PrefixChars:         4096,
+		DefaultOutputTokens: 256,
+	}
+}
+
+// Validate reports the first invalid setting, naming its YAML key.
+func (c Config) Validate() error {
+	for _, list := range []struct {
+		key   string
+		names []string
+	}{
+		{"request.session_headers", c.SessionHeaders},
+		{"request.tenant_headers", c.TenantHeaders},
+	} {
+		for i, name := range list.names {
+			if !validHeaderName(name) {
+				return fmt.Errorf("request: %s[%d]: %q is not a valid HTTP header name", list.key, i, name)
+			}
+		}
+	}
+	for i, path := range c.SessionBodyFields {
+		if path == "" || slicesContainEmpty(strings.Split(path, ".")) {
+			return fmt.Errorf("request: request.session_body_fields[%d]: %q is not a dotted field path like metadata.session_id", i, path)
+		}
+	}
+	if c.PrefixChars <= 0 {
+		return fmt.Errorf("request: request.prefix_chars: %d must be positive", c.PrefixChars)
+	}
+	if c.DefaultOutputTokens <= 0 {
+		return fmt.Errorf("request: request.default_output_tokens: %d must be positive", c.DefaultOutputTokens)
+	}
+	return nil
+}
+
+func slicesContainEmpty(parts []string) bool {
+	for _, p := range parts {
+		if p == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// badRequest is a client error: its message is meant for the client (the
+// proxy puts it in the OpenAI error body) and it matches ErrBadRequest.
+type badRequest struct {
+	msg   string
+	cause error
+}
+
+func (e *badRequest) Error() string        { return e.msg }
+func (e *badRequest) Unwrap() error        { return e.cause }
+func (e *badRequest) Is(target error) bool { return target == ErrBadRequest }
+
+func badf(cause error, format string, args ...any) error {
+	return &badRequest{msg: "request: " + fmt.Sprintf(format, args...), cause: cause}
+}
+
+// endpoint is what Parse knows how to read.
+type endpoint int
+
+const (
+	endpointOther endpoint = iota
+	endpointChat
+	endpointCompletions
+	endpointEmbeddings
+)
+
+func endpointOf(path string) endpoint {
+	switch strings.TrimSuffix(path, "/") {
+	case "/v1/chat/completions":
+		return endpointChat
+	case "/v1/completions":
+		return endpointCompletions
+	case "/v1/embeddings":
+		return endpointEmbeddings
+	}
+	return endpointOther
+}
+
+// message is the part of a chat message routing reads.
+type message struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
 // Parse profiles one request. path is the URL path (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, ...). Errors wrap ErrBadRequest.
+//
+// Chat, completions and embeddings bodies must be JSON objects with a
+// "model". A zero PrefixChars or DefaultOutputTokens takes the default;
+// empty key lists find no key. Other paths (passed through by the proxy) are read leniently: a
+// body that is not a JSON object is no error, only the headers are used.
 func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, error) {
-	panic("request: Parse not implemented yet")
+	ep := endpointOf(path)
+	def := DefaultConfig()
+	if cfg.PrefixChars <= 0 {
+		cfg.PrefixChars = def.PrefixChars
+	}
+	if cfg.DefaultOutputTokens <= 0 {
+		cfg.DefaultOutputTokens = def.DefaultOutputTokens
+	}
+	p := Profile{OutputTokens: cfg.DefaultOutputTokens}
+	fields, err := decodeObject(body)
+	if err != nil {
+		if ep != endpointOther {
+			return Profile{}, err
+		}
+		fields = nil
+	}
+
+	if p.Model, err = parseModel(fields, ep != endpointOther); err != nil {
+		return Profile{}, err
+	}
+	p.SessionKey = sessionKey(cfg, header, fields)
+
+	var system, prompt string // prefix source and rendered prompt
+	switch ep {
+	case endpointChat:
+		if system, prompt, p.PromptTokens, err = parseChat(fields); err != nil {
+			return Profile{}, err
+		}
+	case endpointCompletions:
+		if prompt, p.PromptTokens, err = parsePrompt(fields, "prompt"); err != nil {
+			return Profile{}, err
+		}
+		system = prompt
+	case endpointEmbeddings:
+		if _, p.PromptTokens, err = parsePrompt(fields, "input"); err != nil {
+			return Profile{}, err
+		}
+	case endpointOther:
+		// Best effort: a chat-like body (e.g. the Anthropic Messages API)
+		// still gives keys and estimates; anything else is not an error.
+		if sys, text, tokens, err := parseChat(fields); err == nil {
+			system, prompt, p.PromptTokens = sys, text, tokens
+		}
+	}
+	if err := parseOutput(fields, &p); err != nil && ep != endpointOther {
+		return Profile{}, err
+	}
+	if ep == endpointEmbeddings {
+		p.OutputTokens = 0 // embeddings generate nothing
+	}
+
+	if system != "" {
+		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))
+	}
+	if cfg.PromptBlocks && prompt != "" {
+		p.PromptBlocks = tokenize.FromText(prompt).Blocks
+	}
+	return p, nil
+}
+
+// decodeObject decodes the body's top level, leaving values raw so that
+// only the fields routing needs are decoded further.
+func decodeObject(body []byte) (map[string]json.RawMessage, error) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, badf(nil, "empty body: expected a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return nil, badf(nil, "body must be a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, badf(err, "malformed JSON body: %s", jsonErrorText(err))
+	}
+	return fields, nil
+}
+
+func jsonErrorText(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Sprintf("%s (at byte %d)", syn.Error(), syn.Offset)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func parseModel(fields map[string]json.RawMessage, required bool) (string, error) {
+	raw := fields["model"]
+	if isNull(raw) {
+		if required {
+			return "", badf(nil, `missing "model"`)
+		}
+		return "", nil
+	}
+	var model string
+	if err := json.Unmarshal(raw, &model); err != nil {
+		if required {
+			return "", badf(err, `"model" must be a string`)
+		}
+		return "", nil
+	}
+	switch {
+	case model == "" && required:
+		return "", badf(nil, `"model" must not be empty`)
+	case len(model) > maxModelBytes:
+		return "", badf(nil, `"model" is longer than %d bytes`, maxModelBytes)
+	case strings.IndexFunc(model, unicode.IsControl) >= 0:
+		return "", badf(nil, `"model" contains control characters`)
+	}
+	return model, nil
+}
+
+// parseOutput sets the expected output tokens: max_completion_tokens, else
+// max_tokens, else the configured default.
+func parseOutput(fields map[string]json.RawMessage, p *Profile) error {
+	for _, name := range []string{"max_completion_tokens", "max_tokens"} {
+		raw := fields[name]
+		if isNull(raw) {
+			continue
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || f < 1 || f != math.Trunc(f) {
+			return badf(err, "%q must be a positive integer", name)
+		}
+		p.OutputTokens = int(min(f, maxOutputTokens))
+		return nil
+	}
+	return nil
+}
+
+// sessionKey returns the first session key found in the configured headers,
+// then body fields (SPEC s2.1), sanitized.
+func sessionKey(cfg Config, header http.Header, fields map[string]json.RawMessage) string {
+	for _, name := range cfg.SessionHeaders {
+		for _, v := range header.Values(name) {
+			if k := sanitizeKey(v); k != "" {
+				return k
+			}
+		}
+	}
+	for _, path := range cfg.SessionBodyFields {
+		raw := lookup(fields, path)
+		if isNull(raw) {
+			continue
+		}
+		v, ok := scalarText(raw)
+		if !ok {
+			continue
+		}
+		if path == "user_id" || strings.HasSuffix(path, ".user_id") {
+			v = claudeCodeSession(v)
+		}
+		if k := sanitizeKey(v); k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// lookup follows a dotted path through nested objects; nil when absent.
+func lookup(fields map[string]json.RawMessage, path string) json.RawMessage {
+	name, rest, nested := strings.Cut(path, ".")
+	raw := fields[name]
+	for nested && !isNull(raw) {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return nil
+		}
+		name, rest, nested = strings.Cut(rest, ".")
+		raw = obj[name]
+	}
+	return raw
+}
+
+// scalarText returns a JSON string's value or a number's literal.
+func scalarText(raw json.RawMessage) (string, bool) {
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return "", false
+		}
+		return s, true
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return string(raw), true
+	}
+	return "", false
+}
+
+// claudeCodeSession extracts the session part of a Claude Code
+// metadata.user_id: "session_<uuid>" from
+// "user_<hash>_account_<id>_session_<uuid>", or the session_id of the JSON
+// form newer versions send. Other user ids yield "": a user is not a session.
+func claudeCodeSession(userID string) string {
+	if i := strings.LastIndex(userID, "_session_"); i >= 0 {
+		return userID[i+1:]
+	}
+	if strings.HasPrefix(strings.TrimSpace(userID), "{") {
+		var v struct {
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal([]byte(userID), &v) == nil && v.SessionID != "" {
+			return "session_" + v.SessionID
+		}
+	}
+	return ""
+}
+
+// sanitizeKey makes a client-supplied key safe for logs, headers and admin
+// JSON: surrounding space trimmed, control, format and invalid bytes
+// dropped, and keys longer than MaxKeyBytes replaced by a hash.
+func sanitizeKey(s string) string {
+	s = strings.TrimSpace(s)
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			clean = false
+			break
+		}
+	}
+	if !clean {
+		var b strings.Builder
+		for i := 0; i < len(s); {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !(r == utf8.RuneError && size == 1) && unicode.IsPrint(r) {
+				b.WriteRune(r)
+			}
+			i += size
+		}
+		s = strings.TrimSpace(b.String())
+	}
+	if len(s) > MaxKeyBytes {
+		sum := sha256.Sum256([]byte(s))
+		return "sha256:" + hex.EncodeToString(sum[:16])
+	}
+	return s
+}
+
+// tenant returns the first configured tenant header's sanitized value.
+func tenant(cfg Config, header http.Header) string {
+	for _, name := range cfg.TenantHeaders {
+		for _, v := range header.Values(name) {
+			if t := sanitizeKey(v); t != "" {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// prefixKey is the MD5 (hex) of the first chars characters of text, preceded
+// by "tenant:" when there is a tenant, so tenants sharing a system prompt
+// get distinct keys (SPEC s2).
+func prefixKey(text string, chars int, tenant string) string {
+	n := 0
+	for i := range text {
+		if n == chars {
+			text = text[:i]
+			break
+		}
+		n++
+	}
+	sum := md5.Sum([]byte(text))
+	key := hex.EncodeToString(sum[:])
+	if tenant != "" {
+		key = tenant + ":" + key
+	}
+	return key
+}
+
+// parseChat reads a chat body: the system text (system and developer
+// messages, else a top-level system prompt), the rendered prompt and its
+// estimated tokens (tool definitions included).
+func parseChat(fields map[string]json.RawMessage) (system, prompt string, tokens int, err error) {
+	msgs, system, err := parseMessages(fields)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if system == "" {
+		if system, err = topLevelSystem(fields); err != nil {
+			return "", "", 0, err
+		}
+	}
+	if msgs != nil {
+		prompt = tokenize.RenderChat(msgs)
+	}
+	return system, prompt, tokenize.CountText(prompt) + rawTokens(fields["tools"]), nil
+}
+
+// parseMessages decodes "messages" and returns them for rendering, plus the
+// system and developer messages' text joined by newlines. A body without
+// messages gives nil messages and no error.
+func parseMessages(fields map[string]json.RawMessage) ([]tokenize.Message, string, error) {
+	raw := fields["messages"]
+	if isNull(raw) {
+		return nil, "", nil
+	}
+	if raw[0] != '[' {
+		return nil, "", badf(nil, `"messages" must be an array`)
+	}
+	var msgs []message
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, "", badf(err, `invalid "messages": %s`, jsonErrorText(err))
+	}
+	out := make([]tokenize.Message, 0, len(msgs))
+	var system strings.Builder
+	for i, m := range msgs {
+		text, err := contentText(m.Content)
+		if err != nil {
+			return nil, "", badf(err, `"messages[%d].content" must be a string or an array of content parts`, i)
+		}
+		if m.Role == "system" || m.Role == "developer" {
+			if system.Len() > 0 && text != "" {
+				system.WriteByte('\n')
+			}
+			system.WriteString(text)
+		}
+		if !isNull(m.ToolCalls) {
+			text += compactJSON(m.ToolCalls)
+		}
+		out = append(out, tokenize.Message{Role: m.Role, Content: text})
+	}
+	return out, system.String(), nil
+}
+
+// contentText returns a message content's text: a string, or the text
+// parts of an array of content parts joined by newlines (images and other
+// parts carry no text and are skipped).
+func contentText(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	case '[':
+		var parts []json.RawMessage
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		for _, part := range parts {
+			text, err := partText(part)
+			if err != nil {
+				return "", err
+			}
+			if text == "" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(text)
+		}
+		return b.String(), nil
+	}
+	return "", errors.New("content is neither a string nor an array")
+}
+
+func partText(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	case '{':
+		var part struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &part); err != nil {
+			return "", err
+		}
+		if part.Type == "text" || part.Type == "input_text" {
+			return part.Text, nil
+		}
+		return "", nil
+	}
+	return "", errors.New("content part is neither an object nor a string")
+}
+
+// topLevelSystem reads a system prompt given outside "messages": the
+// Anthropic Messages API's "system" (string or text blocks) or the
+// Responses API's "instructions". Both pass through the proxy.
+func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
+	for _, name := range []string{"system", "instructions"} {
+		raw := fields[name]
+		if isNull(raw) {
+			continue
+		}
+		text, err := contentText(raw)
+		if err != nil {
+			return "", badf(err, "%q must be a string or an array of text blocks", name)
+		}
+		if text != "" {
+			return text, nil
+		}
+	}
+	return "", nil
+}
+
+// parsePrompt reads a completions "prompt" or embeddings "input": a string,
+// an array of strings (joined by newlines), or token ids (an array of
+// integers or of such arrays; their compact JSON text stands for the
+// prompt). It returns the text and the estimated tokens (the count of ids
+// for token arrays).
+func parsePrompt(fields map[string]json.RawMessage, name string) (text string, tokens int, err error) {
+	raw := fields[name]
+	if isNull(raw) {
+		return "", 0, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, tokenize.CountText(s), nil
+	}
+	var strs []string
+	if json.Unmarshal(raw, &strs) == nil {
+		s = strings.Join(strs, "\n")
+		return s, tokenize.CountText(s), nil
+	}
+	var ids []int64
+	if json.Unmarshal(raw, &ids) == nil {
+		return compactJSON(raw), len(ids), nil
+	}
+	var batches [][]int64
+	if json.Unmarshal(raw, &batches) == nil {
+		n := 0
+		for _, b := range batches {
+			n += len(b)
+		}
+		return compactJSON(raw), n, nil
+	}
+	return "", 0, badf(nil, "%q must be a string, an array of strings or an array of token ids", name)
+}
+
+// rawTokens estimates the tokens of a raw JSON value (tool definitions).
+func rawTokens(raw json.RawMessage) int {
+	if isNull(raw) {
+		return 0
+	}
+	return tokenize.CountText(compactJSON(raw))
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
 }

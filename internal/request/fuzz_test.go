@@ -1,0 +1,49 @@
+package request
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+var fuzzPaths = []string{chatPath, compPath, embPath, "/v1/messages", "/v1/models"}
+
+// FuzzParse checks that no body, path or header makes Parse panic, that
+// every error is a bad request, and that keys stay safe to log.
+func FuzzParse(f *testing.F) {
+	f.Add(uint8(0), "s1", "acme", []byte(`{"model":"m","messages":[{"role":"system","content":"hi"}]}`))
+	f.Add(uint8(1), "", "", []byte(`{"model":"m","prompt":[1,2,3],"max_tokens":4}`))
+	f.Add(uint8(2), "", "", []byte(`{"model":"e","input":["a","b"]}`))
+	f.Add(uint8(3), "x\r\ny", "", []byte(`{"model":"m","system":"s","messages":[]}`))
+	f.Fuzz(func(t *testing.T, pathSel uint8, session, tenant string, body []byte) {
+		cfg := DefaultConfig()
+		cfg.PromptBlocks = true
+		h := http.Header{}
+		h.Set("X-Session-Id", session)
+		h.Set("X-Project-Id", tenant)
+		path := fuzzPaths[int(pathSel)%len(fuzzPaths)]
+		p, err := Parse(cfg, path, h, body)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("error %v does not wrap ErrBadRequest", err)
+			}
+			if !strings.HasPrefix(err.Error(), "request: ") {
+				t.Fatalf("error %q lacks the package prefix", err)
+			}
+			return
+		}
+		for _, k := range []string{p.SessionKey, p.PrefixKey} {
+			if len(k) > 2*MaxKeyBytes+40 {
+				t.Fatalf("key of %d bytes", len(k))
+			}
+			if strings.IndexFunc(k, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+				t.Fatalf("key %q has unprintable characters", k)
+			}
+		}
+		if p.PromptTokens < 0 || p.OutputTokens < 0 {
+			t.Fatalf("negative tokens: %+v", p)
+		}
+	})
+}
