@@ -17,12 +17,17 @@ type llmlb struct{ b *Balancer }
 // Name returns "llmlb".
 func (*llmlb) Name() string { return PolicyLLMLB }
 
-// candidate sets of step 2, narrowest first.
+// candidateSet is step 2's choice of candidates, narrowest first.
+type candidateSet int
+
 const (
-	setNoWait   = "no-wait"
-	setLive     = "live"
-	setRoutable = "routable"
+	noWait   candidateSet = iota // LIVE replicas with effective_waiting == 0
+	live                         // LIVE replicas
+	routable                     // LIVE and PROBING replicas
 )
+
+// setNames are the candidate sets as Explanation.CandidateSet shows them.
+var setNames = [...]string{noWait: "no-wait", live: "live", routable: "routable"}
 
 // Choose runs steps 2-4 on step 1's pool (cands, len > 0).
 func (l *llmlb) Choose(p *policy.Request, cands []policy.Candidate, now time.Time) policy.Choice {
@@ -31,52 +36,51 @@ func (l *llmlb) Choose(p *policy.Request, cands []policy.Candidate, now time.Tim
 	// Step 2. No-wait: if some LIVE replica has effective_waiting == 0, only
 	// those are candidates; otherwise LIVE ones; otherwise all routable. A
 	// new session thus lands on a cold, idle replica, not in someone's queue.
-	e.CandidateSet = setRoutable
-	for _, c := range cands {
-		if c.Live && c.EffectiveWaiting == 0 {
-			e.CandidateSet = setNoWait
-			break
-		}
-		if c.Live {
-			e.CandidateSet = setLive
+	set := routable
+	for i := range cands {
+		if c := &cands[i]; c.Live {
+			set = live
+			if c.EffectiveWaiting == 0 {
+				set = noWait
+				break
+			}
 		}
 	}
-	in := func(c policy.Candidate) bool {
-		switch e.CandidateSet {
-		case setNoWait:
-			return c.Live && c.EffectiveWaiting == 0
-		case setLive:
-			return c.Live
-		}
-		return true
+	in := func(c *policy.Candidate) bool {
+		return set == routable || c.Live && (set == live || c.EffectiveWaiting == 0)
 	}
+	e.CandidateSet = setNames[set]
 
 	// Step 3. Least-loaded: the minimum effective_running (min_r); ties
 	// broken round-robin, LIVE preferred over PROBING.
-	minR := math.Inf(1)
-	for _, c := range cands {
-		if in(c) {
-			e.Candidates++
-			minR = min(minR, c.EffectiveRunning)
+	minR, liveAtMin := math.Inf(1), false
+	for i := range cands {
+		c := &cands[i]
+		if !in(c) {
+			continue
+		}
+		e.Candidates++
+		switch {
+		case c.EffectiveRunning < minR:
+			minR, liveAtMin = c.EffectiveRunning, c.Live
+		case c.EffectiveRunning == minR:
+			liveAtMin = liveAtMin || c.Live
 		}
 	}
-	preferLive := false
-	for _, c := range cands {
-		if in(c) && c.EffectiveRunning == minR && c.Live {
-			preferLive = true
-		}
-	}
-	best := -1
-	start := int(b.rr % uint64(len(cands))) // rotate the starting point
+	e.MinRunning = minR
+	best, n := -1, len(cands)
+	start := int(b.rr % uint64(n)) // round-robin: rotate the starting point
 	b.rr++
-	for j := range cands {
-		i := (start + j) % len(cands)
-		if c := cands[i]; in(c) && c.EffectiveRunning == minR && c.Live == preferLive {
+	for j := range n {
+		i := start + j
+		if i >= n {
+			i -= n
+		}
+		if c := &cands[i]; in(c) && c.EffectiveRunning == minR && c.Live == liveAtMin {
 			best = i
 			break
 		}
 	}
-	e.MinRunning = minR
 
 	// Step 4. Pin (soft sticky): session key first, then prefix key.
 	return l.pin(p, cands, best, minR, now)

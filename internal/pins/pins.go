@@ -133,18 +133,20 @@ func (l *list) remove(e *entry) {
 // calls it under its lock.
 type Table struct {
 	cfg     Config
-	entries map[key]*entry
+	entries [numKinds]map[string]*entry
+	n       int // pins of both kinds
 	byAge   [numKinds]list
 	free    *entry // recycled entries, linked through next
+	last    *entry // the entry of the latest lookup: step 4 touches a pin right after finding it
 }
 
 // New returns an empty table. cfg must have passed Validate.
 func New(cfg Config) *Table {
-	return &Table{cfg: cfg, entries: make(map[key]*entry)}
+	return &Table{cfg: cfg, entries: [numKinds]map[string]*entry{make(map[string]*entry), make(map[string]*entry)}}
 }
 
 // Len returns the number of pins, expired ones not yet swept included.
-func (t *Table) Len() int { return len(t.entries) }
+func (t *Table) Len() int { return t.n }
 
 func (t *Table) ttl(k Kind) time.Duration {
 	if k == Session {
@@ -159,7 +161,10 @@ func (t *Table) expired(e *entry, now time.Time) bool {
 
 // get returns the live entry for k, deleting it lazily if it expired.
 func (t *Table) get(k key, now time.Time) *entry {
-	e := t.entries[k]
+	e := t.last
+	if e == nil || e.key != k {
+		e = t.entries[k.kind][k.key]
+	}
 	if e == nil {
 		return nil
 	}
@@ -167,6 +172,7 @@ func (t *Table) get(k key, now time.Time) *entry {
 		t.delete(e)
 		return nil
 	}
+	t.last = e
 	return e
 }
 
@@ -201,12 +207,13 @@ func (t *Table) Use(kind Kind, k string, now time.Time) {
 func (t *Table) Bind(kind Kind, k string, replica string, now time.Time) {
 	e := t.get(key{kind, k}, now)
 	if e == nil {
-		if len(t.entries) >= t.cfg.MaxPins {
+		if t.n >= t.cfg.MaxPins {
 			t.evictOldest()
 		}
 		e = t.alloc()
 		e.key = key{kind, k}
-		t.entries[e.key] = e
+		t.entries[kind][k] = e
+		t.n++
 		e.lastUsed = now
 		t.byAge[kind].pushBack(e)
 	}
@@ -238,7 +245,7 @@ func (t *Table) Spill(kind Kind, k string, chosen string, rebindOK bool, now tim
 
 // Delete removes a pin; it reports whether one existed.
 func (t *Table) Delete(kind Kind, k string) bool {
-	e := t.entries[key{kind, k}]
+	e := t.entries[kind][k]
 	if e == nil {
 		return false
 	}
@@ -263,10 +270,12 @@ func (t *Table) Sweep(now time.Time, budget int) int {
 // RemoveReplica deletes every pin on replica (O(pins); an admin action).
 func (t *Table) RemoveReplica(replica string) int {
 	n := 0
-	for _, e := range t.entries {
-		if e.replica == replica {
-			t.delete(e)
-			n++
+	for k := range t.entries {
+		for _, e := range t.entries[k] {
+			if e.replica == replica {
+				t.delete(e)
+				n++
+			}
 		}
 	}
 	return n
@@ -309,7 +318,11 @@ func (t *Table) evictOldest() {
 }
 
 func (t *Table) delete(e *entry) {
-	delete(t.entries, e.key)
+	if t.last == e {
+		t.last = nil
+	}
+	delete(t.entries[e.kind], e.key.key)
+	t.n--
 	t.byAge[e.kind].remove(e)
 	*e = entry{next: t.free}
 	t.free = e
