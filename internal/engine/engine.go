@@ -191,6 +191,8 @@ type Engine struct {
 	hitBuf []int32
 	spare  []*seq // finished requests, recycled with their block slices
 	noRuns bool   // tests: plan every step singly (the reference simulation)
+	plans  uint64 // plans made (steps or decode runs): the benchmark's work unit
+	steps  uint64 // scheduler steps simulated
 
 	st   Stats // counters only; the histograms live below
 	ttft hist
@@ -317,6 +319,7 @@ func (e *Engine) Advance(now time.Time, emit func(Event)) {
 			e.applyStep(end, emit)
 		}
 		end := pl.start.Add(time.Duration(pl.steps) * pl.dur)
+		e.steps += uint64(pl.steps)
 		pl.active = false
 		e.clock = end
 		e.reap()
@@ -478,6 +481,7 @@ func (e *Engine) planStep(b time.Time) bool {
 	if len(ents) == 0 {
 		return false
 	}
+	e.plans++
 	pl.active = true
 	pl.start = b
 	pl.dur = e.stepTime(len(ents), tokens)

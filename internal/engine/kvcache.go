@@ -26,7 +26,7 @@ type kvCache struct {
 	head    int32 // least recently freed: evicted first
 	tail    int32
 	numFree int
-	cached  map[uint64]int32
+	cached  *hashIndex
 	// gen changes whenever a hash is added, so a blocked waiting request
 	// knows that its prefix lookup may give more now.
 	gen uint64
@@ -37,7 +37,7 @@ func newKVCache(n int) *kvCache {
 		blocks: make([]kvBlock, n),
 		head:   noBlock,
 		tail:   noBlock,
-		cached: make(map[uint64]int32, n),
+		cached: newHashIndex(n),
 	}
 	// Initially every block is free, in index order.
 	for i := range c.blocks {
@@ -81,9 +81,7 @@ func (c *kvCache) alloc() int32 {
 	c.unlink(i)
 	b := &c.blocks[i]
 	if b.hashed {
-		if j, ok := c.cached[b.hash]; ok && j == i {
-			delete(c.cached, b.hash)
-		}
+		c.cached.del(b.hash, i)
 		b.hashed = false
 	}
 	b.ref = 1
@@ -111,18 +109,16 @@ func (c *kvCache) release(i int32) {
 
 // lookup returns the cached block with hash h.
 func (c *kvCache) lookup(h uint64) (int32, bool) {
-	i, ok := c.cached[h]
-	return i, ok
+	return c.cached.get(h)
 }
 
 // cache registers block i (now full of computed prompt tokens) under hash
 // h. When another block already holds h (two requests prefilled the same
 // prefix at once) the block stays uncached, a duplicate as in vLLM.
 func (c *kvCache) cache(i int32, h uint64) {
-	if _, dup := c.cached[h]; dup {
+	if !c.cached.put(h, i) {
 		return
 	}
-	c.cached[h] = i
 	b := &c.blocks[i]
 	b.hash, b.hashed = h, true
 	c.gen++
