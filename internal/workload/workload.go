@@ -19,6 +19,16 @@ type Request struct {
 	Profile request.Profile
 	Prompt  tokenize.Prompt
 	Output  int // output tokens the engine will generate
+
+	owner completer // the generator that made it; Complete is routed there
+	sess  *session  // its session, for closed-loop generators
+	done  bool      // Complete has been called
+}
+
+// completer is what every generator in this package implements; a mixed
+// workload routes each completion to the part that made the request.
+type completer interface {
+	complete(r *Request, at time.Duration)
 }
 
 // Workload is a source of requests in arrival order. Closed-loop workloads

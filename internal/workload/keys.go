@@ -1,0 +1,76 @@
+package workload
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// Content domains keep the block keys of system prompts, session streams,
+// single requests and trace blocks apart, so that system prompt 5 and
+// session 5 never produce the same key by accident.
+const (
+	domSystem uint64 = iota + 1
+	domSession
+	domRequest
+	domMooncake
+	domTraceRequest
+)
+
+// mix64 is the splitmix64 finaliser: a cheap, well-spread 64-bit mixer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// mix combines two words into one key.
+func mix(a, b uint64) uint64 {
+	return mix64(mix64(a+0x9e3779b97f4a7c15) ^ (b + 0x632be59bd9b4e019))
+}
+
+// contentID names one piece of content (a system prompt, a session's stream,
+// a request's own tokens) within a salt (workload instance and seed).
+func contentID(salt, domain, id uint64) uint64 {
+	return mix(mix(salt, domain), id)
+}
+
+// blockKey is the content key of block j of the content named by id.
+func blockKey(id uint64, j int) uint64 { return mix(id, uint64(j)) }
+
+// md5Key renders a stable prefix key the way the profiler renders the MD5 of
+// a system prompt: 32 lowercase hex digits, with the tenant joined in front
+// when there is one.
+func md5Key(tenant, content string) string {
+	sum := md5.Sum([]byte(content))
+	h := hex.EncodeToString(sum[:])
+	if tenant == "" {
+		return h
+	}
+	return tenant + "/" + h
+}
+
+// keyBuilder fills a reusable slice with the block keys of one prompt. The
+// slice never leaves the package: tokenize.FromBlockKeys copies the chained
+// hashes into a fresh Prompt.Blocks, so reusing it across requests is safe.
+type keyBuilder struct {
+	keys []uint64
+}
+
+// build returns the prompt of the given length whose first shared tokens
+// come from sharedKeys (full blocks only) and whose remaining blocks are
+// unique to ownID. A block that straddles the end of the shared part holds
+// the request's own tokens too, so it gets a unique key and is never shared.
+func (b *keyBuilder) build(tokens int, sharedKeys []uint64, shared int, ownID uint64) tokenize.Prompt {
+	n := tokens / tokenize.BlockSize
+	full := min(shared/tokenize.BlockSize, n, len(sharedKeys))
+	b.keys = append(b.keys[:0], sharedKeys[:full]...)
+	for j := full; j < n; j++ {
+		b.keys = append(b.keys, blockKey(ownID, j))
+	}
+	return tokenize.FromBlockKeys(tokens, b.keys)
+}

@@ -1,0 +1,133 @@
+package workload
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Params scales a synthetic workload. Zero values take the workload's
+// defaults (docs/WORKLOADS.md).
+type Params struct {
+	// Seed makes the run reproducible: the same seed gives the same requests.
+	Seed int64
+	// Duration is how long new requests keep arriving (default 30 min): no
+	// request arrives at or after it, and sessions still open then end.
+	Duration time.Duration
+	// Rate is the arrival rate of new sessions (closed-loop workloads) or of
+	// requests (open-loop ones) per second; 0 takes the default for Replicas.
+	Rate float64
+	// Users, for closed-loop workloads, replaces Poisson session arrivals by a
+	// fixed population of users who each run one session after another.
+	// It excludes Rate; 0 means session arrivals at Rate.
+	Users int
+	// Replicas is the fleet size the default load is scaled for (default 4):
+	// about 70% of the fleet's capacity when routed round-robin.
+	Replicas int
+}
+
+// Defaults used when Params leaves a field zero.
+const (
+	DefaultDuration = 30 * time.Minute
+	DefaultReplicas = 4
+	// DeclaredOutput is the output length a client without max_tokens
+	// declares, as the request profiler assumes (SPEC s2.2's token estimate).
+	DeclaredOutput = 256
+	// TargetUtilisation is the share of a round-robin fleet's capacity that
+	// a workload's default rate uses.
+	TargetUtilisation = 0.7
+)
+
+// The capacity model behind the default rates (SPEC s11's 2x3090-tp2
+// profile): a replica prefills ~16,000 uncached tokens a second and, with a
+// full batch, decodes at about 1 ms per output token.
+const (
+	prefillTokensPerSecond = 16000.0
+	decodeSecondsPerToken  = 0.001
+)
+
+// replicaSeconds estimates the replica time one request costs.
+func replicaSeconds(uncachedPrompt, output float64) float64 {
+	return uncachedPrompt/prefillTokensPerSecond + output*decodeSecondsPerToken
+}
+
+// ErrUnknownWorkload is returned by New for a name Names does not list.
+var ErrUnknownWorkload = errors.New("workload: unknown workload")
+
+// normalized validates p and fills in the defaults.
+func (p Params) normalized(name string, closedLoop bool) (Params, error) {
+	switch {
+	case p.Duration < 0:
+		return p, fmt.Errorf("workload: %s: negative duration %v", name, p.Duration)
+	case math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) || p.Rate < 0:
+		return p, fmt.Errorf("workload: %s: rate must be a finite number >= 0, got %v", name, p.Rate)
+	case p.Users < 0:
+		return p, fmt.Errorf("workload: %s: negative users %d", name, p.Users)
+	case p.Replicas < 0:
+		return p, fmt.Errorf("workload: %s: negative replicas %d", name, p.Replicas)
+	case p.Users > 0 && !closedLoop:
+		return p, fmt.Errorf("workload: %s has Poisson arrivals (open loop): set a rate, not users", name)
+	case p.Users > 0 && p.Rate > 0:
+		return p, fmt.Errorf("workload: %s: set either users or a session rate, not both", name)
+	}
+	if p.Duration == 0 {
+		p.Duration = DefaultDuration
+	}
+	if p.Replicas == 0 {
+		p.Replicas = DefaultReplicas
+	}
+	return p, nil
+}
+
+// Names lists the synthetic workloads New knows, in a fixed order.
+func Names() []string {
+	return []string{"agentic", "chat", "oneshot", "longshort", "mixed"}
+}
+
+// New returns the synthetic workload called name (one of Names), scaled by p.
+func New(name string, p Params) (Workload, error) {
+	switch name {
+	case "agentic":
+		return unwrap(newSessions(agenticSpec, p, newIDs()))
+	case "chat":
+		return unwrap(newSessions(chatSpec, p, newIDs()))
+	case "oneshot":
+		return unwrap(newOpen(oneshotSpec, p, newIDs()))
+	case "longshort":
+		return unwrap(newOpen(longshortSpec, p, newIDs()))
+	case "mixed":
+		return unwrap(newMixed(p))
+	}
+	return nil, fmt.Errorf("%w %q (known: agentic, chat, oneshot, longshort, mixed)", ErrUnknownWorkload, name)
+}
+
+// unwrap turns a constructor's (*T, error) into (Workload, error), so that
+// a failed constructor yields a nil interface rather than a typed nil.
+func unwrap[T Workload](w T, err error) (Workload, error) {
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ids hands out request ids, shared by the parts of a mixed workload so that
+// ids stay unique across them.
+type ids struct{ next uint64 }
+
+func newIDs() *ids { return &ids{} }
+
+func (c *ids) take() uint64 {
+	c.next++
+	return c.next
+}
+
+// intRange is a uniform distribution over the integers Lo..Hi inclusive.
+type intRange struct{ Lo, Hi int }
+
+func (r intRange) mean() float64 { return float64(r.Lo+r.Hi) / 2 }
+
+// durRange is a uniform distribution over [Lo, Hi].
+type durRange struct{ Lo, Hi time.Duration }
+
+func (r durRange) mean() time.Duration { return (r.Lo + r.Hi) / 2 }

@@ -1,0 +1,343 @@
+package workload
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// sessionSpec describes a closed-loop workload of multi-turn sessions. Every
+// range is uniform and inclusive; docs/WORKLOADS.md lists the values.
+type sessionSpec struct {
+	name string
+	// projects > 0: that many shared system prompts, one per project, chosen
+	// per session with projectWeights; 0: a distinct system prompt per session.
+	projects       int
+	projectWeights []float64
+	system         intRange // system prompt tokens
+	turns          intRange // turns per session
+	burst          intRange // parallel requests per turn
+	firstMsg       intRange // tokens of the first user message
+	nextMsg        intRange // tokens of each later turn's new user/tool message
+	suffix         intRange // own suffix of each parallel request after the first
+	output         intRange // output tokens of every request
+	think          durRange // from the end of a turn's last request to the next turn
+	userIdle       durRange // Users mode: from a session's end to the user's next one
+}
+
+// agenticSpec: coding agents (Cursor, Kilo, Claude Code) on a handful of
+// projects; each turn fires a burst of parallel requests on a growing context.
+var agenticSpec = sessionSpec{
+	name:           "agentic",
+	projects:       5,
+	projectWeights: []float64{0.35, 0.25, 0.2, 0.12, 0.08},
+	system:         intRange{2000, 6000},
+	turns:          intRange{8, 12},
+	burst:          intRange{3, 10},
+	firstMsg:       intRange{1000, 3000},
+	nextMsg:        intRange{300, 1500},
+	suffix:         intRange{100, 400},
+	output:         intRange{64, 512},
+	think:          durRange{2 * time.Second, 8 * time.Second},
+	userIdle:       durRange{10 * time.Second, 120 * time.Second},
+}
+
+// chatSpec: long human dialogues, each with its own system prompt.
+var chatSpec = sessionSpec{
+	name:     "chat",
+	system:   intRange{1000, 3000},
+	turns:    intRange{10, 20},
+	burst:    intRange{1, 1},
+	firstMsg: intRange{500, 4000},
+	nextMsg:  intRange{50, 600},
+	output:   intRange{100, 800},
+	think:    durRange{10 * time.Second, 60 * time.Second},
+	userIdle: durRange{30 * time.Second, 300 * time.Second},
+}
+
+// sessionCost is the expected replica time of one session routed
+// round-robin: shared project prompts are assumed cached everywhere (a
+// handful of them), everything else recomputed.
+func (s sessionSpec) sessionCost() float64 {
+	tLo, tHi := float64(s.turns.Lo), float64(s.turns.Hi)
+	n := tHi - tLo + 1
+	eT := (tLo + tHi) / 2
+	eT2 := (n*n-1)/12 + eT*eT
+	// Sum over turns k of the stream after the system prompt:
+	// first + (k-1)*(output + next), so T*first + T(T-1)/2*(output+next).
+	stream := eT*s.firstMsg.mean() + (eT2-eT)/2*(s.output.mean()+s.nextMsg.mean())
+	sys := 0.0
+	if s.projects == 0 {
+		sys = s.system.mean()
+	}
+	b := s.burst.mean()
+	prompt := b*(eT*sys+stream) + (b-1)*eT*s.suffix.mean()
+	return replicaSeconds(prompt, b*eT*s.output.mean())
+}
+
+// defaultRate is the session arrival rate that keeps replicas busy at
+// TargetUtilisation under round-robin.
+func (s sessionSpec) defaultRate(replicas int) float64 {
+	return TargetUtilisation * float64(replicas) / s.sessionCost()
+}
+
+// systemPrompt is one system prompt: its length, the keys of the blocks that
+// lie entirely inside it, and the prefix key a client's profile carries.
+type systemPrompt struct {
+	tokens    int
+	keys      []uint64
+	prefixKey string
+}
+
+func newSystemPrompt(id uint64, tokens int, prefixKey string) *systemPrompt {
+	sp := &systemPrompt{tokens: tokens, prefixKey: prefixKey, keys: make([]uint64, tokens/tokenize.BlockSize)}
+	for j := range sp.keys {
+		sp.keys[j] = blockKey(id, j)
+	}
+	return sp
+}
+
+// session is one running session. Its stream is the system prompt followed
+// by the conversation so far; the first request of every turn sends exactly
+// the stream, so turn k+1's prompt starts with all of turn k's full blocks.
+type session struct {
+	key       string // SessionKey and Request.Session
+	user      int    // Users mode: its user; -1 for Poisson sessions
+	stream    uint64 // seeds its content: the arrival index, or user<<32 | the user's session number
+	rng       *rand.Rand
+	sys       *systemPrompt
+	contentID uint64   // names the session's own tokens
+	keys      []uint64 // block keys of the stream's full blocks
+	streamLen int      // tokens in the stream
+	lastOut   int      // output of the previous turn's first request
+	turn      int
+	turns     int
+	open      int           // requests of the current turn not yet completed
+	lastDone  time.Duration // latest completion in the current turn
+}
+
+// extend appends the keys of the stream's new full blocks: blocks entirely
+// inside the system prompt take its keys, all later ones the session's.
+func (s *session) extend() {
+	for j := len(s.keys); j < s.streamLen/tokenize.BlockSize; j++ {
+		if j < len(s.sys.keys) {
+			s.keys = append(s.keys, s.sys.keys[j])
+		} else {
+			s.keys = append(s.keys, blockKey(s.contentID, j))
+		}
+	}
+}
+
+// sessionStart is a session due to begin.
+type sessionStart struct {
+	at     time.Duration
+	user   int // -1: a Poisson arrival
+	stream uint64
+}
+
+// sessionGen is a closed-loop workload: sessions arrive (Poisson at a rate,
+// or a fixed population of users), and each turn after the first is
+// scheduled by Complete once every request of the previous turn finished.
+type sessionGen struct {
+	spec    sessionSpec
+	seed    int64
+	salt    uint64
+	horizon time.Duration
+	rate    float64
+	ids     *ids
+	arrive  *rand.Rand // Poisson session arrivals and users' first starts
+	sys     []*systemPrompt
+	sysW    []float64 // cumulative project weights
+	starts  []sessionStart
+	pending queue
+	active  int // sessions started and not ended
+	kb      keyBuilder
+}
+
+func newSessions(spec sessionSpec, p Params, ids *ids) (*sessionGen, error) {
+	p, err := p.normalized(spec.name, true)
+	if err != nil {
+		return nil, err
+	}
+	g := &sessionGen{spec: spec, seed: p.Seed, salt: saltOf(spec.name, p.Seed), horizon: p.Duration, ids: ids}
+	g.arrive = newRand(p.Seed, g.salt, 0)
+	if spec.projects > 0 {
+		rng := newRand(p.Seed, g.salt, 1)
+		acc := 0.0
+		for i := range spec.projects {
+			tokens := draw(rng, spec.system)
+			tenant := fmt.Sprintf("project-%d", i+1)
+			key := md5Key(tenant, fmt.Sprintf("%s system prompt %d seed %d", spec.name, i+1, p.Seed))
+			g.sys = append(g.sys, newSystemPrompt(contentID(g.salt, domSystem, uint64(i)), tokens, key))
+			acc += spec.projectWeights[i]
+			g.sysW = append(g.sysW, acc)
+		}
+	}
+	if p.Users > 0 {
+		for u := range p.Users {
+			at := drawDur(g.arrive, durRange{0, spec.userIdle.Hi})
+			g.schedule(sessionStart{at: at, user: u, stream: uint64(u) << 32})
+		}
+		return g, nil
+	}
+	g.rate = p.Rate
+	if g.rate == 0 {
+		g.rate = spec.defaultRate(p.Replicas)
+	}
+	g.schedule(sessionStart{at: expGap(g.arrive, g.rate), user: -1, stream: 0})
+	return g, nil
+}
+
+// schedule queues a session start unless it falls past the horizon.
+func (g *sessionGen) schedule(st sessionStart) {
+	if st.at >= g.horizon {
+		return
+	}
+	// starts stay sorted by (at, user); there are at most Users of them.
+	i := len(g.starts)
+	g.starts = append(g.starts, st)
+	for i > 0 && (g.starts[i-1].at > st.at || g.starts[i-1].at == st.at && g.starts[i-1].user > st.user) {
+		g.starts[i] = g.starts[i-1]
+		i--
+	}
+	g.starts[i] = st
+}
+
+// Peek implements Workload.
+func (g *sessionGen) Peek() (time.Duration, bool) {
+	for len(g.starts) > 0 {
+		top := g.pending.top()
+		if top != nil && top.At < g.starts[0].at {
+			break
+		}
+		st := g.starts[0]
+		g.starts = g.starts[1:]
+		if st.user < 0 {
+			g.schedule(sessionStart{at: st.at + expGap(g.arrive, g.rate), user: -1, stream: st.stream + 1})
+		}
+		g.begin(st)
+	}
+	if top := g.pending.top(); top != nil {
+		return top.At, true
+	}
+	return 0, false
+}
+
+// Pop implements Workload.
+func (g *sessionGen) Pop() *Request {
+	if _, ok := g.Peek(); !ok {
+		return nil
+	}
+	return g.pending.pop()
+}
+
+// Complete implements Workload: once the last request of a turn completes,
+// the session's next turn is due after a think time.
+func (g *sessionGen) Complete(r *Request, at time.Duration) {
+	if r == nil || r.owner != completer(g) {
+		return
+	}
+	g.complete(r, at)
+}
+
+func (g *sessionGen) complete(r *Request, at time.Duration) {
+	if r.done || r.sess == nil {
+		return
+	}
+	r.done = true
+	s := r.sess
+	s.open--
+	s.lastDone = max(s.lastDone, at)
+	if s.open > 0 {
+		return
+	}
+	if s.turn >= s.turns {
+		g.end(s, s.lastDone)
+		return
+	}
+	next := s.lastDone + drawDur(s.rng, g.spec.think)
+	if next >= g.horizon {
+		g.end(s, next)
+		return
+	}
+	g.turn(s, next)
+}
+
+// Done implements Workload.
+func (g *sessionGen) Done() bool {
+	return len(g.pending) == 0 && g.active == 0 && len(g.starts) == 0
+}
+
+// begin starts a session: its content comes from its own random stream, so
+// the same session says the same things whatever the routing did to timing.
+func (g *sessionGen) begin(st sessionStart) {
+	s := &session{user: st.user, stream: st.stream, rng: newRand(g.seed, g.salt, 2+st.stream)}
+	if st.user < 0 {
+		s.key = fmt.Sprintf("%s-%06d", g.spec.name, st.stream+1)
+	} else {
+		s.key = fmt.Sprintf("%s-u%d-%d", g.spec.name, st.user+1, st.stream&0xffffffff+1)
+	}
+	s.contentID = contentID(g.salt, domSession, st.stream)
+	if len(g.sys) > 0 {
+		x := s.rng.Float64()
+		i := 0
+		for i < len(g.sysW)-1 && x >= g.sysW[i] {
+			i++
+		}
+		s.sys = g.sys[i]
+	} else {
+		tokens := draw(s.rng, g.spec.system)
+		key := md5Key("", fmt.Sprintf("%s system prompt of %s seed %d", g.spec.name, s.key, g.seed))
+		s.sys = newSystemPrompt(contentID(g.salt, domSystem, 1<<63|st.stream), tokens, key)
+	}
+	s.turns = draw(s.rng, g.spec.turns)
+	g.active++
+	g.turn(s, st.at)
+}
+
+// end closes a session; in Users mode its user starts another after a pause.
+func (g *sessionGen) end(s *session, at time.Duration) {
+	g.active--
+	s.keys = nil
+	if s.user >= 0 {
+		next := at + drawDur(s.rng, g.spec.userIdle)
+		g.schedule(sessionStart{at: next, user: s.user, stream: s.stream + 1})
+	}
+}
+
+// turn queues the next turn's burst at at. The stream grows by the previous
+// turn's answer and a new message; the first request sends the stream, the
+// others the stream plus a short suffix of their own (parallel tool calls).
+func (g *sessionGen) turn(s *session, at time.Duration) {
+	s.turn++
+	if s.turn == 1 {
+		s.streamLen = s.sys.tokens + draw(s.rng, g.spec.firstMsg)
+	} else {
+		s.streamLen += s.lastOut + draw(s.rng, g.spec.nextMsg)
+	}
+	s.extend()
+	n := draw(s.rng, g.spec.burst)
+	s.open, s.lastDone = n, 0
+	for i := range n {
+		r := &Request{ID: g.ids.take(), At: at, Session: s.key, Turn: s.turn, owner: g, sess: s}
+		r.Output = draw(s.rng, g.spec.output)
+		if i == 0 {
+			r.Prompt = tokenize.FromBlockKeys(s.streamLen, s.keys[:s.streamLen/tokenize.BlockSize])
+			s.lastOut = r.Output
+		} else {
+			tokens := s.streamLen + draw(s.rng, g.spec.suffix)
+			r.Prompt = g.kb.build(tokens, s.keys, s.streamLen, contentID(g.salt, domRequest, r.ID))
+		}
+		r.Profile = request.Profile{
+			SessionKey:   s.key,
+			PrefixKey:    s.sys.prefixKey,
+			PromptTokens: r.Prompt.Tokens,
+			OutputTokens: DeclaredOutput,
+			PromptBlocks: r.Prompt.Blocks,
+		}
+		g.pending.push(r)
+	}
+}

@@ -1,0 +1,347 @@
+package workload
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// TraceOptions shapes a trace replay.
+type TraceOptions struct {
+	// Duration cuts the replay off: requests arriving at or after it (after
+	// Speed is applied) are dropped. 0 replays the whole trace.
+	Duration time.Duration
+	// Speed compresses time: arrival offsets are divided by it, so 2 replays
+	// twice as fast (twice the load). 0 means 1.
+	Speed float64
+	// Limit keeps only the first Limit requests; 0 keeps all.
+	Limit int
+}
+
+// MooncakeBlockTokens is the size of the blocks a Mooncake trace's hash_ids
+// name; each maps onto 32 of the engine's 16-token blocks.
+const MooncakeBlockTokens = 512
+
+// ErrUnknownFormat is returned by OpenTrace for a format it cannot read.
+var ErrUnknownFormat = errors.New("workload: unknown trace format")
+
+// OpenTrace reads the trace file at path. format is "mooncake" or "azure";
+// "" takes it from the extension (.jsonl: mooncake, .csv: azure).
+func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
+	if format == "" {
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".jsonl":
+			format = "mooncake"
+		case ".csv":
+			format = "azure"
+		default:
+			return nil, fmt.Errorf("%w: cannot tell the format of %s from its extension (want .jsonl or .csv, or name the format)", ErrUnknownFormat, path)
+		}
+	}
+	var read func(io.Reader, TraceOptions) (Workload, error)
+	switch format {
+	case "mooncake":
+		read = ReadMooncake
+	case "azure":
+		read = ReadAzure
+	default:
+		return nil, fmt.Errorf("%w %q (known: mooncake, azure)", ErrUnknownFormat, format)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("workload: open trace: %w", err)
+	}
+	defer f.Close()
+	w, err := read(bufio.NewReaderSize(f, 1<<16), opt)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return w, nil
+}
+
+// traceRecord is one request of a trace, before its prompt is built.
+type traceRecord struct {
+	at     time.Duration // offset from the trace's first request, before Speed
+	input  int
+	output int
+	ids    []uint64 // Mooncake hash_ids; nil for Azure
+}
+
+// mooncakeLine is one line of a Mooncake trace.
+type mooncakeLine struct {
+	Timestamp    *float64 `json:"timestamp"`
+	InputLength  *int     `json:"input_length"`
+	OutputLength *int     `json:"output_length"`
+	HashIDs      []uint64 `json:"hash_ids"`
+}
+
+// ReadMooncake reads a Mooncake trace (JSONL: timestamp in ms,
+// input_length, output_length, hash_ids of 512-token blocks). Full 512-token
+// blocks map onto 32 engine blocks keyed by their hash id, so equal ids give
+// a cache hit; a partial last block shares nothing. Requests carry no
+// session key (the trace has none) and a prefix key derived from the first
+// two hash ids (docs/WORKLOADS.md).
+func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
+	var recs []traceRecord
+	for line := 1; sc.Scan(); line++ {
+		b := sc.Bytes()
+		if len(strings.TrimSpace(string(b))) == 0 {
+			continue
+		}
+		var m mooncakeLine
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("workload: mooncake line %d: %w", line, err)
+		}
+		switch {
+		case m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
+			return nil, fmt.Errorf("workload: mooncake line %d: timestamp, input_length and output_length are required", line)
+		case math.IsNaN(*m.Timestamp) || math.IsInf(*m.Timestamp, 0) || *m.Timestamp < 0:
+			return nil, fmt.Errorf("workload: mooncake line %d: bad timestamp %v", line, *m.Timestamp)
+		case *m.InputLength < 1:
+			return nil, fmt.Errorf("workload: mooncake line %d: input_length %d, want >= 1", line, *m.InputLength)
+		case *m.OutputLength < 0:
+			return nil, fmt.Errorf("workload: mooncake line %d: negative output_length %d", line, *m.OutputLength)
+		}
+		recs = append(recs, traceRecord{
+			at:     time.Duration(*m.Timestamp * float64(time.Millisecond)),
+			input:  *m.InputLength,
+			output: *m.OutputLength,
+			ids:    m.HashIDs,
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("workload: mooncake: %w", err)
+	}
+	return unwrap(newTrace("mooncake", recs, opt))
+}
+
+// azureLayout is the Azure trace's TIMESTAMP format; fractional seconds of
+// any length are accepted when parsing.
+const azureLayout = "2006-01-02 15:04:05"
+
+// ReadAzure reads an Azure LLM inference trace (CSV with a header naming
+// TIMESTAMP, ContextTokens and GeneratedTokens). Arrivals are offsets from
+// the earliest timestamp; prompts share nothing (the trace has no content).
+func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = true
+	cr.FieldsPerRecord = -1
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("workload: azure: reading the header: %w", err)
+	}
+	col := map[string]int{"timestamp": -1, "contexttokens": -1, "generatedtokens": -1}
+	for i, h := range head {
+		k := strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		if _, ok := col[k]; ok {
+			col[k] = i
+		}
+	}
+	for _, k := range []string{"timestamp", "contexttokens", "generatedtokens"} {
+		if col[k] < 0 {
+			return nil, fmt.Errorf("workload: azure: header %q lacks a %s column (want TIMESTAMP,ContextTokens,GeneratedTokens)", strings.Join(head, ","), k)
+		}
+	}
+	need := max(col["timestamp"], col["contexttokens"], col["generatedtokens"])
+	var recs []traceRecord
+	var stamps []time.Time
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			return nil, fmt.Errorf("workload: azure: %w", err)
+		}
+		if len(rec) <= need {
+			return nil, fmt.Errorf("workload: azure line %d: %d fields, want at least %d", line, len(rec), need+1)
+		}
+		ts, err := parseAzureTime(strings.TrimSpace(rec[col["timestamp"]]))
+		if err != nil {
+			return nil, fmt.Errorf("workload: azure line %d: %w", line, err)
+		}
+		in, err1 := strconv.Atoi(strings.TrimSpace(rec[col["contexttokens"]]))
+		out, err2 := strconv.Atoi(strings.TrimSpace(rec[col["generatedtokens"]]))
+		switch {
+		case err1 != nil || in < 1:
+			return nil, fmt.Errorf("workload: azure line %d: ContextTokens %q, want an integer >= 1", line, rec[col["contexttokens"]])
+		case err2 != nil || out < 0:
+			return nil, fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer >= 0", line, rec[col["generatedtokens"]])
+		}
+		stamps = append(stamps, ts)
+		recs = append(recs, traceRecord{input: in, output: out})
+	}
+	if len(stamps) > 0 {
+		first := slices.MinFunc(stamps, func(a, b time.Time) int { return a.Compare(b) })
+		for i := range recs {
+			recs[i].at = stamps[i].Sub(first)
+		}
+	}
+	return unwrap(newTrace("azure", recs, opt))
+}
+
+// parseAzureTime reads "2023-11-16 18:17:03.9799600" (or seconds as a number).
+func parseAzureTime(s string) (time.Time, error) {
+	if t, err := time.Parse(azureLayout, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && !math.IsInf(f, 0) {
+		return time.Unix(0, 0).Add(time.Duration(f * float64(time.Second))), nil
+	}
+	return time.Time{}, fmt.Errorf("bad TIMESTAMP %q (want %q or seconds)", s, azureLayout)
+}
+
+func (o TraceOptions) validate() error {
+	switch {
+	case o.Duration < 0:
+		return fmt.Errorf("workload: trace: negative duration %v", o.Duration)
+	case math.IsNaN(o.Speed) || math.IsInf(o.Speed, 0) || o.Speed < 0:
+		return fmt.Errorf("workload: trace: speed must be a finite number > 0, got %v", o.Speed)
+	case o.Limit < 0:
+		return fmt.Errorf("workload: trace: negative limit %d", o.Limit)
+	}
+	return nil
+}
+
+// traceGen replays trace records in arrival order; it is open-loop.
+type traceGen struct {
+	format    string
+	recs      []traceRecord
+	i         int
+	speed     float64
+	ids       ids
+	kb        keyBuilder
+	prefixes  map[[2]uint64]string // Mooncake prefix keys by their first two ids
+	blockKeys []uint64             // scratch: the content ids of one request's 512-token blocks
+}
+
+func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, error) {
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("workload: %s: the trace holds no requests", format)
+	}
+	speed := opt.Speed
+	if speed == 0 {
+		speed = 1
+	}
+	slices.SortStableFunc(recs, func(a, b traceRecord) int { return cmp.Compare(a.at, b.at) })
+	for i := range recs {
+		recs[i].at = time.Duration(float64(recs[i].at) / speed)
+	}
+	if opt.Duration > 0 {
+		n, _ := slices.BinarySearchFunc(recs, opt.Duration, func(r traceRecord, d time.Duration) int { return cmp.Compare(r.at, d) })
+		recs = recs[:n]
+	}
+	if opt.Limit > 0 && len(recs) > opt.Limit {
+		recs = recs[:opt.Limit]
+	}
+	return &traceGen{format: format, recs: recs, speed: speed, prefixes: map[[2]uint64]string{}}, nil
+}
+
+// Peek implements Workload.
+func (g *traceGen) Peek() (time.Duration, bool) {
+	if g.i >= len(g.recs) {
+		return 0, false
+	}
+	return g.recs[g.i].at, true
+}
+
+// Pop implements Workload.
+func (g *traceGen) Pop() *Request {
+	if g.i >= len(g.recs) {
+		return nil
+	}
+	rec := &g.recs[g.i]
+	g.i++
+	r := &Request{ID: g.ids.take(), At: rec.at, Turn: 1, Output: max(rec.output, 1), owner: g}
+	own := contentID(0, domTraceRequest, r.ID)
+	var prefixKey string
+	if g.format == "mooncake" {
+		r.Prompt = g.mooncakePrompt(rec, own)
+		prefixKey = g.mooncakePrefix(rec, r.ID)
+	} else {
+		r.Prompt = g.kb.build(rec.input, nil, 0, own)
+	}
+	r.Profile = request.Profile{
+		PrefixKey:    prefixKey,
+		PromptTokens: r.Prompt.Tokens,
+		OutputTokens: DeclaredOutput,
+		PromptBlocks: r.Prompt.Blocks,
+	}
+	// The record's ids are no longer needed once the prompt exists.
+	rec.ids = nil
+	return r
+}
+
+// mooncakePrompt maps each full 512-token block onto 32 engine blocks keyed
+// mix(hash_id, k); blocks of a partial last 512-block, or without an id, are
+// unique to the request.
+func (g *traceGen) mooncakePrompt(rec *traceRecord, own uint64) tokenize.Prompt {
+	const per = MooncakeBlockTokens / tokenize.BlockSize
+	full := min(rec.input/MooncakeBlockTokens, len(rec.ids))
+	n := rec.input / tokenize.BlockSize
+	keys := g.kb.keys[:0]
+	for j := range n {
+		if m := j / per; m < full {
+			keys = append(keys, blockKey(contentID(0, domMooncake, rec.ids[m]), j%per))
+		} else {
+			keys = append(keys, blockKey(own, j))
+		}
+	}
+	g.kb.keys = keys
+	return tokenize.FromBlockKeys(rec.input, keys)
+}
+
+// mooncakePrefix stands in for the MD5 of the first 4096 characters (~1024
+// tokens): the first two 512-token blocks' ids, or as many full blocks as
+// the prompt has. A prompt shorter than one full block gets a key of its own.
+func (g *traceGen) mooncakePrefix(rec *traceRecord, id uint64) string {
+	full := min(rec.input/MooncakeBlockTokens, len(rec.ids), 2)
+	if full == 0 {
+		return md5Key("", "mooncake request "+strconv.FormatUint(id, 10))
+	}
+	k := [2]uint64{rec.ids[0], math.MaxUint64}
+	if full == 2 {
+		k[1] = rec.ids[1]
+	}
+	if s, ok := g.prefixes[k]; ok {
+		return s
+	}
+	s := md5Key("", fmt.Sprintf("mooncake prefix %d %d", k[0], k[1]))
+	g.prefixes[k] = s
+	return s
+}
+
+// Complete implements Workload; a replay's arrivals do not depend on it.
+func (g *traceGen) Complete(r *Request, at time.Duration) {
+	if r != nil && r.owner == completer(g) {
+		g.complete(r, at)
+	}
+}
+
+func (g *traceGen) complete(r *Request, _ time.Duration) { r.done = true }
+
+// Done implements Workload.
+func (g *traceGen) Done() bool { return g.i >= len(g.recs) }

@@ -1,0 +1,255 @@
+package workload
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// tracePath finds a shared sample trace ($LLMLB_TRACES or ../../../shared/traces)
+// and skips the test when the file is absent.
+func tracePath(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("LLMLB_TRACES")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", "shared", "traces")
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("sample trace %s absent (set LLMLB_TRACES to its directory): %v", p, err)
+	}
+	return p
+}
+
+func TestSampleTraces(t *testing.T) {
+	tests := []struct {
+		file       string
+		count      int
+		meanInput  float64
+		meanOutput float64
+		span       time.Duration // last arrival, roughly
+		sharing    bool
+	}{
+		// Figures from ../shared/traces/README.md.
+		{"mooncake_synthetic_trace.jsonl", 3993, 15325.48, 149.12, 17 * time.Minute, true},
+		{"azure_llm_inference_2023_code.csv", 8819, 2047.85, 27.88, 57 * time.Minute, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			w, err := OpenTrace(tracePath(t, tt.file), "", TraceOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := drive(t, w, fixed(time.Second))
+			if len(reqs) != tt.count {
+				t.Fatalf("%d requests, want %d", len(reqs), tt.count)
+			}
+			in, out := 0, 0
+			firstBlock := map[uint64]int{}
+			for _, r := range reqs {
+				in += r.Prompt.Tokens
+				out += r.Output
+				if len(r.Prompt.Blocks) > 0 {
+					firstBlock[r.Prompt.Blocks[0]]++
+				}
+				if r.Session != "" || r.Profile.SessionKey != "" {
+					t.Fatalf("request %d has a session %q: the trace has none", r.ID, r.Session)
+				}
+			}
+			n := float64(len(reqs))
+			if got := float64(in) / n; !within(got, tt.meanInput, 0.0001) {
+				t.Errorf("mean input %.2f, want %.2f", got, tt.meanInput)
+			}
+			if got := float64(out) / n; !within(got, tt.meanOutput, 0.01) {
+				t.Errorf("mean output %.2f, want %.2f", got, tt.meanOutput)
+			}
+			if last := reqs[len(reqs)-1].At; !within(last.Seconds(), tt.span.Seconds(), 0.05) {
+				t.Errorf("last arrival at %v, want ~%v", last, tt.span)
+			}
+			if shared := len(firstBlock) < len(reqs)*9/10; shared != tt.sharing {
+				t.Errorf("%d distinct first blocks in %d requests; sharing=%v, want %v", len(firstBlock), len(reqs), shared, tt.sharing)
+			}
+		})
+	}
+}
+
+func TestTraceOptions(t *testing.T) {
+	path := tracePath(t, "azure_llm_inference_2023_code.csv")
+	all, err := OpenTrace(path, "azure", TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := drive(t, all, fixed(time.Second))
+	tests := []struct {
+		name  string
+		opt   TraceOptions
+		count int
+		scale float64 // arrival offsets relative to the full replay
+	}{
+		{"limit", TraceOptions{Limit: 100}, 100, 1},
+		{"speed 2", TraceOptions{Speed: 2}, len(base), 0.5},
+		{"duration", TraceOptions{Duration: 10 * time.Minute}, countBefore(base, 10*time.Minute), 1},
+		{"speed and duration", TraceOptions{Speed: 4, Duration: 10 * time.Minute}, countBefore(base, 40*time.Minute), 0.25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := OpenTrace(path, "", tt.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := drive(t, w, fixed(time.Second))
+			if len(reqs) != tt.count {
+				t.Fatalf("%d requests, want %d", len(reqs), tt.count)
+			}
+			for i, r := range reqs {
+				want := time.Duration(float64(base[i].At) * tt.scale)
+				if d := r.At - want; d < -time.Microsecond || d > time.Microsecond {
+					t.Fatalf("request %d at %v, want %v", i, r.At, want)
+				}
+			}
+		})
+	}
+}
+
+func countBefore(reqs []*Request, d time.Duration) int {
+	n := 0
+	for _, r := range reqs {
+		if r.At < d {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMooncakeBlockMapping(t *testing.T) {
+	// Four requests: two full 512-blocks; the same two ids on a prompt whose
+	// second block is partial; the same first id; an unrelated short prompt.
+	const trace = `{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [7, 8]}
+{"timestamp": 1500, "input_length": 1000, "output_length": 0, "hash_ids": [7, 8]}
+
+{"timestamp": 2000, "input_length": 700, "output_length": 5, "hash_ids": [7, 9]}
+{"timestamp": 2500, "input_length": 300, "output_length": 5, "hash_ids": [10]}
+`
+	w, err := ReadMooncake(strings.NewReader(trace), TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := drive(t, w, fixed(time.Second))
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	a, b, c, d := reqs[0], reqs[1], reqs[2], reqs[3]
+	const per = MooncakeBlockTokens / tokenize.BlockSize
+	tests := []struct {
+		name string
+		x, y *Request
+		want int
+	}{
+		{"same ids, partial second block shares only the first", a, b, per},
+		{"same first id", a, c, per},
+		{"partial blocks never match each other", b, c, per},
+		{"different first id", a, d, 0},
+	}
+	for _, tt := range tests {
+		if got := sharedBlocks(tt.x.Prompt.Blocks, tt.y.Prompt.Blocks); got != tt.want {
+			t.Errorf("%s: %d shared blocks, want %d", tt.name, got, tt.want)
+		}
+	}
+	if len(a.Prompt.Blocks) != 64 || len(b.Prompt.Blocks) != 62 || len(d.Prompt.Blocks) != 18 {
+		t.Errorf("block counts %d, %d, %d; want 64, 62, 18", len(a.Prompt.Blocks), len(b.Prompt.Blocks), len(d.Prompt.Blocks))
+	}
+	if b.At != 1500*time.Millisecond || b.Output != 1 {
+		t.Errorf("second request at %v with output %d, want 1.5s and 1 (a zero output is generated as one token)", b.At, b.Output)
+	}
+	// Prefix keys: the first two full 512-blocks, as the first 4096 characters.
+	if a.Profile.PrefixKey == b.Profile.PrefixKey || a.Profile.PrefixKey == c.Profile.PrefixKey || b.Profile.PrefixKey != c.Profile.PrefixKey {
+		t.Errorf("prefix keys %q %q %q: want a alone, b and c equal (one full block, id 7)", a.Profile.PrefixKey, b.Profile.PrefixKey, c.Profile.PrefixKey)
+	}
+	if d.Profile.PrefixKey == "" || d.Profile.PrefixKey == a.Profile.PrefixKey {
+		t.Errorf("short prompt's prefix key %q, want one of its own", d.Profile.PrefixKey)
+	}
+}
+
+func TestTraceReadersRejectBadInput(t *testing.T) {
+	tests := []struct {
+		name, format, text, wantErr string
+	}{
+		{"mooncake not json", "mooncake", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\nnot json\n", "mooncake line 2"},
+		{"mooncake missing field", "mooncake", `{"timestamp": 0, "input_length": 10}`, "are required"},
+		{"mooncake zero input", "mooncake", `{"timestamp": 0, "input_length": 0, "output_length": 1}`, "input_length 0"},
+		{"mooncake negative output", "mooncake", `{"timestamp": 0, "input_length": 5, "output_length": -1}`, "negative output_length"},
+		{"mooncake negative timestamp", "mooncake", `{"timestamp": -5, "input_length": 5, "output_length": 1}`, "bad timestamp"},
+		{"mooncake empty", "mooncake", "\n\n", "no requests"},
+		{"azure no header columns", "azure", "a,b,c\n1,2,3\n", "lacks a timestamp column"},
+		{"azure bad time", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n", "azure line 2: bad TIMESTAMP"},
+		{"azure bad tokens", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,x,5\n", "ContextTokens \"x\""},
+		{"azure short row", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,5\n", "2 fields"},
+		{"azure empty", "azure", "", "reading the header"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			read := ReadMooncake
+			if tt.format == "azure" {
+				read = ReadAzure
+			}
+			w, err := read(strings.NewReader(tt.text), TraceOptions{})
+			if err == nil || w != nil {
+				t.Fatalf("got %v, %v; want an error", w, err)
+			}
+			if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	for _, opt := range []TraceOptions{{Speed: -1}, {Duration: -time.Second}, {Limit: -1}} {
+		if _, err := ReadAzure(strings.NewReader("TIMESTAMP,ContextTokens,GeneratedTokens\n"), opt); err == nil {
+			t.Errorf("options %+v accepted", opt)
+		}
+	}
+}
+
+func TestAzureTimestampsAreOffsetsFromTheFirst(t *testing.T) {
+	const csv = "TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+		"2023-11-16 18:17:05.5000000,100,3\n" +
+		"2023-11-16 18:17:03.9799600,40,0\n" +
+		"2023-11-16 18:17:04.0000000,20,1\n"
+	w, err := ReadAzure(strings.NewReader(csv), TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := drive(t, w, fixed(time.Second))
+	want := []time.Duration{0, 20040 * time.Microsecond, 1520040 * time.Microsecond}
+	for i, r := range reqs {
+		if r.At != want[i] {
+			t.Errorf("request %d at %v, want %v", i, r.At, want[i])
+		}
+	}
+	if sharedBlocks(reqs[0].Prompt.Blocks, reqs[2].Prompt.Blocks) != 0 || len(reqs[2].Prompt.Blocks) != 6 {
+		t.Errorf("azure prompts share blocks or have the wrong length")
+	}
+}
+
+func TestOpenTraceFormat(t *testing.T) {
+	dir := t.TempDir()
+	txt := filepath.Join(dir, "trace.txt")
+	if err := os.WriteFile(txt, []byte(`{"timestamp": 0, "input_length": 10, "output_length": 1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenTrace(txt, "", TraceOptions{}); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("unknown extension: %v, want ErrUnknownFormat", err)
+	}
+	if _, err := OpenTrace(txt, "sharegpt", TraceOptions{}); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("unknown format: %v, want ErrUnknownFormat", err)
+	}
+	if w, err := OpenTrace(txt, "mooncake", TraceOptions{}); err != nil || w == nil {
+		t.Errorf("named format: %v", err)
+	}
+	if _, err := OpenTrace(filepath.Join(dir, "missing.jsonl"), "", TraceOptions{}); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
