@@ -6,8 +6,11 @@ import (
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
-// newBaseline builds a baseline policy of SPEC s12 by name.
-// TODO(policy): call policy.New(name) once package policy's registry is committed.
+// newBaseline builds a baseline policy of SPEC s12 by name (package policy).
 func newBaseline(name string) (policy.Policy, error) {
-	return nil, fmt.Errorf("balancer: policy %q is not available yet", name)
+	p, err := policy.New(name)
+	if err != nil {
+		return nil, fmt.Errorf("balancer: %w", err)
+	}
+	return p, nil
 }

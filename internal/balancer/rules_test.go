@@ -321,3 +321,38 @@ func TestRemovedReplicaReleasesSafely(t *testing.T) {
 		t.Fatalf("pin survived its replica: %s", got)
 	}
 }
+
+// TestBaselinesShareStepsOneAndFive checks that every baseline policy runs
+// behind the same pool, reservation and fallback as llmlb.
+func TestBaselinesShareStepsOneAndFive(t *testing.T) {
+	for _, name := range []string{"rr", "least-request", "sticky", "prefix-tree"} {
+		t.Run(name, func(t *testing.T) {
+			b := newFleet(t, 3, func(c *Config) { c.Policy = name })
+			if b.Policy() != name {
+				t.Fatalf("policy %s, want %s", b.Policy(), name)
+			}
+			b.ObserveScrape("a", Snapshot{}, errors.New("refused"), t0)
+			for range 6 {
+				res, err := b.Select(&Profile{SessionKey: "s", PrefixKey: "p", PromptTokens: 100, PromptBlocks: []uint64{1, 2, 3}}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Replica == "a" {
+					t.Fatalf("%s routed to the EJECTED replica", name)
+				}
+				if res.Explanation.Policy != name || res.Explanation.CandidateSet != "routable" || res.Explanation.Candidates != 2 {
+					t.Fatalf("explanation %+v", res.Explanation)
+				}
+				b.Release(res, OutcomeOK, t0)
+			}
+			b.ObserveScrape("b", Snapshot{}, errors.New("refused"), t0)
+			b.ObserveScrape("c", Snapshot{}, errors.New("refused"), t0)
+			if res, err := b.Select(&Profile{}, t0); err != nil || res.Reason != ReasonFallback {
+				t.Fatalf("fallback: %v %v", res, err)
+			}
+		})
+	}
+	if _, err := New(Config{Policy: "nope"}); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+}
