@@ -144,27 +144,30 @@ func BenchmarkEngineAgenticHour(b *testing.B) {
 	}
 }
 
-// BenchmarkEngineDecodeStep is the steady state: 48 long decodes with no
-// arrivals, so fast-forwarding applies; ns/op is per simulated step.
+// BenchmarkEngineDecodeStep is the per-step cost without fast-forwarding:
+// 32 running decodes, Advance called at every step boundary (as a driver
+// that polls each step would); ns/op is per simulated step.
 func BenchmarkEngineDecodeStep(b *testing.B) {
 	p, _ := Lookup(DefaultProfile)
-	e := New(p)
-	for i := range 48 {
-		_ = e.Add(Request{ID: uint64(i + 1), Prompt: prompt(uint64(i), 4000), MaxTokens: 100_000 - 4000}, t0)
-	}
-	now := t0.Add(time.Minute)
-	e.Advance(now, func(Event) {})
-	start := e.steps
-	for b.Loop() {
-		at, ok := e.NextEvent()
-		if !ok {
-			b.Fatal("idle")
+	var e *Engine
+	var id uint64
+	refill := func() {
+		e = New(p)
+		for i := range 32 {
+			id++
+			_ = e.Add(Request{ID: id, Prompt: prompt(uint64(i), 4000), MaxTokens: 4000}, t0)
 		}
-		_ = at
-		now = now.Add(60 * time.Millisecond) // about one step
-		e.Advance(now, func(Event) {})
 	}
-	b.ReportMetric(float64(e.steps-start)/float64(b.N), "steps/op")
+	refill()
+	emit := func(Event) {}
+	for b.Loop() {
+		pl := &e.plan
+		if !pl.active {
+			refill()
+			continue
+		}
+		e.Advance(pl.start.Add(time.Duration(pl.applied+1)*pl.dur), emit)
+	}
 }
 
 // TestAgenticHourSanity keeps the benchmark's workload honest: the engine is

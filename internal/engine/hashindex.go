@@ -8,11 +8,15 @@ import "math/bits"
 // here). Key 0 marks an empty slot; the hash 0 is stored as 1 (a collision
 // with probability 2^-64).
 type hashIndex struct {
-	keys  []uint64
-	vals  []int32
-	shift uint // 64 - log2(len(keys))
+	slots []slot // key and value side by side: one cache line per probe
+	shift uint   // 64 - log2(len(slots))
 	mask  uint64
 	n     int
+}
+
+type slot struct {
+	key uint64
+	val int32
 }
 
 // newHashIndex returns a table for up to max entries at load <= 1/2.
@@ -22,14 +26,13 @@ func newHashIndex(max int) *hashIndex {
 		size *= 2
 	}
 	return &hashIndex{
-		keys:  make([]uint64, size),
-		vals:  make([]int32, size),
+		slots: make([]slot, size),
 		shift: uint(64 - bits.TrailingZeros(uint(size))),
 		mask:  uint64(size - 1),
 	}
 }
 
-func (h *hashIndex) slot(k uint64) uint64 { return (k * 0x9e3779b97f4a7c15) >> h.shift }
+func (h *hashIndex) home(k uint64) uint64 { return (k * 0x9e3779b97f4a7c15) >> h.shift }
 
 func fixKey(k uint64) uint64 {
 	if k == 0 {
@@ -41,10 +44,10 @@ func fixKey(k uint64) uint64 {
 // get returns the value stored under k.
 func (h *hashIndex) get(k uint64) (int32, bool) {
 	k = fixKey(k)
-	for i := h.slot(k); ; i = (i + 1) & h.mask {
-		switch h.keys[i] {
+	for i := h.home(k); ; i = (i + 1) & h.mask {
+		switch s := &h.slots[i]; s.key {
 		case k:
-			return h.vals[i], true
+			return s.val, true
 		case 0:
 			return 0, false
 		}
@@ -54,12 +57,12 @@ func (h *hashIndex) get(k uint64) (int32, bool) {
 // put stores v under k unless k is present; it reports whether it stored.
 func (h *hashIndex) put(k uint64, v int32) bool {
 	k = fixKey(k)
-	for i := h.slot(k); ; i = (i + 1) & h.mask {
-		switch h.keys[i] {
+	for i := h.home(k); ; i = (i + 1) & h.mask {
+		switch s := &h.slots[i]; s.key {
 		case k:
 			return false
 		case 0:
-			h.keys[i], h.vals[i] = k, v
+			*s = slot{k, v}
 			h.n++
 			return true
 		}
@@ -69,27 +72,27 @@ func (h *hashIndex) put(k uint64, v int32) bool {
 // del removes k if it maps to v.
 func (h *hashIndex) del(k uint64, v int32) {
 	k = fixKey(k)
-	i := h.slot(k)
+	i := h.home(k)
 	for ; ; i = (i + 1) & h.mask {
-		if h.keys[i] == 0 {
+		if h.slots[i].key == 0 {
 			return
 		}
-		if h.keys[i] == k {
+		if h.slots[i].key == k {
 			break
 		}
 	}
-	if h.vals[i] != v {
+	if h.slots[i].val != v {
 		return
 	}
 	// Backward-shift: move later entries of the cluster into the hole when
 	// their home slot does not lie cyclically in (hole, j].
 	h.n--
-	for j := (i + 1) & h.mask; h.keys[j] != 0; j = (j + 1) & h.mask {
-		home := h.slot(h.keys[j])
+	for j := (i + 1) & h.mask; h.slots[j].key != 0; j = (j + 1) & h.mask {
+		home := h.home(h.slots[j].key)
 		if (j-home)&h.mask >= (j-i)&h.mask {
-			h.keys[i], h.vals[i] = h.keys[j], h.vals[j]
+			h.slots[i] = h.slots[j]
 			i = j
 		}
 	}
-	h.keys[i], h.vals[i] = 0, 0
+	h.slots[i] = slot{}
 }
