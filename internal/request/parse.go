@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode"
@@ -157,7 +159,7 @@ func endpointOf(path string) endpoint {
 // message is the part of a chat message routing reads.
 type message struct {
 	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
+	Content   any             `json:"content"` // string, array of parts or null: decoded in one pass
 	ToolCalls json.RawMessage `json:"tool_calls"`
 }
 
@@ -178,13 +180,14 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 		cfg.DefaultOutputTokens = def.DefaultOutputTokens
 	}
 	p := Profile{OutputTokens: cfg.DefaultOutputTokens}
-	fields, err := decodeObject(body)
+	b, err := decodeObject(body)
 	if err != nil {
 		if ep != endpointOther {
 			return Profile{}, err
 		}
-		fields = nil
+		b = &requestBody{}
 	}
+	fields := b.fields
 
 	if p.Model, err = parseModel(fields, ep != endpointOther); err != nil {
 		return Profile{}, err
@@ -194,7 +197,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	var system, prompt string // prefix source and rendered prompt
 	switch ep {
 	case endpointChat:
-		if system, prompt, p.PromptTokens, err = parseChat(fields); err != nil {
+		if system, prompt, p.PromptTokens, err = parseChat(b); err != nil {
 			return Profile{}, err
 		}
 	case endpointCompletions:
@@ -209,7 +212,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	case endpointOther:
 		// Best effort: a chat-like body (e.g. the Anthropic Messages API)
 		// still gives keys and estimates; anything else is not an error.
-		if sys, text, tokens, err := parseChat(fields); err == nil {
+		if sys, text, tokens, err := parseChat(b); err == nil {
 			system, prompt, p.PromptTokens = sys, text, tokens
 		}
 	}
@@ -229,21 +232,67 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	return p, nil
 }
 
-// decodeObject decodes the body's top level, leaving values raw so that
-// only the fields routing needs are decoded further.
-func decodeObject(body []byte) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
+// requestBody is a request body decoded as far as routing needs: every top-level
+// field raw, except "messages", which is decoded in the same pass (it holds
+// nearly all the bytes, so it is scanned once rather than re-parsed).
+type requestBody struct {
+	fields      map[string]json.RawMessage
+	messages    []message
+	hasMessages bool  // "messages" present and not null
+	messagesErr error // a type error inside "messages", reported by parseChat
+}
+
+// decodeObject decodes the body's top level with a streaming decoder: one
+// scan validates and decodes, and a type error inside "messages" does not
+// stop the other fields from being read.
+func decodeObject(data []byte) (*requestBody, error) {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, badf(nil, "empty body: expected a JSON object")
 	}
 	if trimmed[0] != '{' {
 		return nil, badf(nil, "body must be a JSON object")
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, badf(err, "malformed JSON body: %s", jsonErrorText(err))
+	b := &requestBody{fields: make(map[string]json.RawMessage)}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	malformed := func(err error) error {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return badf(err, "malformed JSON body: %s", jsonErrorText(err))
 	}
-	return fields, nil
+	if _, err := dec.Token(); err != nil { // '{'
+		return nil, malformed(err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, malformed(err)
+		}
+		name, _ := tok.(string)
+		if name == "messages" {
+			var msgs []message
+			err := dec.Decode(&msgs)
+			var typeErr *json.UnmarshalTypeError
+			if err != nil && !errors.As(err, &typeErr) {
+				return nil, malformed(err)
+			}
+			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
+			continue
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, malformed(err)
+		}
+		b.fields[name] = raw
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return nil, malformed(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badf(err, "malformed JSON body: data after the top-level object (at byte %d)", dec.InputOffset())
+	}
+	return b, nil
 }
 
 func jsonErrorText(err error) string {
@@ -445,40 +494,39 @@ func prefixKey(text string, chars int, tenant string) string {
 // parseChat reads a chat body: the system text (system and developer
 // messages, else a top-level system prompt), the rendered prompt and its
 // estimated tokens (tool definitions included).
-func parseChat(fields map[string]json.RawMessage) (system, prompt string, tokens int, err error) {
-	msgs, system, err := parseMessages(fields)
+func parseChat(b *requestBody) (system, prompt string, tokens int, err error) {
+	msgs, system, err := parseMessages(b)
 	if err != nil {
 		return "", "", 0, err
 	}
 	if system == "" {
-		if system, err = topLevelSystem(fields); err != nil {
+		if system, err = topLevelSystem(b.fields); err != nil {
 			return "", "", 0, err
 		}
 	}
 	if msgs != nil {
 		prompt = tokenize.RenderChat(msgs)
 	}
-	return system, prompt, tokenize.CountText(prompt) + rawTokens(fields["tools"]), nil
+	return system, prompt, tokenize.CountText(prompt) + rawTokens(b.fields["tools"]), nil
 }
 
-// parseMessages decodes "messages" and returns them for rendering, plus the
-// system and developer messages' text joined by newlines. A body without
-// messages gives nil messages and no error.
-func parseMessages(fields map[string]json.RawMessage) ([]tokenize.Message, string, error) {
-	raw := fields["messages"]
-	if isNull(raw) {
+// parseMessages returns the messages for rendering, plus the system and
+// developer messages' text joined by newlines. A body without messages
+// gives nil messages and no error.
+func parseMessages(b *requestBody) ([]tokenize.Message, string, error) {
+	if !b.hasMessages {
 		return nil, "", nil
 	}
-	if raw[0] != '[' {
-		return nil, "", badf(nil, `"messages" must be an array`)
-	}
-	var msgs []message
-	if err := json.Unmarshal(raw, &msgs); err != nil {
+	if err := b.messagesErr; err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field == "" && typeErr.Type.Kind() == reflect.Slice {
+			return nil, "", badf(err, `"messages" must be an array`)
+		}
 		return nil, "", badf(err, `invalid "messages": %s`, jsonErrorText(err))
 	}
-	out := make([]tokenize.Message, 0, len(msgs))
+	out := make([]tokenize.Message, 0, len(b.messages))
 	var system strings.Builder
-	for i, m := range msgs {
+	for i, m := range b.messages {
 		text, err := contentText(m.Content)
 		if err != nil {
 			return nil, "", badf(err, `"messages[%d].content" must be a string or an array of content parts`, i)
@@ -500,22 +548,15 @@ func parseMessages(fields map[string]json.RawMessage) ([]tokenize.Message, strin
 // contentText returns a message content's text: a string, or the text
 // parts of an array of content parts joined by newlines (images and other
 // parts carry no text and are skipped).
-func contentText(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
+func contentText(content any) (string, error) {
+	switch c := content.(type) {
+	case nil:
 		return "", nil
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	case '[':
-		var parts []json.RawMessage
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", err
-		}
+	case string:
+		return c, nil
+	case []any:
 		var b strings.Builder
-		for _, part := range parts {
+		for _, part := range c {
 			text, err := partText(part)
 			if err != nil {
 				return "", err
@@ -533,27 +574,23 @@ func contentText(raw json.RawMessage) (string, error) {
 	return "", errors.New("content is neither a string nor an array")
 }
 
-func partText(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
+func partText(part any) (string, error) {
+	switch p := part.(type) {
+	case nil:
 		return "", nil
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	case '{':
-		var part struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+	case string:
+		return p, nil
+	case map[string]any:
+		if typ, _ := p["type"].(string); typ != "text" && typ != "input_text" {
+			return "", nil
 		}
-		if err := json.Unmarshal(raw, &part); err != nil {
-			return "", err
+		switch text := p["text"].(type) {
+		case string:
+			return text, nil
+		case nil:
+			return "", nil
 		}
-		if part.Type == "text" || part.Type == "input_text" {
-			return part.Text, nil
-		}
-		return "", nil
+		return "", errors.New(`a text part's "text" is not a string`)
 	}
 	return "", errors.New("content part is neither an object nor a string")
 }
@@ -567,7 +604,12 @@ func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 		if isNull(raw) {
 			continue
 		}
-		text, err := contentText(raw)
+		var content any
+		err := json.Unmarshal(raw, &content)
+		text := ""
+		if err == nil {
+			text, err = contentText(content)
+		}
 		if err != nil {
 			return "", badf(err, "%q must be a string or an array of text blocks", name)
 		}
