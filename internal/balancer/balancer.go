@@ -99,7 +99,7 @@ const microUnit = 1e6
 type replica struct {
 	name, url string
 	models    []string
-	health    *health.Machine
+	health    health.Machine // by value: one cache miss less per replica in step 1
 
 	snap         Snapshot // last successful scrape
 	lastScrape   time.Time
@@ -209,7 +209,7 @@ func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error {
 		name:   spec.Name,
 		url:    spec.URL,
 		models: slices.Clone(spec.Models),
-		health: health.NewMachine(&b.cfg.Health, now),
+		health: *health.NewMachine(&b.cfg.Health, now),
 	}
 	b.replicas = append(b.replicas, r)
 	b.byName[r.name] = r
