@@ -140,6 +140,8 @@ func BenchmarkEngineAgenticHour(b *testing.B) {
 			b.ReportMetric(float64(st.Finished), "requests/op")
 			b.ReportMetric(float64(st.PrefixHitTokens)/float64(max(st.PrefixQueryTokens, 1)), "hit-rate")
 			b.ReportMetric(float64(st.Preemptions), "preemptions/op")
+			// The cost driver: per-request work is O(prompt blocks).
+			b.ReportMetric(cpu*1e9/float64(st.PrefixQueryTokens/tokenize.BlockSize), "cpu-ns/prompt-block")
 		})
 	}
 }
