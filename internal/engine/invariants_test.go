@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// checkInvariants verifies the block pool and the request records agree.
+func (e *Engine) checkInvariants() error {
+	c := e.kv
+	// Free queue: a consistent list of exactly the unreferenced blocks.
+	n := 0
+	prev := noBlock
+	for i := c.head; i != noBlock; i = c.blocks[i].next {
+		if c.blocks[i].prev != prev {
+			return fmt.Errorf("free queue: block %d prev %d, want %d", i, c.blocks[i].prev, prev)
+		}
+		if c.blocks[i].ref != 0 {
+			return fmt.Errorf("free queue: block %d has ref %d", i, c.blocks[i].ref)
+		}
+		prev = i
+		n++
+		if n > len(c.blocks) {
+			return fmt.Errorf("free queue: cycle")
+		}
+	}
+	if prev != c.tail || n != c.numFree {
+		return fmt.Errorf("free queue: %d blocks, numFree %d, tail ok %v", n, c.numFree, prev == c.tail)
+	}
+	// References: exactly the running requests' blocks.
+	refs := make([]int32, len(c.blocks))
+	for _, s := range e.running {
+		if s.state != stRunning {
+			return fmt.Errorf("request %d in running with state %d", s.req.ID, s.state)
+		}
+		if s.done {
+			continue
+		}
+		if len(s.blocks) != blocksFor(s.computed) {
+			return fmt.Errorf("request %d: %d blocks for %d computed tokens", s.req.ID, len(s.blocks), s.computed)
+		}
+		if s.computed > s.tokens() || s.outputs > s.req.MaxTokens {
+			return fmt.Errorf("request %d: computed %d tokens %d outputs %d", s.req.ID, s.computed, s.tokens(), s.outputs)
+		}
+		for _, b := range s.blocks {
+			refs[b]++
+		}
+	}
+	for i := range refs {
+		if refs[i] != c.blocks[i].ref {
+			return fmt.Errorf("block %d: ref %d, running requests hold %d", i, c.blocks[i].ref, refs[i])
+		}
+		if refs[i] > 1 && !c.blocks[i].hashed {
+			return fmt.Errorf("block %d shared by %d requests but not cached", i, refs[i])
+		}
+	}
+	// Index: every hashed block is found under its hash, and nothing else.
+	hashed := 0
+	for i := range c.blocks {
+		b := &c.blocks[i]
+		if !b.hashed {
+			continue
+		}
+		hashed++
+		if j, ok := c.cached.get(b.hash); !ok || j != int32(i) {
+			return fmt.Errorf("block %d: hash not indexed (got %d,%v)", i, j, ok)
+		}
+	}
+	if hashed != c.cached.n {
+		return fmt.Errorf("index holds %d hashes, %d blocks are hashed", c.cached.n, hashed)
+	}
+	for _, s := range e.waiting[e.whead:] {
+		if s.state != stWaiting || len(s.blocks) != 0 || s.computed != 0 {
+			return fmt.Errorf("waiting request %d: state %d, %d blocks, computed %d", s.req.ID, s.state, len(s.blocks), s.computed)
+		}
+	}
+	if got := len(e.running) + len(e.waiting) - e.whead; got != len(e.seqs) {
+		return fmt.Errorf("%d requests in queues, %d known", got, len(e.seqs))
+	}
+	return nil
+}
+
+// TestInvariantsUnderChurn walks random scripts event by event on tight
+// caches and checks the pool after every call.
+func TestInvariantsUnderChurn(t *testing.T) {
+	for _, seed := range []uint64{11, 12, 13} {
+		for _, blocks := range []int{200, 600} {
+			t.Run(fmt.Sprintf("seed%d/blocks%d", seed, blocks), func(t *testing.T) {
+				p := testProfile()
+				p.MaxNumSeqs = 5
+				p.KVCacheTokens = blocks * tokenize.BlockSize
+				p.MaxNumBatchedTokens = 384
+				e := New(p)
+				ops := randomOps(seed, 120)
+				emit := func(Event) {}
+				i := 0
+				for steps := 0; steps < 1_000_000; steps++ {
+					next, ok := e.NextEvent()
+					if i < len(ops) && (!ok || !t0.Add(ops[i].at).After(next)) {
+						now := t0.Add(ops[i].at)
+						e.Advance(now, emit)
+						if ops[i].add != nil {
+							_ = e.Add(*ops[i].add, now)
+						} else {
+							e.Abort(ops[i].abort, now)
+						}
+						i++
+					} else if ok {
+						e.Advance(next, emit)
+					} else {
+						break
+					}
+					if err := e.checkInvariants(); err != nil {
+						t.Fatalf("after call %d: %v", steps, err)
+					}
+				}
+				if st := e.Stats(); st.Running+st.Waiting != 0 || st.KVCacheUsage != 0 {
+					t.Errorf("not drained: %+v", st)
+				}
+			})
+		}
+	}
+}
