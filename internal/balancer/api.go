@@ -24,6 +24,8 @@ type Profile = request.Profile
 // Reason is why a replica was chosen (the X-LLMLB-Route header).
 type Reason string
 
+// The reasons of SPEC s10: a usable pin, step 3's least-loaded choice, or
+// step 5's random last resort.
 const (
 	ReasonAffinity Reason = "affinity"
 	ReasonLoad     Reason = "load"
@@ -33,6 +35,8 @@ const (
 // Outcome is how a proxied request ended; Release feeds it to health.
 type Outcome int
 
+// The outcomes Release distinguishes; only server and transport errors are
+// health signals.
 const (
 	OutcomeOK             Outcome = iota // response completed (any non-5xx status)
 	OutcomeServerError                   // the replica answered 5xx

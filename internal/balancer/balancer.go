@@ -95,6 +95,10 @@ type Counters struct {
 // no-wait test (effective_waiting == 0) is never spoiled by float residue.
 const microUnit = 1e6
 
+// maxWeight caps one request's weight so that absurd token estimates cannot
+// overflow the fixed-point sums (1e9 units is 1e12 tokens at the default unit).
+const maxWeight = 1e9
+
 // replica is one replica's runtime state, guarded by the balancer's lock.
 type replica struct {
 	name, url string
@@ -376,9 +380,9 @@ func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time)
 // weightOf is one request's load: max(min_weight, (prompt+output)/token_unit),
 // in micro-units (SPEC s2.2: a 100K-token request weighs 100x a 1K one).
 func (b *Balancer) weightOf(p *Profile) int64 {
-	tokens := float64(max(0, p.PromptTokens) + max(0, p.OutputTokens))
+	tokens := float64(max(0, p.PromptTokens)) + float64(max(0, p.OutputTokens)) // float: no int overflow
 	w := max(b.cfg.Load.MinWeight, tokens/float64(b.cfg.Load.TokenUnit))
-	return int64(math.Round(w * microUnit))
+	return int64(math.Round(min(w, maxWeight) * microUnit))
 }
 
 // Release returns a reservation's slot and feeds the outcome to health. A
