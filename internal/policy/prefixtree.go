@@ -120,15 +120,12 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 	// Cache-aware routing: the longest match among the candidates.
 	p.path = tree.walk(blocks, p.path[:0])
 	depth, matched := p.longestMatch(tree)
-	if matched >= 0 {
-		tree.touch(p.path[:depth], p.candTenant[matched], stamp)
-	}
 	rate := 0.0
 	if len(blocks) > 0 {
 		rate = float64(depth) / float64(len(blocks))
 	}
 	if matched >= 0 && rate > p.cfg.CacheThreshold {
-		tree.insert(blocks, p.path, p.candTenant[matched], stamp)
+		tree.insert(blocks, p.path, p.candTenant[matched], stamp) // also stamps the matched path
 		return Choice{Index: matched, Reason: ReasonAffinity, Detail: "longest prefix match"}
 	}
 	smallest := 0
@@ -136,6 +133,11 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 		if tree.sizeOf(p.candTenant[i]) < tree.sizeOf(p.candTenant[smallest]) {
 			smallest = i
 		}
+	}
+	if matched >= 0 && matched != smallest {
+		// SGLang's prefix_match stamps the tenant it found even when the
+		// match is too short to follow.
+		tree.touch(p.path[:depth], p.candTenant[matched], stamp)
 	}
 	tree.insert(blocks, p.path, p.candTenant[smallest], stamp)
 	return Choice{Index: smallest, Reason: ReasonLoad, Detail: "match below threshold: smallest tree"}

@@ -282,3 +282,25 @@ func checkInvariants(t *testing.T, p *PrefixTree) {
 		}
 	}
 }
+
+func TestPrefixTreeShortMatchStampsMatchedPath(t *testing.T) {
+	p := newTree(t, nil)
+	a := prompt(1, 4, 1, 40)
+	p.Choose(&Request{PromptBlocks: a}, cands(0, 0), t0) // r0 holds a
+	later := t0.Add(time.Minute)
+	c := p.Choose(&Request{PromptBlocks: prompt(1, 4, 2, 40)}, cands(0, 0), later) // 4/40 shared: miss
+	if c.Index != 1 {
+		t.Fatalf("short match routed to r%d, want r1 (smallest tree)", c.Index)
+	}
+	tr := p.trees[""]
+	path := tr.walk(a, nil)
+	for d, n := range path {
+		want := t0
+		if d < 4 {
+			want = later
+		}
+		if got := n.mark(p.ids["r0"]).last; got != want.UnixNano() {
+			t.Errorf("block %d: r0 stamped at %v, want %v", d, time.Unix(0, got).UTC(), want)
+		}
+	}
+}
