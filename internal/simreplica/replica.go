@@ -77,6 +77,7 @@ type Replica struct {
 	pending    map[uint64]*reqState
 	finished   [len(finishReasons)]uint64 // request_success_total by reason
 	fault      Fault
+	slowdown   float64 // the factor last given to the engine
 	faultSince time.Time
 	rng        *rand.Rand
 	conns      map[net.Conn]struct{} // open connections on the main listener
@@ -211,6 +212,13 @@ func (r *Replica) SetFault(f Fault) error {
 	return nil
 }
 
+// Slowdown returns the step-time factor the engine runs with (1 unless slow).
+func (r *Replica) Slowdown() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.slowdown
+}
+
 // Refusing reports whether the main listener is closed right now.
 func (r *Replica) Refusing() bool { return !r.gate.isUp() }
 
@@ -238,6 +246,7 @@ func (r *Replica) setFaultLocked(f Fault, now time.Time) {
 	// Steps already run keep their time; only later steps are slower.
 	r.eng.Advance(now, r.deliver)
 	r.eng.SetSlowdown(slow)
+	r.slowdown = slow
 	r.applyListenerLocked(now)
 }
 
