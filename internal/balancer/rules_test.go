@@ -356,3 +356,23 @@ func TestBaselinesShareStepsOneAndFive(t *testing.T) {
 		t.Fatal("unknown policy accepted")
 	}
 }
+
+// TestTickSweepIsBounded: housekeeping deletes at most affinity.sweep_budget
+// expired pins per Tick, and an expired pin is never used meanwhile.
+func TestTickSweepIsBounded(t *testing.T) {
+	b := newFleet(t, 2, func(c *Config) { c.Affinity.SweepBudget = 10 })
+	for i := range 25 {
+		res, err := b.Select(&Profile{PrefixKey: string(rune('A' + i))}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(res, OutcomeOK, t0)
+	}
+	later := t0.Add(6 * time.Minute)
+	for i, want := range []int{15, 5, 0} {
+		b.Tick(later)
+		if got := b.pins.Len(); got != want {
+			t.Fatalf("after tick %d: %d pins, want %d", i+1, got, want)
+		}
+	}
+}
