@@ -304,7 +304,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	}
 
 	// Steps 2-4. No-wait, least-loaded and pin: the policy's choice (policy
-	// llmlb below, or a baseline of package policy).
+	// llmlb in llmlb.go, or a baseline of package policy).
 	c := b.policy.Choose(p, b.cands, now)
 	if c.Index < 0 || c.Index >= len(b.cands) {
 		return nil, fmt.Errorf("balancer: policy %s chose candidate %d of %d", b.cfg.Policy, c.Index, len(b.cands))
