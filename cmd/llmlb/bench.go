@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -44,6 +45,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		users       = fs.Int("users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
 		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
 		quiet       = fs.Bool("quiet", false, "no progress line on stderr")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 
 		sessionTTL     = fs.Duration("session-ttl", def.Affinity.SessionTTL, "llmlb: idle TTL of session pins")
 		prefixTTL      = fs.Duration("prefix-ttl", def.Affinity.PrefixTTL, "llmlb: idle TTL of prefix pins")
@@ -138,6 +140,17 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opts.NewWorkload = func() (workload.Workload, error) { return workload.New(name, p) }
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rep, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
