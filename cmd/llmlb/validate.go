@@ -3,8 +3,84 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/llmlb/llmlb/internal/config"
 )
 
+// runValidate is `llmlb validate --config FILE`: it parses and validates the
+// file (with serve's overriding flags, if given) and prints
+// "ok: N replicas, policy P" or every problem, one per line (exit 1).
 func runValidate(ctx context.Context, args []string) error {
-	return errors.New("not built yet")
+	return validateMain(args, os.Stdout, os.Stderr)
+}
+
+// validateMain is runValidate with its output streams, for tests.
+func validateMain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration `FILE` to check (required)")
+	printCfg := fs.Bool("print", false, "print the effective configuration (defaults filled in, secrets redacted)")
+	listen := fs.String("listen", "", "as for serve: override listen")
+	adminListen := fs.String("admin-listen", "", "as for serve: override admin_listen")
+	var replicas []string
+	fs.Func("replica", "as for serve: a replica `name=URL` or URL (repeatable; replaces the file's list)", func(s string) error {
+		replicas = append(replicas, s)
+		return nil
+	})
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmlb validate --config FILE [--print] [serve's --listen, --admin-listen, --replica]")
+		fmt.Fprintln(stderr, "\nChecks a configuration and explains every error (docs/CONFIG.md).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err // flag.ErrHelp for -h; the flag package printed the problem
+	}
+	if *path == "" && fs.NArg() == 1 {
+		*path = fs.Arg(0) // `llmlb validate FILE` works too
+	} else if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (give the file with --config)", fs.Args())
+	}
+	if *path == "" {
+		fs.Usage()
+		return errors.New("--config FILE is required")
+	}
+
+	cfg, err := config.Load(*path)
+	if err == nil {
+		err = config.ApplyFlags(&cfg, *listen, *adminListen, replicas)
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		problems := strings.Split(err.Error(), "\n")
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return fmt.Errorf("%s: %d problem(s)", *path, len(problems))
+	}
+
+	if *printCfg {
+		out, err := config.Marshal(cfg.Redacted())
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(out); err != nil {
+			return fmt.Errorf("writing the configuration: %w", err)
+		}
+	}
+	if len(cfg.Replicas) == 0 {
+		fmt.Fprintln(stderr, "warning: no replicas configured; add them with --replica or through the admin API")
+	}
+	prefix := ""
+	if *printCfg {
+		prefix = "# " // keep the printed YAML valid
+	}
+	fmt.Fprintf(stdout, "%sok: %d replicas, policy %s\n", prefix, len(cfg.Replicas), cfg.Routing.Policy)
+	return nil
 }

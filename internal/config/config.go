@@ -4,6 +4,8 @@
 package config
 
 import (
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -64,4 +66,74 @@ type Server struct {
 type Log struct {
 	Level  string // log.level: debug|info|warn|error (info)
 	Format string // log.format: text|json (text)
+}
+
+// Default returns the configuration with every default of SPEC s2-s5 and the
+// field comments above: listen ":8080", admin "127.0.0.1:9090", no replicas.
+func Default() Config {
+	return Config{
+		Listen:      ":8080",
+		AdminListen: "127.0.0.1:9090",
+		Routing:     balancer.DefaultConfig(),
+		Request:     request.DefaultConfig(),
+		Scrape: Scrape{
+			Interval:       3 * time.Second,
+			Timeout:        time.Second,
+			MaxBodyBytes:   4 << 20,
+			HealthCheck:    false,
+			ModelsInterval: 30 * time.Second,
+		},
+		Proxy: Proxy{
+			MaxBodyBytes:      32 << 20,
+			MaxAttempts:       3,
+			RouteHeaders:      true,
+			ConnectTimeout:    5 * time.Second,
+			FirstByteTimeout:  10 * time.Minute,
+			PassAuthorization: true,
+		},
+		Server: Server{
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ShutdownTimeout:   60 * time.Second,
+		},
+		Log: Log{Level: "info", Format: "text"},
+	}
+}
+
+// redacted replaces a secret in printed configurations.
+const redacted = "<redacted>"
+
+// Redacted returns a deep copy safe to print or log: the admin token and
+// every replica's api_key are replaced by "<redacted>" when set.
+func (c Config) Redacted() Config {
+	c.Replicas = slices.Clone(c.Replicas)
+	for i := range c.Replicas {
+		c.Replicas[i] = c.Replicas[i].Redacted()
+	}
+	if c.AdminToken != "" {
+		c.AdminToken = redacted
+	}
+	return c
+}
+
+// Redacted returns a copy of r with its api_key replaced by "<redacted>".
+func (r Replica) Redacted() Replica {
+	r.Models = slices.Clone(r.Models)
+	if r.APIKey != "" {
+		r.APIKey = redacted
+	}
+	return r
+}
+
+// LogValue makes slog print the redacted configuration, so a stray
+// slog.Any("config", cfg) never leaks a secret.
+func (c Config) LogValue() slog.Value {
+	type plain Config // no methods: stops slog from calling LogValue again
+	return slog.AnyValue(plain(c.Redacted()))
+}
+
+// LogValue makes slog print the replica without its api_key.
+func (r Replica) LogValue() slog.Value {
+	type plain Replica
+	return slog.AnyValue(plain(r.Redacted()))
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("routing:\n  afinity: {}\nreplicas:\n  - localhost:8000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret.yaml")
+	if err := os.WriteFile(secret, []byte("replicas:\n  - {url: \"http://a:8000\", api_key_env: LLMLB_TEST_KEY}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LLMLB_TEST_KEY", "sk-example")
+	invalid := filepath.Join(dir, "invalid.yaml")
+	if err := os.WriteFile(invalid, []byte("replicas:\n  - {name: a, url: \"http://a:8000/v1\"}\n  - {name: a, url: \"http://b:8000\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		wantErr    string // "" = success
+		isHelp     bool
+		wantStdout string // substring
+		wantStderr []string
+	}{
+		{name: "example", args: []string{"--config", "../../examples/llmlb.yaml"}, wantStdout: "ok: 4 replicas, policy llmlb\n"},
+		{name: "positional file and flags", args: []string{"--replica", "http://x:1", "../../examples/llmlb.yaml"}, wantStdout: "ok: 1 replicas, policy llmlb\n"},
+		{name: "print redacts", args: []string{"--print", "--config", secret}, wantStdout: "api_key: <redacted>"},
+		{name: "print ends with a comment", args: []string{"--print", "--config", "../../examples/llmlb.yaml"}, wantStdout: "\n# ok: 4 replicas, policy llmlb\n"},
+		{name: "parse errors", args: []string{"--config", bad}, wantErr: "bad.yaml: 2 problem(s)", wantStderr: []string{
+			`config: ` + bad + `: line 2: routing.afinity: unknown key (did you mean "affinity"?)`,
+			`config: ` + bad + `: line 4: replicas[0]: "localhost:8000" is not an absolute http(s) URL (e.g. http://10.0.0.5:8000)`,
+		}},
+		{name: "validation errors", args: []string{"--config", invalid}, wantErr: "invalid.yaml: 2 problem(s)", wantStderr: []string{
+			`config: replicas[0].url: "http://a:8000/v1" ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)`,
+			`config: replicas[1].name: "a" is also the name of replicas[0]; names must be unique`,
+		}},
+		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "1 problem(s)"},
+		{name: "no config", args: nil, wantErr: "--config FILE is required"},
+		{name: "help", args: []string{"-h"}, isHelp: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := validateMain(tt.args, &stdout, &stderr)
+			switch {
+			case tt.isHelp:
+				if !errors.Is(err, flag.ErrHelp) {
+					t.Fatalf("err = %v, want flag.ErrHelp", err)
+				}
+				return
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("err = %v; stderr:\n%s", err, stderr.String())
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if !strings.Contains(stdout.String(), tt.wantStdout) {
+				t.Errorf("stdout = %q, want it to contain %q", stdout.String(), tt.wantStdout)
+			}
+			for _, line := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), line+"\n") {
+					t.Errorf("stderr lacks %q:\n%s", line, stderr.String())
+				}
+			}
+			if strings.Contains(stdout.String()+stderr.String(), "sk-example") {
+				t.Error("a secret was printed")
+			}
+		})
+	}
+}

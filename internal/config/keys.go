@@ -1,0 +1,163 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// The YAML keys are derived from the Go field names (SessionTTL ->
+// session_ttl, APIKey -> api_key), so a field a colleague adds to
+// balancer.Config, health.Config or request.Config becomes a key without a
+// change here; TestDocsListEveryKey keeps docs/CONFIG.md in step.
+
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	configType   = reflect.TypeFor[Config]()
+	replicaType  = reflect.TypeFor[Replica]()
+)
+
+// envKeys are the keys that name an environment variable holding a secret
+// field instead of the secret itself (never write secrets into the file).
+var envKeys = map[reflect.Type]map[string]string{
+	configType:  {"admin_token_env": "AdminToken"},
+	replicaType: {"api_key_env": "APIKey"},
+}
+
+// field is one YAML key of a struct.
+type field struct {
+	key   string
+	index int
+	typ   reflect.Type
+}
+
+// fieldsOf lists the keys of struct type t, in declaration order.
+func fieldsOf(t reflect.Type) []field {
+	var out []field
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || !supported(f.Type) {
+			continue
+		}
+		out = append(out, field{key: snake(f.Name), index: i, typ: f.Type})
+	}
+	return out
+}
+
+// supported reports whether the decoder can fill a value of type t.
+func supported(t reflect.Type) bool {
+	if t == durationType {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.String, reflect.Bool, reflect.Float32, reflect.Float64,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	case reflect.Struct:
+		return true
+	case reflect.Slice:
+		e := t.Elem()
+		return e.Kind() == reflect.String || e.Kind() == reflect.Struct
+	}
+	return false
+}
+
+// isBytes reports whether a field holds a byte size ("4MiB" accepted).
+func isBytes(key string, t reflect.Type) bool {
+	return strings.HasSuffix(key, "_bytes") && t.Kind() == reflect.Int64
+}
+
+// snake turns a Go field name into its YAML key: MaxInFlight ->
+// max_in_flight, SessionTTL -> session_ttl, APIKey -> api_key, URL -> url.
+func snake(name string) string {
+	r := []rune(name)
+	var b strings.Builder
+	for i, c := range r {
+		if unicode.IsUpper(c) && i > 0 {
+			prevLower := unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])
+			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+			if prevLower || (unicode.IsUpper(r[i-1]) && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+// Keys lists every configuration key as a dotted path, list items written
+// as "replicas[].url", in declaration order. docs/CONFIG.md documents each.
+func Keys() []string {
+	return keysOf(configType, "")
+}
+
+func keysOf(t reflect.Type, prefix string) []string {
+	var out []string
+	for _, f := range fieldsOf(t) {
+		path := join(prefix, f.key)
+		switch {
+		case f.typ == durationType:
+			out = append(out, path)
+		case f.typ.Kind() == reflect.Struct:
+			out = append(out, keysOf(f.typ, path)...)
+		case f.typ.Kind() == reflect.Slice && f.typ.Elem().Kind() == reflect.Struct:
+			out = append(out, keysOf(f.typ.Elem(), path+"[]")...)
+		default:
+			out = append(out, path)
+		}
+	}
+	for k := range envKeys[t] {
+		out = append(out, join(prefix, k))
+	}
+	return out
+}
+
+func join(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// suggest returns the closest of candidates to key, or "" when none is
+// close enough to be a likely typo.
+func suggest(key string, candidates []string) string {
+	maxD := min(max(len(key)/3, 1), 3)
+	best, bestD := "", maxD+1
+	for _, c := range candidates {
+		if d := distance(key, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance (with adjacent transpositions).
+func distance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 1 << 30
+	}
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}

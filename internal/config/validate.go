@@ -1,0 +1,203 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate reports every problem of the configuration at once
+// (errors.Join), each naming its key: bad addresses and URLs, duplicate
+// replica names, out-of-range values, and whatever the routing core's and
+// the request parser's own Validate methods report.
+func (c Config) Validate() error {
+	v := &validator{}
+	v.address("listen", c.Listen)
+	v.address("admin_listen", c.AdminListen)
+	if c.Listen != "" && c.Listen == c.AdminListen {
+		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
+	}
+	v.replicas(c.Replicas)
+	v.secret("admin_token", c.AdminToken)
+
+	s := c.Scrape
+	v.positive("scrape.interval", s.Interval)
+	v.positive("scrape.timeout", s.Timeout)
+	if s.Timeout > 0 && s.Interval > 0 && s.Timeout > s.Interval {
+		v.add("scrape.timeout", "%s is longer than scrape.interval (%s): a hung replica would be seen late", s.Timeout, s.Interval)
+	}
+	v.positiveInt("scrape.max_body_bytes", s.MaxBodyBytes)
+	v.positive("scrape.models_interval", s.ModelsInterval)
+
+	p := c.Proxy
+	v.positiveInt("proxy.max_body_bytes", p.MaxBodyBytes)
+	v.positiveInt("proxy.max_attempts", int64(p.MaxAttempts))
+	v.positive("proxy.connect_timeout", p.ConnectTimeout)
+	v.positive("proxy.first_byte_timeout", p.FirstByteTimeout)
+
+	sv := c.Server
+	v.positive("server.read_header_timeout", sv.ReadHeaderTimeout)
+	v.positive("server.idle_timeout", sv.IdleTimeout)
+	if sv.ShutdownTimeout < 0 {
+		v.add("server.shutdown_timeout", "must be >= 0, got %s", sv.ShutdownTimeout)
+	}
+
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "text", "json")
+
+	// Two keys hold the same setting; only request.prefix_chars reaches the
+	// request parser, so a different routing value would be silently ignored.
+	if a, r := c.Routing.Affinity.PrefixChars, c.Request.PrefixChars; a != r {
+		v.add("routing.affinity.prefix_chars", "%d differs from request.prefix_chars (%d); set both to the same value", a, r)
+	}
+
+	// The routing core and the request parser validate their own sections;
+	// called through an interface so this package builds before they have one.
+	if rv, ok := any(c.Routing).(interface{ Validate() error }); ok {
+		for _, err := range leaves(rv.Validate()) {
+			v.errs = append(v.errs, fmt.Errorf("config: routing.%w", err))
+		}
+	}
+	if rv, ok := any(c.Request).(interface{ Validate() error }); ok {
+		for _, err := range leaves(rv.Validate()) {
+			v.errs = append(v.errs, fmt.Errorf("config: %w", err))
+		}
+	}
+	return errors.Join(v.errs...)
+}
+
+// leaves flattens joined errors so each problem is reported on its own.
+func leaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+type validator struct {
+	errs []error
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.errs = append(v.errs, &Error{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(key, "must be > 0, got %s", d)
+	}
+}
+
+func (v *validator) positiveInt(key string, n int64) {
+	if n <= 0 {
+		v.add(key, "must be > 0, got %d", n)
+	}
+}
+
+func (v *validator) oneOf(key, val string, allowed ...string) {
+	for _, a := range allowed {
+		if val == a {
+			return
+		}
+	}
+	v.add(key, "%q is not one of %s", val, strings.Join(allowed, ", "))
+}
+
+// address checks a listen address: host:port with a numeric port
+// (":8080", "127.0.0.1:9090", "[::1]:8080").
+func (v *validator) address(key, addr string) {
+	if addr == "" {
+		v.add(key, "empty address (write e.g. \":8080\")")
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(key, "%q is not host:port (write e.g. \":8080\" or \"127.0.0.1:9090\")", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(key, "%q: port %q is not a number in 0..65535", addr, port)
+	}
+}
+
+// replicas checks names, URLs and model lists.
+func (v *validator) replicas(rs []Replica) {
+	seen := make(map[string]int, len(rs))
+	for i, r := range rs {
+		key := fmt.Sprintf("replicas[%d]", i)
+		switch {
+		case r.Name == "":
+			v.add(key+".name", "empty name")
+		case strings.ContainsAny(r.Name, " \t\r\n/\"'"):
+			v.add(key+".name", "%q contains a space, slash or quote (it appears in headers, metrics and admin URLs)", r.Name)
+		case len(r.Name) > 128:
+			v.add(key+".name", "longer than 128 characters")
+		}
+		if first, dup := seen[r.Name]; dup && r.Name != "" {
+			v.add(key+".name", "%q is also the name of replicas[%d]; names must be unique", r.Name, first)
+		} else {
+			seen[r.Name] = i
+		}
+		v.replicaURL(key+".url", r.URL)
+		v.secret(key+".api_key", r.APIKey)
+		models := make(map[string]bool, len(r.Models))
+		for j, m := range r.Models {
+			mk := fmt.Sprintf("%s.models[%d]", key, j)
+			if strings.TrimSpace(m) == "" {
+				v.add(mk, "empty model name")
+			} else if models[m] {
+				v.add(mk, "%q is listed twice", m)
+			}
+			models[m] = true
+		}
+	}
+}
+
+// replicaURL checks that raw is the root of an OpenAI-compatible server.
+func (v *validator) replicaURL(key, raw string) {
+	if raw == "" {
+		v.add(key, "empty URL (write e.g. http://10.0.0.5:8000)")
+		return
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		v.add(key, "%q is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)", raw)
+		return
+	}
+	if u.User != nil {
+		v.add(key, "%q holds credentials; put the key in api_key_env instead", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		v.add(key, "%q has a query or fragment; give the server's root URL", raw)
+	}
+	if p := strings.TrimRight(u.Path, "/"); strings.HasSuffix(p, "/v1") {
+		v.add(key, "%q ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)", raw)
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			v.add(key, "%q: port %q is not a number in 1..65535", raw, port)
+		}
+	}
+}
+
+// secret checks that a token can be sent in an Authorization header; the
+// message never quotes the secret.
+func (v *validator) secret(key, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			v.add(key, "contains a space, control or non-ASCII character at byte %d (a stray newline from the environment?)", i)
+			return
+		}
+	}
+}
