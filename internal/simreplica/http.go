@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/engine"
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -212,6 +213,10 @@ func checkN(w http.ResponseWriter, n *int) bool {
 // length: max_tokens clamped to what the context leaves, or the default.
 func (r *Replica) limitTokens(w http.ResponseWriter, p tokenize.Prompt, limit *int) (genRequest, bool) {
 	maxLen := r.profile.MaxModelLen
+	if p.Tokens == 0 {
+		writeError(w, http.StatusBadRequest, "The decoder prompt cannot be empty")
+		return genRequest{}, false
+	}
 	if maxLen > 0 && p.Tokens >= maxLen {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.",
@@ -239,7 +244,7 @@ func (r *Replica) generate(w http.ResponseWriter, req *http.Request, g genReques
 	id, st, err := r.submit(engine.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, StreamTokens: g.stream}, g.stop)
 	if err != nil {
 		status := http.StatusBadRequest
-		if !errors.Is(err, engine.ErrPromptTooLong) {
+		if !errors.Is(err, engine.ErrPromptTooLong) && !errors.Is(err, engine.ErrBadRequest) {
 			status = http.StatusInternalServerError
 		}
 		writeError(w, status, err.Error())
@@ -251,7 +256,7 @@ func (r *Replica) generate(w http.ResponseWriter, req *http.Request, g genReques
 			r.cancel(id)
 		}
 	}()
-	o := output{w: w, g: g, model: r.model, created: r.created, id: strconv.FormatUint(id, 10)}
+	o := output{w: w, g: g, model: r.model, created: time.Now().Unix(), id: strconv.FormatUint(id, 10)}
 	if g.chat {
 		o.id = "chatcmpl-sim-" + o.id
 	} else {

@@ -257,6 +257,7 @@ func (r *Replica) applyListenerLocked(now time.Time) {
 	if want == r.gate.isUp() {
 		return
 	}
+	r.log.Debug("simreplica: listener", "up", want, "fault", r.fault.String())
 	if !want {
 		r.gate.down()
 		for c := range r.conns {

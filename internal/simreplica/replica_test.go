@@ -398,6 +398,7 @@ func TestErrors(t *testing.T) {
 		{"n=2", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"n":2}`, r, 400, "BadRequestError"},
 		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, r, 404, "NotFoundError"},
 		{"missing prompt", "/v1/completions", `{"model":"sim-model"}`, r, 400, "BadRequestError"},
+		{"empty prompt", "/v1/completions", `{"prompt":""}`, r, 400, "BadRequestError"},
 		{"two prompts", "/v1/completions", `{"prompt":["a","b"]}`, r, 400, "BadRequestError"},
 		{"unknown model completions", "/v1/completions", `{"model":"x","prompt":"hi"}`, r, 404, "NotFoundError"},
 		{"body too large", "/v1/completions", `{"prompt":"` + strings.Repeat("y", 5000) + `"}`, r, 413, "RequestEntityTooLarge"},
@@ -797,6 +798,24 @@ func TestStartFleetBadOptions(t *testing.T) {
 		if f, err := StartFleet(context.Background(), o); err == nil {
 			f.Close()
 			t.Errorf("StartFleet(%+v) succeeded", o)
+		}
+	}
+}
+
+func TestSlowConsumerDoesNotBlockOthers(t *testing.T) {
+	r := startReplica(t, Options{})
+	// A streaming client that never reads: its tokens pile up, coalesced.
+	resp, _ := openStream(t, context.Background(), r, 5000)
+	defer resp.Body.Close()
+	client := openaiClient(r)
+	for range 3 {
+		got, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model:     "sim-model",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("am I served?")},
+			MaxTokens: openai.Int(4),
+		})
+		if err != nil || got.Usage.CompletionTokens != 4 {
+			t.Fatalf("request beside a stalled stream: %v %+v", err, got)
 		}
 	}
 }
