@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/workload"
+)
+
+// testOptions is a small fleet on a short run of a synthetic workload.
+func testOptions(t *testing.T, wl string, replicas int, d time.Duration, policies ...string) Options {
+	t.Helper()
+	prof, err := engine.Lookup(engine.DefaultProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := workload.Params{Seed: 1, Duration: d, Replicas: replicas}
+	return Options{
+		Workload:    wl,
+		NewWorkload: func() (workload.Workload, error) { return workload.New(wl, p) },
+		Policies:    policies,
+		Replicas:    replicas,
+		Profile:     prof,
+		Duration:    d,
+		Seed:        1,
+		Routing:     balancer.DefaultConfig(),
+	}
+}
+
+// deterministic strips the fields that depend on the machine, not the seed.
+func deterministic(rs []Result) []Result {
+	out := make([]Result, len(rs))
+	for i, r := range rs {
+		r.WallSeconds, r.SimulatedSecPerWall = 0, 0
+		out[i] = r
+	}
+	return out
+}
+
+func TestRunIsDeterministic(t *testing.T) {
+	tests := []struct {
+		name     string
+		workload string
+	}{
+		{"open loop", "longshort"},
+		{"closed loop with sessions", "agentic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := testOptions(t, tt.workload, 3, 3*time.Minute, AllPolicies...)
+			a, err := Run(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Parallel = 1 // scheduling must not matter either
+			b, err := Run(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ra, rb := deterministic(a.Results), deterministic(b.Results)
+			for i := range ra {
+				if !equalJSON(t, ra[i], rb[i]) {
+					t.Errorf("policy %s: two runs with seed 1 differ:\n%+v\n%+v", ra[i].Policy, ra[i], rb[i])
+				}
+				if ra[i].Requests == 0 || ra[i].Finished == 0 {
+					t.Errorf("policy %s: nothing ran: %+v", ra[i].Policy, ra[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLLMLBBeatsRoundRobinOnLongshort is seed 000's picture: occasional 100K
+// prefills amid short requests; round-robin queues short requests behind
+// them, llmlb's no-wait and token-weighted load do not.
+func TestLLMLBBeatsRoundRobinOnLongshort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10-minute virtual run")
+	}
+	opts := testOptions(t, "longshort", 4, 10*time.Minute, "rr", "llmlb")
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, lb := rep.Results[0], rep.Results[1]
+	t.Logf("P99 TTFT: rr %.3fs, llmlb %.3fs (%.1fx)", rr.TTFT.P99, lb.TTFT.P99, rr.TTFT.P99/lb.TTFT.P99)
+	if lb.TTFT.P99 >= rr.TTFT.P99 {
+		t.Fatalf("llmlb P99 TTFT %.3fs is not below rr's %.3fs", lb.TTFT.P99, rr.TTFT.P99)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	opts := testOptions(t, "agentic", 4, time.Hour, "rr", "llmlb")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+// TestFlapRunsThroughHealth: a flapping replica fails scrapes and refuses
+// requests; the core ejects it (health on the serve code path) and the
+// driver retries refused requests elsewhere.
+func TestFlapRunsThroughHealth(t *testing.T) {
+	opts := testOptions(t, "longshort", 3, 3*time.Minute, "llmlb")
+	opts.Flaps = []Flap{{Replica: "replica-2", Period: 15 * time.Second}}
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	if r.Ejections == 0 {
+		t.Errorf("no ejections with a flapping replica: %+v", r)
+	}
+	if r.Failed != 0 {
+		t.Errorf("%d requests failed with two healthy replicas left", r.Failed)
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	good := testOptions(t, "longshort", 2, time.Minute, "rr")
+	tests := []struct {
+		name   string
+		modify func(*Options)
+		want   string
+	}{
+		{"no workload", func(o *Options) { o.NewWorkload = nil }, "no workload"},
+		{"negative replicas", func(o *Options) { o.Replicas = -1 }, "replicas"},
+		{"no duration", func(o *Options) { o.Duration = 0 }, "duration"},
+		{"duplicate policy", func(o *Options) { o.Policies = []string{"rr", "rr"} }, "twice"},
+		{"flap of an unknown replica", func(o *Options) { o.Flaps = []Flap{{"replica-9", time.Second}} }, "unknown replica"},
+		{"unknown policy", func(o *Options) { o.Policies = []string{"magic"} }, "magic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := good
+			tt.modify(&o)
+			_, err := Run(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
