@@ -37,6 +37,37 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="qwen"} 9.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="qwen"} 2.5
 `
 
+// What prometheus_client (Python) writes for vLLM: counters typed under the
+// base name with _total and _created samples, info metrics, histograms with
+// _created.
+const metricsPython = `# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 1.2e+04
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="27000"} 1.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-32B"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-32B"} 2.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-32B"} 0.8125
+# HELP vllm:prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="Qwen/Qwen3-32B"} 123456.0
+vllm:prompt_tokens_created{engine="0",model_name="Qwen/Qwen3-32B"} 1.7e+09
+# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3",model_name="Qwen/Qwen3-32B"} 0.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3-32B"} 7.0
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="Qwen/Qwen3-32B"} 7.0
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="Qwen/Qwen3-32B"} 30.5
+vllm:e2e_request_latency_seconds_created{engine="0",model_name="Qwen/Qwen3-32B"} 1.7e+09
+`
+
 // Before vLLM 0.12: gpu_cache_usage_perc instead of kv_cache_usage_perc.
 const metricsLegacy = `# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="llama"} 2.0
@@ -78,6 +109,8 @@ func TestFetch(t *testing.T) {
 	}{
 		{name: "current names", handler: text(metricsCurrent),
 			want: Result{Snapshot: balancer.Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.25}}},
+		{name: "prometheus_client output", handler: text(metricsPython),
+			want: Result{Snapshot: balancer.Snapshot{Running: 5, Waiting: 2, KVCacheUsage: 0.8125}}},
 		{name: "legacy names", handler: text(metricsLegacy),
 			want: Result{Snapshot: balancer.Snapshot{Running: 2, Waiting: 0, KVCacheUsage: 0.5}, Legacy: true}},
 		{name: "engines and models summed", handler: text(metricsEngines),
