@@ -135,7 +135,9 @@ func (s *Scraper) Remove(name string) bool {
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
-		<-done
+	}
+	if done != nil {
+		<-done // also when Run's cancellation stopped the loop first
 	}
 	return ok
 }
