@@ -25,6 +25,9 @@ type openSpec struct {
 	longOutput  intRange
 	shortPrompt intRange
 	shortOutput intRange
+	// perReplicaRate is the default request rate per replica of the
+	// 2x3090-tp2 profile, calibrated with llmlb bench (docs/WORKLOADS.md).
+	perReplicaRate float64
 }
 
 // oneshotSpec: a few product scenarios, each a 2,000-token shared prefix,
@@ -35,6 +38,8 @@ var oneshotSpec = openSpec{
 	prefix:    2000,
 	suffix:    intRange{100, 400},
 	output:    intRange{32, 320},
+	// 17.2 requests/s on 4 replicas
+	perReplicaRate: 4.3,
 }
 
 // longshortSpec: seed 000's picture, occasional 100K-token prefills amid a
@@ -46,23 +51,14 @@ var longshortSpec = openSpec{
 	longOutput:  intRange{128, 128},
 	shortPrompt: intRange{1536, 2560},
 	shortOutput: intRange{64, 64},
+	// 11.8 requests/s on 4 replicas
+	perReplicaRate: 2.95,
 }
 
-// requestCost is the expected replica time of one request routed
-// round-robin (shared scenario prefixes are cached everywhere).
-func (s openSpec) requestCost() float64 {
-	if s.scenarios > 0 {
-		return replicaSeconds(s.suffix.mean(), s.output.mean())
-	}
-	long := replicaSeconds(s.longPrompt.mean(), s.longOutput.mean())
-	short := replicaSeconds(s.shortPrompt.mean(), s.shortOutput.mean())
-	return s.longShare*long + (1-s.longShare)*short
-}
-
-// defaultRate is the request rate that keeps replicas busy at
-// TargetUtilisation under round-robin.
+// defaultRate is the request rate that offers replicas TargetUtilisation
+// of the load at which round-robin saturates.
 func (s openSpec) defaultRate(replicas int) float64 {
-	return TargetUtilisation * float64(replicas) / s.requestCost()
+	return s.perReplicaRate * float64(replicas)
 }
 
 // openGen generates an open-loop workload; Complete changes nothing.

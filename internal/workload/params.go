@@ -34,23 +34,11 @@ const (
 	// DeclaredOutput is the output length a client without max_tokens
 	// declares, as the request profiler assumes (SPEC s2.2's token estimate).
 	DeclaredOutput = 256
-	// TargetUtilisation is the share of a round-robin fleet's capacity that
-	// a workload's default rate uses.
+	// TargetUtilisation is the share of the load at which round-robin
+	// saturates that a workload's default rate offers (docs/WORKLOADS.md
+	// has the calibration runs).
 	TargetUtilisation = 0.7
 )
-
-// The capacity model behind the default rates (SPEC s11's 2x3090-tp2
-// profile): a replica prefills ~16,000 uncached tokens a second and, with a
-// full batch, decodes at about 1 ms per output token.
-const (
-	prefillTokensPerSecond = 16000.0
-	decodeSecondsPerToken  = 0.001
-)
-
-// replicaSeconds estimates the replica time one request costs.
-func replicaSeconds(uncachedPrompt, output float64) float64 {
-	return uncachedPrompt/prefillTokensPerSecond + output*decodeSecondsPerToken
-}
 
 // ErrUnknownWorkload is returned by New for a name Names does not list.
 var ErrUnknownWorkload = errors.New("workload: unknown workload")

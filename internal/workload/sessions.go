@@ -26,6 +26,9 @@ type sessionSpec struct {
 	output         intRange // output tokens of every request
 	think          durRange // from the end of a turn's last request to the next turn
 	userIdle       durRange // Users mode: from a session's end to the user's next one
+	// perReplicaRate is the default session arrival rate per replica of the
+	// 2x3090-tp2 profile, calibrated with llmlb bench (docs/WORKLOADS.md).
+	perReplicaRate float64
 }
 
 // agenticSpec: coding agents (Cursor, Kilo, Claude Code) on a handful of
@@ -43,6 +46,7 @@ var agenticSpec = sessionSpec{
 	output:         intRange{64, 512},
 	think:          durRange{2 * time.Second, 8 * time.Second},
 	userIdle:       durRange{10 * time.Second, 120 * time.Second},
+	perReplicaRate: 0.0218, // 0.087 sessions/s on 4 replicas
 }
 
 // chatSpec: long human dialogues, each with its own system prompt.
@@ -56,32 +60,14 @@ var chatSpec = sessionSpec{
 	output:   intRange{100, 800},
 	think:    durRange{10 * time.Second, 60 * time.Second},
 	userIdle: durRange{30 * time.Second, 300 * time.Second},
+	// 0.22 sessions/s on 4 replicas
+	perReplicaRate: 0.055,
 }
 
-// sessionCost is the expected replica time of one session routed
-// round-robin: shared project prompts are assumed cached everywhere (a
-// handful of them), everything else recomputed.
-func (s sessionSpec) sessionCost() float64 {
-	tLo, tHi := float64(s.turns.Lo), float64(s.turns.Hi)
-	n := tHi - tLo + 1
-	eT := (tLo + tHi) / 2
-	eT2 := (n*n-1)/12 + eT*eT
-	// Sum over turns k of the stream after the system prompt:
-	// first + (k-1)*(output + next), so T*first + T(T-1)/2*(output+next).
-	stream := eT*s.firstMsg.mean() + (eT2-eT)/2*(s.output.mean()+s.nextMsg.mean())
-	sys := 0.0
-	if s.projects == 0 {
-		sys = s.system.mean()
-	}
-	b := s.burst.mean()
-	prompt := b*(eT*sys+stream) + (b-1)*eT*s.suffix.mean()
-	return replicaSeconds(prompt, b*eT*s.output.mean())
-}
-
-// defaultRate is the session arrival rate that keeps replicas busy at
-// TargetUtilisation under round-robin.
+// defaultRate is the session arrival rate that offers replicas
+// TargetUtilisation of the load at which round-robin saturates.
 func (s sessionSpec) defaultRate(replicas int) float64 {
-	return TargetUtilisation * float64(replicas) / s.sessionCost()
+	return s.perReplicaRate * float64(replicas)
 }
 
 // systemPrompt is one system prompt: its length, the keys of the blocks that
