@@ -3,8 +3,93 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/server"
 )
 
+// runServe is `llmlb serve`: the balancer in front of vLLM replicas. It runs
+// until the signal (SIGTERM/SIGINT cancels ctx), then drains in-flight
+// responses up to server.shutdown_timeout and exits 0.
 func runServe(ctx context.Context, args []string) error {
-	return errors.New("not built yet")
+	cfg, err := serveConfig(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg.Log, os.Stderr)
+	// Config.LogValue redacts admin_token and every api_key.
+	logger.Info("effective configuration", slog.Any("config", cfg))
+	if len(cfg.Replicas) == 0 {
+		logger.Warn("no replicas configured: every request gets 503 until one is added with POST /admin/replicas")
+	}
+	srv, err := server.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+// serveConfig reads serve's flags: the file (or the defaults), overridden by
+// --listen, --admin-listen, --replica and --log-level, then validated.
+func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "YAML configuration `FILE` (default: built-in defaults)")
+	listen := fs.String("listen", "", "proxy listen `ADDR` (overrides listen; default :8080)")
+	adminListen := fs.String("admin-listen", "", "admin listen `ADDR` (overrides admin_listen; default 127.0.0.1:9090)")
+	logLevel := fs.String("log-level", "", "log `LEVEL`: debug|info|warn|error (overrides log.level)")
+	var replicas []string
+	fs.Func("replica", "replica `name=URL` or URL, repeatable (replaces the file's list)", func(s string) error {
+		replicas = append(replicas, s)
+		return nil
+	})
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmlb serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--replica URL|name=URL ...] [--log-level L]")
+		fmt.Fprintln(stderr, "\nRuns the balancer; flags override the file. SIGTERM/SIGINT drain and exit.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return config.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config.Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg := config.Default()
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return config.Config{}, err
+		}
+	}
+	if err := config.ApplyFlags(&cfg, *listen, *adminListen, replicas); err != nil {
+		return config.Config{}, err
+	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
+	}
+	if err := cfg.Validate(); err != nil {
+		return config.Config{}, errors.Join(errors.New("invalid configuration (see llmlb validate)"), err)
+	}
+	return cfg, nil
+}
+
+// newLogger builds the slog logger of log.level and log.format.
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
+		level = slog.LevelInfo // Validate has rejected bad levels already
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -28,7 +28,6 @@ const (
 	DefaultAdminListen       = "127.0.0.1:9090"
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
-	DefaultShutdownTimeout   = 60 * time.Second
 	// TickInterval is how often balancer.Tick runs (PROBING -> LIVE, pin expiry).
 	TickInterval = time.Second
 )
@@ -271,7 +270,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	// Drain: stop accepting and wait for in-flight responses.
-	timeout := orDefault(s.cfg.Server.ShutdownTimeout, DefaultShutdownTimeout)
+	// server.shutdown_timeout 0 means no drain: connections close at once.
+	timeout := s.cfg.Server.ShutdownTimeout
 	s.log.Info("llmlb draining", slog.Duration("deadline", timeout))
 	shCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

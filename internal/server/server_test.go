@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/proxy"
-	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/simreplica"
 )
 
@@ -32,16 +32,9 @@ const waitFor = 20 * time.Second
 
 // testConfig is a serve config on loopback ports with the seeds' defaults.
 func testConfig(urls ...string) config.Config {
-	cfg := config.Config{
-		Listen:      "127.0.0.1:0",
-		AdminListen: "127.0.0.1:0",
-		Routing:     balancer.DefaultConfig(),
-		Request:     request.DefaultConfig(),
-		Scrape:      config.Scrape{Interval: 3 * time.Second, Timeout: time.Second, ModelsInterval: 30 * time.Second},
-		Proxy: config.Proxy{MaxBodyBytes: 1 << 20, MaxAttempts: 3, RouteHeaders: true, PassAuthorization: true,
-			ConnectTimeout: time.Second, FirstByteTimeout: 30 * time.Second},
-		Server: config.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, ShutdownTimeout: 30 * time.Second},
-	}
+	cfg := config.Default()
+	cfg.Proxy.FirstByteTimeout = 30 * time.Second
+	cfg.Server.ShutdownTimeout = 30 * time.Second
 	for i, u := range urls {
 		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: fmt.Sprintf("sim-%d", i+1), URL: u})
 	}
@@ -58,6 +51,15 @@ type env struct {
 	proxy string // http://addr
 	admin string
 	http  *http.Client
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 func testLogger() *slog.Logger {
@@ -79,13 +81,16 @@ func start(t *testing.T, n int, tweak func(*config.Config)) *env {
 	if tweak != nil {
 		tweak(&cfg)
 	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	srv, err := New(cfg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
+	// Loopback listeners on free ports (config.Validate rejects two equal
+	// ":0" addresses, so they are bound here rather than configured).
+	srv.UseListeners(listen(t), listen(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &env{t: t, fleet: fleet, srv: srv, stop: cancel, done: make(chan error, 1),
 		proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(),
@@ -277,7 +282,7 @@ func TestEightRequestsOnFourIdleReplicasLandTwoEach(t *testing.T) {
 func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 	e := start(t, 4, func(c *config.Config) {
 		c.Scrape.Interval = 100 * time.Millisecond
-		c.Scrape.Timeout = 200 * time.Millisecond
+		c.Scrape.Timeout = 100 * time.Millisecond
 	})
 	victim := e.fleet.Replicas[1]
 	if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
@@ -400,7 +405,7 @@ func (endless) Read(p []byte) (int, error) {
 func TestAllReplicasDownIs503(t *testing.T) {
 	e := start(t, 2, func(c *config.Config) {
 		c.Scrape.Interval = 100 * time.Millisecond
-		c.Scrape.Timeout = 200 * time.Millisecond
+		c.Scrape.Timeout = 100 * time.Millisecond
 	})
 	for _, r := range e.fleet.Replicas {
 		if err := r.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
