@@ -98,6 +98,7 @@ replicas:
 			c.Replicas = []Replica{{Name: "a", URL: "http://a:8000", APIKey: "sk-vllm"}, {Name: "b", URL: "http://b:8000", APIKey: "inline"}}
 		}},
 		{name: "routing durations and numbers", yaml: `
+request: {prompt_blocks: true}
 routing:
   policy: prefix-tree
   load: {token_unit: 2000, min_weight: 0.5}
@@ -113,6 +114,7 @@ routing:
   alerts: {imbalance_index: 2.5, probe_broken_for: 2m}
 `, want: func(c *Config) {
 			c.Routing.Policy = "prefix-tree"
+			c.Request.PromptBlocks = true
 			c.Routing.Load.TokenUnit, c.Routing.Load.MinWeight = 2000, 0.5
 			c.Routing.Affinity.SessionTTL = 90 * time.Minute
 			c.Routing.Affinity.PrefixTTL = 90 * time.Minute
@@ -380,6 +382,10 @@ func TestValidate(t *testing.T) {
 			`config: routing.health.probing_window: must be > 0, got 0s`,
 			`config: request: request.default_output_tokens: 0 must be positive`,
 		}},
+		{name: "prefix-tree needs prompt blocks", modify: func(c *Config) { c.Routing.Policy = "prefix-tree" }, want: []string{
+			`config: request.prompt_blocks: routing.policy prefix-tree matches prompts by block hashes; set request.prompt_blocks: true`,
+		}},
+		{name: "prefix-tree with prompt blocks", modify: func(c *Config) { c.Routing.Policy, c.Request.PromptBlocks = "prefix-tree", true }},
 		{name: "prefix_chars in two places must agree", modify: func(c *Config) { c.Routing.Affinity.PrefixChars = 2048 }, want: []string{
 			`config: routing.affinity.prefix_chars: 2048 differs from request.prefix_chars (4096); set both to the same value`,
 		}},
