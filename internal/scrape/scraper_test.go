@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -236,6 +238,57 @@ func TestScraperAddValidates(t *testing.T) {
 	for _, tg := range []Target{{URL: "http://a"}, {Name: "a"}} {
 		if err := s.Add(tg); err == nil {
 			t.Errorf("Add(%+v): want an error", tg)
+		}
+	}
+}
+
+// The loop over real HTTP: an httptest vLLM with an API key, and a dead one.
+func TestScraperHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var auth []string
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		route(map[string]string{"/metrics": metricsEngines, "/v1/models": `{"object":"list","data":[{"id":"a"},{"id":"b"}]}`})(w, r)
+	}))
+	defer live.Close()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+
+	sink := newSink(4096)
+	s := New(NewHTTPFetcher(HTTPOptions{Timeout: 5 * time.Second}), sink, Options{Interval: time.Millisecond, Logger: quiet})
+	for _, tg := range []Target{{Name: "live", URL: live.URL, APIKey: "sk-live"}, {Name: "dead", URL: dead.URL}} {
+		if err := s.Add(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	sink.waitFor(t, "live", 2)
+	sink.waitFor(t, "dead", 2)
+	close(sink.stop)
+	cancel()
+	<-done
+
+	if got := sink.observed("live")[0]; got.err != nil || got.snap != (balancer.Snapshot{Running: 8, Waiting: 7, KVCacheUsage: 0.4}) {
+		t.Errorf("live observed %+v", got)
+	}
+	if got := sink.observed("dead")[0]; got.err == nil {
+		t.Error("dead replica: want a scrape error")
+	}
+	sink.mu.Lock()
+	models := sink.models["live"]
+	sink.mu.Unlock()
+	if d := cmp.Diff([][]string{{"a", "b"}}, models); d != "" {
+		t.Errorf("models (-want +got):\n%s", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range auth {
+		if a != "Bearer sk-live" {
+			t.Errorf("scrape sent Authorization %q, want the replica's key", a)
 		}
 	}
 }
