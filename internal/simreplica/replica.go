@@ -461,6 +461,11 @@ func (r *Replica) trackConn(c net.Conn, s http.ConnState) {
 	defer r.mu.Unlock()
 	switch s {
 	case http.StateNew:
+		if !r.gate.isUp() {
+			// Accepted just before the socket went down: it dies with it.
+			c.Close()
+			return
+		}
 		r.conns[c] = struct{}{}
 	case http.StateClosed, http.StateHijacked:
 		delete(r.conns, c)
