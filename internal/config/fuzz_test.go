@@ -10,7 +10,8 @@ import (
 // FuzzParse: parsing never panics, whatever the bytes; what parses also
 // validates without panicking and survives a Marshal/Parse round trip.
 // Seeds: below and testdata/fuzz/FuzzParse.
-// Run: go test -run '^$' -fuzz FuzzParse -fuzztime 30s ./internal/config
+// Run: go test -run '^$' -fuzz FuzzParse -fuzztime 60s -fuzzminimizetime 3s ./internal/config
+// (a short minimize time: minimizing a large input can stall the run for a minute).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"",

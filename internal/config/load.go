@@ -153,7 +153,7 @@ type decoder struct {
 }
 
 const (
-	maxSteps = 100_000
+	maxSteps = 20_000
 	maxDepth = 32
 )
 
