@@ -293,7 +293,7 @@ func (r *run) arrival() {
 			return
 		}
 		r.flights[id] = &flight{req: req, res: res, replica: i, arrived: r.now, firstToken: -1}
-		r.acc.routed(i, r.now, req, res.Reason)
+		r.acc.routed(i, r.now, req, res)
 		r.rekeyEngine(i)
 		r.rekeyArrival()
 		return

@@ -71,6 +71,9 @@ type Result struct {
 	Spills        uint64 `json:"spills"`
 	Rebinds       uint64 `json:"rebinds"`
 	Ejections     uint64 `json:"ejections"`
+	// PinDecisions counts the core's pin decisions ("session: used",
+	// "prefix: spill: queue", ...) from each Select's Explanation.
+	PinDecisions map[string]int `json:"pin_decisions,omitempty"`
 
 	TTFTQuantiles      []Quantile  `json:"ttft_quantiles"`
 	ShareWindowSeconds float64     `json:"share_window_seconds"`

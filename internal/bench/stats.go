@@ -22,6 +22,7 @@ type accumulator struct {
 	completedInDuration, finishedAll int
 	failed, rejected, refused        int
 	reasons                          map[balancer.Reason]int
+	pinDecisions                     map[string]int
 
 	ttft, e2e, ttft2 []float64 // seconds
 
@@ -39,11 +40,12 @@ func (a *accumulator) init(n int, o *Options) {
 	a.window = o.ShareWindow
 	a.perReplica = make([]float64, n)
 	a.reasons = map[balancer.Reason]int{}
+	a.pinDecisions = map[string]int{}
 	windows := int((o.Duration + o.ShareWindow - 1) / o.ShareWindow)
 	a.routedTokens = make([][]float64, 0, windows)
 }
 
-func (a *accumulator) routed(i int, at time.Duration, req *workload.Request, reason balancer.Reason) {
+func (a *accumulator) routed(i int, at time.Duration, req *workload.Request, res *balancer.Reservation) {
 	w := int(at / a.window)
 	for len(a.routedTokens) <= w {
 		a.routedTokens = append(a.routedTokens, make([]float64, a.replicas))
@@ -51,7 +53,10 @@ func (a *accumulator) routed(i int, at time.Duration, req *workload.Request, rea
 	tok := float64(req.Prompt.Tokens)
 	a.routedTokens[w][i] += tok
 	a.perReplica[i] += tok
-	a.reasons[reason]++
+	a.reasons[res.Reason]++
+	if ex := &res.Explanation; ex.PinKind != "" || ex.PinDecision != "" {
+		a.pinDecisions[ex.PinKind+": "+ex.PinDecision]++
+	}
 }
 
 func (a *accumulator) done(f *flight, at time.Duration, ev engine.Event, duration time.Duration) {
@@ -123,6 +128,7 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		Spills:              c.Spills,
 		Rebinds:             c.Rebinds + c.ForceRebinds,
 		Ejections:           c.Ejections,
+		PinDecisions:        a.pinDecisions,
 		TTFTQuantiles:       quantileCurve(a.ttft),
 		ShareWindowSeconds:  0,
 		Share:               nil,
