@@ -21,6 +21,7 @@ type blockTree struct {
 
 type treeNode struct {
 	parent *treeNode
+	next   *treeNode // the child most recently walked or created: a hint that spares the map lookup
 	hash   uint64
 	marks  []treeMark
 	inline [1]treeMark // backing array for the common single-tenant case
@@ -58,9 +59,12 @@ func (t *blockTree) sizeOf(id int32) int {
 func (t *blockTree) walk(blocks []uint64, path []*treeNode) []*treeNode {
 	prev := &t.root
 	for _, h := range blocks {
-		n := t.nodes[h]
-		if n == nil || n.parent != prev {
-			break
+		n := prev.next
+		if n == nil || n.hash != h {
+			if n = t.nodes[h]; n == nil || n.parent != prev {
+				break
+			}
+			prev.next = n
 		}
 		path = append(path, n)
 		prev = n
@@ -103,6 +107,7 @@ func (t *blockTree) insert(blocks []uint64, path []*treeNode, id int32, now int6
 				n.marks = n.inline[:0]
 				t.nodes[h] = n
 			}
+			prev.next = n
 		}
 		if t.addMark(n, prev, id, now) {
 			t.size[id]++
@@ -142,8 +147,18 @@ func (t *blockTree) dropMark(n *treeNode, id int32) {
 		break
 	}
 	if len(n.marks) == 0 && t.nodes[n.hash] == n {
-		delete(t.nodes, n.hash)
+		t.unlink(n)
 	}
+}
+
+// unlink removes a node without marks (so without live children) from the
+// tree, and the walk hint that points at it.
+func (t *blockTree) unlink(n *treeNode) {
+	delete(t.nodes, n.hash)
+	if n.parent.next == n {
+		n.parent.next = nil
+	}
+	n.next = nil
 }
 
 // removeTenant drops every mark of id (SGLang's remove_tenant).
@@ -157,8 +172,8 @@ func (t *blockTree) removeTenant(id int32) {
 				break
 			}
 		}
-		if len(n.marks) == 0 {
-			delete(t.nodes, h)
+		if len(n.marks) == 0 && t.nodes[h] == n {
+			t.unlink(n)
 		}
 	}
 	for i := range t.root.marks {

@@ -274,6 +274,11 @@ func checkInvariants(t *testing.T, p *PrefixTree) {
 		for _, n := range tr.nodes {
 			check(n)
 		}
+		for _, n := range append([]*treeNode{&tr.root}, values(tr.nodes)...) {
+			if h := n.next; h != nil && (h.parent != n || tr.nodes[h.hash] != h) {
+				t.Errorf("model %q: node %x has a stale walk hint %x", model, n.hash, h.hash)
+			}
+		}
 	}
 	for _, c := range p.tenantCand {
 		if c != -1 {
@@ -303,4 +308,12 @@ func TestPrefixTreeShortMatchStampsMatchedPath(t *testing.T) {
 			t.Errorf("block %d: r0 stamped at %v, want %v", d, time.Unix(0, got).UTC(), want)
 		}
 	}
+}
+
+func values(m map[uint64]*treeNode) []*treeNode {
+	out := make([]*treeNode, 0, len(m))
+	for _, n := range m {
+		out = append(out, n)
+	}
+	return out
 }
