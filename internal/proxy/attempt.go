@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -188,3 +189,17 @@ func (b *upstreamBody) errorEvent() []byte {
 
 // Close implements io.Closer.
 func (b *upstreamBody) Close() error { return b.rc.Close() }
+
+// bufferPool recycles ReverseProxy's 32 KiB copy buffers across responses.
+type bufferPool struct{ p sync.Pool }
+
+// Get implements httputil.BufferPool.
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+// Put implements httputil.BufferPool.
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

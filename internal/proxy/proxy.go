@@ -131,6 +131,7 @@ func New(opts Options) (*Proxy, error) {
 		FlushInterval:  -1, // SSE: every chunk goes out at once, never buffered
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
+		BufferPool:     &bufferPool{},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	return p, nil
