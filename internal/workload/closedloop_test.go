@@ -150,7 +150,7 @@ func TestPrefixSharing(t *testing.T) {
 	// Requests of one project share every block inside its system prompt.
 	sysBlocks := map[string]int{}
 	for _, sp := range w.(*sessionGen).sys {
-		sysBlocks[sp.prefixKey] = len(sp.keys)
+		sysBlocks[sp.prefixKey] = len(sp.hashes)
 	}
 	firstOf := map[string]*Request{}
 	for _, r := range reqs {

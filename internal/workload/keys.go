@@ -54,23 +54,37 @@ func md5Key(tenant, content string) string {
 	return tenant + "/" + h
 }
 
-// keyBuilder fills a reusable slice with the block keys of one prompt. The
-// slice never leaves the package: tokenize.FromBlockKeys copies the chained
-// hashes into a fresh Prompt.Blocks, so reusing it across requests is safe.
-type keyBuilder struct {
-	keys []uint64
+// extendPrompt returns the prompt of the given length whose leading blocks
+// have the already chained hashes prefix and whose remaining full blocks are
+// the request's own, keyed blockKey(ownID, j). It equals
+// tokenize.FromBlockKeys over the same keys (TestExtendPromptMatchesFromBlockKeys)
+// but hashes only the new blocks: a session's turn copies its stream's
+// hashes instead of rehashing ~1,000 blocks a request.
+func extendPrompt(tokens int, prefix []uint64, ownID uint64) tokenize.Prompt {
+	n := tokens / tokenize.BlockSize
+	k := min(len(prefix), n)
+	blocks := make([]uint64, n)
+	copy(blocks, prefix[:k])
+	parent := tokenize.RootHash
+	if k > 0 {
+		parent = blocks[k-1]
+	}
+	for j := k; j < n; j++ {
+		parent = tokenize.ChainHash(parent, blockKey(ownID, j))
+		blocks[j] = parent
+	}
+	return tokenize.Prompt{Tokens: tokens, Blocks: blocks}
 }
 
-// build returns the prompt of the given length whose first shared tokens
-// come from sharedKeys (full blocks only) and whose remaining blocks are
-// unique to ownID. A block that straddles the end of the shared part holds
-// the request's own tokens too, so it gets a unique key and is never shared.
-func (b *keyBuilder) build(tokens int, sharedKeys []uint64, shared int, ownID uint64) tokenize.Prompt {
-	n := tokens / tokenize.BlockSize
-	full := min(shared/tokenize.BlockSize, n, len(sharedKeys))
-	b.keys = append(b.keys[:0], sharedKeys[:full]...)
-	for j := full; j < n; j++ {
-		b.keys = append(b.keys, blockKey(ownID, j))
+// chain appends to hashes the chained hashes of keys.
+func chain(hashes []uint64, keys ...uint64) []uint64 {
+	parent := tokenize.RootHash
+	if len(hashes) > 0 {
+		parent = hashes[len(hashes)-1]
 	}
-	return tokenize.FromBlockKeys(tokens, b.keys)
+	for _, k := range keys {
+		parent = tokenize.ChainHash(parent, k)
+		hashes = append(hashes, parent)
+	}
+	return hashes
 }

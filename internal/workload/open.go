@@ -72,7 +72,6 @@ type openGen struct {
 	sys     []*systemPrompt
 	nextAt  time.Duration
 	next    *Request // the materialised next arrival, nil if not yet drawn
-	kb      keyBuilder
 }
 
 func newOpen(spec openSpec, p Params, ids *ids) (*openGen, error) {
@@ -135,14 +134,14 @@ func (g *openGen) make(at time.Duration) *Request {
 	case g.spec.scenarios > 0:
 		sp := g.sys[g.rng.IntN(len(g.sys))]
 		tokens := sp.tokens + draw(g.rng, g.spec.suffix)
-		r.Prompt = g.kb.build(tokens, sp.keys, sp.tokens, own)
+		r.Prompt = extendPrompt(tokens, sp.hashes, own)
 		r.Output = draw(g.rng, g.spec.output)
 		prefixKey = sp.prefixKey
 	case g.rng.Float64() < g.spec.longShare:
-		r.Prompt = g.kb.build(draw(g.rng, g.spec.longPrompt), nil, 0, own)
+		r.Prompt = extendPrompt(draw(g.rng, g.spec.longPrompt), nil, own)
 		r.Output = draw(g.rng, g.spec.longOutput)
 	default:
-		r.Prompt = g.kb.build(draw(g.rng, g.spec.shortPrompt), nil, 0, own)
+		r.Prompt = extendPrompt(draw(g.rng, g.spec.shortPrompt), nil, own)
 		r.Output = draw(g.rng, g.spec.shortOutput)
 	}
 	r.Profile = request.Profile{

@@ -70,18 +70,20 @@ func (s sessionSpec) defaultRate(replicas int) float64 {
 	return s.perReplicaRate * float64(replicas)
 }
 
-// systemPrompt is one system prompt: its length, the keys of the blocks that
-// lie entirely inside it, and the prefix key a client's profile carries.
+// systemPrompt is one system prompt: its length, the chained hashes of the
+// blocks that lie entirely inside it (block j keyed blockKey(id, j)), and
+// the prefix key a client's profile carries.
 type systemPrompt struct {
 	tokens    int
-	keys      []uint64
+	hashes    []uint64
 	prefixKey string
 }
 
 func newSystemPrompt(id uint64, tokens int, prefixKey string) *systemPrompt {
-	sp := &systemPrompt{tokens: tokens, prefixKey: prefixKey, keys: make([]uint64, tokens/tokenize.BlockSize)}
-	for j := range sp.keys {
-		sp.keys[j] = blockKey(id, j)
+	sp := &systemPrompt{tokens: tokens, prefixKey: prefixKey}
+	sp.hashes = make([]uint64, 0, tokens/tokenize.BlockSize)
+	for j := range tokens / tokenize.BlockSize {
+		sp.hashes = chain(sp.hashes, blockKey(id, j))
 	}
 	return sp
 }
@@ -96,7 +98,7 @@ type session struct {
 	rng       *rand.Rand
 	sys       *systemPrompt
 	contentID uint64   // names the session's own tokens
-	keys      []uint64 // block keys of the stream's full blocks
+	hashes    []uint64 // chained hashes of the stream's full blocks
 	streamLen int      // tokens in the stream
 	lastOut   int      // output of the previous turn's first request
 	turn      int
@@ -105,14 +107,15 @@ type session struct {
 	lastDone  time.Duration // latest completion in the current turn
 }
 
-// extend appends the keys of the stream's new full blocks: blocks entirely
-// inside the system prompt take its keys, all later ones the session's.
+// extend hashes the stream's new full blocks: blocks entirely inside the
+// system prompt are its blocks, all later ones are keyed by the session.
+// s.hashes only grows; prompts handed out hold copies.
 func (s *session) extend() {
-	for j := len(s.keys); j < s.streamLen/tokenize.BlockSize; j++ {
-		if j < len(s.sys.keys) {
-			s.keys = append(s.keys, s.sys.keys[j])
+	for j := len(s.hashes); j < s.streamLen/tokenize.BlockSize; j++ {
+		if j < len(s.sys.hashes) {
+			s.hashes = append(s.hashes, s.sys.hashes[j])
 		} else {
-			s.keys = append(s.keys, blockKey(s.contentID, j))
+			s.hashes = chain(s.hashes, blockKey(s.contentID, j))
 		}
 	}
 }
@@ -140,7 +143,6 @@ type sessionGen struct {
 	starts  []sessionStart
 	pending queue
 	active  int // sessions started and not ended
-	kb      keyBuilder
 }
 
 func newSessions(spec sessionSpec, p Params, ids *ids) (*sessionGen, error) {
@@ -287,7 +289,7 @@ func (g *sessionGen) begin(st sessionStart) {
 // end closes a session; in Users mode its user starts another after a pause.
 func (g *sessionGen) end(s *session, at time.Duration) {
 	g.active--
-	s.keys = nil
+	s.hashes = nil
 	if s.user >= 0 {
 		next := at + drawDur(s.rng, g.spec.userIdle)
 		g.schedule(sessionStart{at: next, user: s.user, stream: s.stream + 1})
@@ -311,11 +313,11 @@ func (g *sessionGen) turn(s *session, at time.Duration) {
 		r := &Request{ID: g.ids.take(), At: at, Session: s.key, Turn: s.turn, owner: g, sess: s}
 		r.Output = draw(s.rng, g.spec.output)
 		if i == 0 {
-			r.Prompt = tokenize.FromBlockKeys(s.streamLen, s.keys[:s.streamLen/tokenize.BlockSize])
+			r.Prompt = extendPrompt(s.streamLen, s.hashes, 0)
 			s.lastOut = r.Output
 		} else {
 			tokens := s.streamLen + draw(s.rng, g.spec.suffix)
-			r.Prompt = g.kb.build(tokens, s.keys, s.streamLen, contentID(g.salt, domRequest, r.ID))
+			r.Prompt = extendPrompt(tokens, s.hashes, contentID(g.salt, domRequest, r.ID))
 		}
 		r.Profile = request.Profile{
 			SessionKey:   s.key,

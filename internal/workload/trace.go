@@ -228,14 +228,13 @@ func (o TraceOptions) validate() error {
 
 // traceGen replays trace records in arrival order; it is open-loop.
 type traceGen struct {
-	format    string
-	recs      []traceRecord
-	i         int
-	speed     float64
-	ids       ids
-	kb        keyBuilder
-	prefixes  map[[2]uint64]string // Mooncake prefix keys by their first two ids
-	blockKeys []uint64             // scratch: the content ids of one request's 512-token blocks
+	format   string
+	recs     []traceRecord
+	i        int
+	speed    float64
+	ids      ids
+	keys     []uint64             // scratch: one Mooncake prompt's block keys (FromBlockKeys copies them)
+	prefixes map[[2]uint64]string // Mooncake prefix keys by their first two ids
 }
 
 func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, error) {
@@ -282,7 +281,7 @@ func (g *traceGen) Pop() *Request {
 		r.Prompt = g.mooncakePrompt(rec, own)
 		prefixKey = g.mooncakePrefix(rec, r.ID)
 	} else {
-		r.Prompt = g.kb.build(rec.input, nil, 0, own)
+		r.Prompt = extendPrompt(rec.input, nil, own)
 	}
 	r.Profile = request.Profile{
 		PrefixKey:    prefixKey,
@@ -302,15 +301,17 @@ func (g *traceGen) mooncakePrompt(rec *traceRecord, own uint64) tokenize.Prompt 
 	const per = MooncakeBlockTokens / tokenize.BlockSize
 	full := min(rec.input/MooncakeBlockTokens, len(rec.ids))
 	n := rec.input / tokenize.BlockSize
-	keys := g.kb.keys[:0]
-	for j := range n {
-		if m := j / per; m < full {
-			keys = append(keys, blockKey(contentID(0, domMooncake, rec.ids[m]), j%per))
-		} else {
-			keys = append(keys, blockKey(own, j))
+	keys := g.keys[:0]
+	for m := range full {
+		id := contentID(0, domMooncake, rec.ids[m])
+		for k := range per {
+			keys = append(keys, blockKey(id, k))
 		}
 	}
-	g.kb.keys = keys
+	for j := len(keys); j < n; j++ {
+		keys = append(keys, blockKey(own, j))
+	}
+	g.keys = keys
 	return tokenize.FromBlockKeys(rec.input, keys)
 }
 

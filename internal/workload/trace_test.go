@@ -13,7 +13,7 @@ import (
 
 // tracePath finds a shared sample trace ($LLMLB_TRACES or ../../../shared/traces)
 // and skips the test when the file is absent.
-func tracePath(t *testing.T, name string) string {
+func tracePath(t testing.TB, name string) string {
 	t.Helper()
 	dir := os.Getenv("LLMLB_TRACES")
 	if dir == "" {
