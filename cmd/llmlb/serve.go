@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/server"
@@ -34,7 +36,38 @@ func runServe(ctx context.Context, args []string) error {
 	if err := srv.Listen(); err != nil {
 		return err
 	}
+	// SIGHUP re-reads the file (and flags) and applies the replica list.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	go reloadOnHUP(reloadCtx, hup, args, srv, logger)
 	return srv.Run(ctx)
+}
+
+// reloadOnHUP applies the replica list of the re-read configuration on each
+// SIGHUP until ctx ends; an invalid file is logged and changes nothing.
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, srv *server.Server, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := serveConfig(args, io.Discard)
+		if err != nil {
+			logger.Error("reload: configuration rejected, keeping the current replicas", slog.String("error", err.Error()))
+			continue
+		}
+		added, removed, err := srv.Reload(cfg.Replicas)
+		attrs := []any{slog.Any("added", added), slog.Any("removed", removed)}
+		if err != nil {
+			logger.Error("reload: replicas partly applied", append(attrs, slog.String("error", err.Error()))...)
+			continue
+		}
+		logger.Info("reload: replicas applied (other settings need a restart)", attrs...)
+	}
 }
 
 // serveConfig reads serve's flags: the file (or the defaults), overridden by

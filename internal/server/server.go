@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ type Server struct {
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
 
+	reloadMu   sync.Mutex
+	configured map[string]config.Replica // replicas from the config file, by name (Reload's baseline)
+
 	mu               sync.Mutex
 	proxyLn, adminLn net.Listener
 	started          bool
@@ -93,6 +97,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		bal:     bal,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
+
+		configured: make(map[string]config.Replica),
 	}
 	s.proxy, err = proxy.New(proxy.Options{
 		Balancer:    bal,
@@ -143,8 +149,56 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		if err := s.addReplica(spec, r.APIKey); err != nil {
 			return nil, err
 		}
+		r.Name = spec.Name
+		s.configured[spec.Name] = r
 	}
 	return s, nil
+}
+
+// Reload applies a new replica list at run time (SIGHUP in `llmlb serve`):
+// configured replicas missing from the list are removed (their in-flight
+// responses finish; only new requests stop going there), new ones are
+// added, and one whose URL, models or api key changed is replaced.
+// Replicas added through the admin API are left alone. Other settings need
+// a restart. It returns the names added and removed.
+func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	want := make(map[string]config.Replica, len(replicas))
+	for _, r := range replicas {
+		if r.Name == "" {
+			r.Name = defaultName(r.URL)
+		}
+		want[r.Name] = r
+	}
+	f := fleet{s}
+	for name, old := range s.configured {
+		if r, ok := want[name]; !ok || !sameReplica(old, r) {
+			f.RemoveReplica(name)
+			delete(s.configured, name)
+			removed = append(removed, name)
+		}
+	}
+	var errs []error
+	for _, r := range replicas {
+		if r.Name == "" {
+			r.Name = defaultName(r.URL)
+		}
+		if _, ok := s.configured[r.Name]; ok {
+			continue
+		}
+		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}, r.APIKey); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.configured[r.Name] = r
+		added = append(added, r.Name)
+	}
+	return added, removed, errors.Join(errs...)
+}
+
+func sameReplica(a, b config.Replica) bool {
+	return a.URL == b.URL && a.APIKey == b.APIKey && slices.Equal(a.Models, b.Models)
 }
 
 // defaultName is a replica's name when none is configured: host:port.
