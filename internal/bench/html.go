@@ -68,6 +68,7 @@ h2{margin-top:1.5em}
 Every policy ran on fresh engines with the same workload; routing used llmlb's own core.</p>
 <pre>{{.Table}}</pre>
 <h2>Time to first token (CDF)</h2>
+<p>Fraction of requests with TTFT at most x; the vertical axis is stretched towards the tail (p90, p99, p99.9 equally spaced).</p>
 {{.CDF}}
 <h2>TTFT p99 per policy</h2>
 {{.P99}}
@@ -108,15 +109,26 @@ func (rep *Report) cdfSVG() string {
 		s = max(s, lo)
 		return left + pw*(math.Log10(s)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))
 	}
-	y := func(p float64) float64 { return top + ph*(1-p) }
+	// The probability axis is a percentile scale (-log10(1-p)): 0, 0.9,
+	// 0.99 and 0.999 are equally spaced, so the tail, where policies
+	// differ, is visible; the top edge is the maximum.
+	const yTop = 3.3
+	y := func(p float64) float64 {
+		v := -math.Log10(max(1-p, math.Pow(10, -yTop)))
+		return top + ph*(1-v/yTop)
+	}
 	// Axes and grid.
 	for d := lo; d <= hi*1.0001; d *= 10 {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`, x(d), top, x(d), top+ph)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, x(d), top+ph+16, fmtSec(d))
 	}
-	for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.9, 0.99, 1} {
+	for _, p := range []float64{0, 0.5, 0.9, 0.99, 0.999, 1} {
+		label := fmt.Sprintf("p%g", 100*p)
+		if p == 1 {
+			label = "max"
+		}
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`, left, y(p), left+pw, y(p))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%g</text>`, left-4, y(p)+4, p)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`, left-4, y(p)+4, label)
 	}
 	fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, left, top, pw, ph)
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">TTFT (log scale)</text>`, left+pw/2, H-6)
