@@ -3,15 +3,21 @@ package engine
 import "math/bits"
 
 // hashIndex maps block hashes to block numbers: an open-addressing table
-// with linear probing and backward-shift deletion (no tombstones, so heavy
-// insert/evict churn does not slow lookups down, which it does for a Go map
-// here). Key 0 marks an empty slot; the hash 0 is stored as 1 (a collision
-// with probability 2^-64).
+// with linear probing. Entries are deleted lazily: an evicted block only
+// forgets its hash, and kvCache checks every entry it finds against the
+// block (which it reads anyway to touch it). A stale entry is reused when
+// its hash comes back; when stale entries fill half the table, kvCache
+// rebuilds it from the live blocks. Compared with a Go map (or eager
+// deletion) this saves one cache miss per evicted block, the simulator's
+// hottest path. Key 0 marks an empty slot; the hash 0 is stored as 1 (the
+// check against the block then treats it as a miss: harmless, probability
+// 2^-64).
 type hashIndex struct {
 	slots []slot // key and value side by side: one cache line per probe
 	shift uint   // 64 - log2(len(slots))
 	mask  uint64
-	n     int
+	used  int // occupied slots, live or stale
+	limit int // rebuild when used reaches it
 }
 
 type slot struct {
@@ -19,16 +25,18 @@ type slot struct {
 	val int32
 }
 
-// newHashIndex returns a table for up to max entries at load <= 1/2.
+// newHashIndex returns a table for up to max live entries that can take at
+// least max more (stale) entries before it needs a rebuild.
 func newHashIndex(max int) *hashIndex {
 	size := 16
-	for size < 2*max {
+	for size < 4*max {
 		size *= 2
 	}
 	return &hashIndex{
 		slots: make([]slot, size),
 		shift: uint(64 - bits.TrailingZeros(uint(size))),
 		mask:  uint64(size - 1),
+		limit: size / 2,
 	}
 }
 
@@ -41,58 +49,31 @@ func fixKey(k uint64) uint64 {
 	return k
 }
 
-// get returns the value stored under k.
-func (h *hashIndex) get(k uint64) (int32, bool) {
+// find returns the slot holding k (found) or the empty slot where k would
+// go.
+func (h *hashIndex) find(k uint64) (s *slot, found bool) {
 	k = fixKey(k)
 	for i := h.home(k); ; i = (i + 1) & h.mask {
 		switch s := &h.slots[i]; s.key {
 		case k:
-			return s.val, true
+			return s, true
 		case 0:
-			return 0, false
+			return s, false
 		}
 	}
 }
 
-// put stores v under k unless k is present; it reports whether it stored.
-func (h *hashIndex) put(k uint64, v int32) bool {
-	k = fixKey(k)
-	for i := h.home(k); ; i = (i + 1) & h.mask {
-		switch s := &h.slots[i]; s.key {
-		case k:
-			return false
-		case 0:
-			*s = slot{k, v}
-			h.n++
-			return true
-		}
-	}
+// fill stores k -> v in an empty slot returned by find.
+func (h *hashIndex) fill(s *slot, k uint64, v int32) {
+	*s = slot{fixKey(k), v}
+	h.used++
 }
 
-// del removes k if it maps to v.
-func (h *hashIndex) del(k uint64, v int32) {
-	k = fixKey(k)
-	i := h.home(k)
-	for ; ; i = (i + 1) & h.mask {
-		if h.slots[i].key == 0 {
-			return
-		}
-		if h.slots[i].key == k {
-			break
-		}
-	}
-	if h.slots[i].val != v {
-		return
-	}
-	// Backward-shift: move later entries of the cluster into the hole when
-	// their home slot does not lie cyclically in (hole, j].
-	h.n--
-	for j := (i + 1) & h.mask; h.slots[j].key != 0; j = (j + 1) & h.mask {
-		home := h.home(h.slots[j].key)
-		if (j-home)&h.mask >= (j-i)&h.mask {
-			h.slots[i] = h.slots[j]
-			i = j
-		}
-	}
-	h.slots[i] = slot{}
+// full reports whether the next new key needs a rebuild first.
+func (h *hashIndex) full() bool { return h.used >= h.limit }
+
+// reset empties the table.
+func (h *hashIndex) reset() {
+	clear(h.slots)
+	h.used = 0
 }

@@ -5,51 +5,64 @@ import (
 	"testing"
 )
 
-// TestHashIndexMatchesMap churns the table against a Go map, with keys
-// chosen to collide in the low bits.
-func TestHashIndexMatchesMap(t *testing.T) {
+// TestKVCacheIndexMatchesModel churns the block pool's hash index (lazy
+// deletion, stale-entry reuse, rebuilds) against a plain map of what is
+// cached, with keys chosen to collide in the table.
+func TestKVCacheIndexMatchesModel(t *testing.T) {
 	for _, spread := range []uint64{1, 1 << 40, 0x9e3779b97f4a7c15} {
 		r := rand.New(rand.NewPCG(spread, 1))
-		h := newHashIndex(300)
-		ref := map[uint64]int32{}
-		var live []uint64
-		for step := range 20_000 {
-			if len(live) < 300 && (len(live) == 0 || r.IntN(2) == 0) {
-				k := uint64(r.IntN(2000)) * spread
-				_, had := ref[k]
-				if got := h.put(k, int32(step)); got == had {
-					t.Fatalf("put(%d) = %v with key present %v", k, got, had)
-				}
-				if !had {
-					ref[k] = int32(step)
-					live = append(live, k)
-				}
-			} else {
-				i := r.IntN(len(live))
-				k := live[i]
-				live[i] = live[len(live)-1]
-				live = live[:len(live)-1]
-				h.del(k, ref[k]+1) // wrong value: must not delete
-				h.del(k, ref[k])
-				delete(ref, k)
-			}
-			if step%97 == 0 {
-				for k, v := range ref {
-					if got, ok := h.get(k); !ok || got != v {
-						t.Fatalf("step %d: get(%d) = %d,%v want %d", step, k, got, ok, v)
+		const n = 64
+		c := newKVCache(n)
+		model := map[uint64]int32{} // hash -> block, live entries only
+		var held []int32
+		rebuilds := 0
+		for step := range 50_000 {
+			switch op := r.IntN(10); {
+			case op < 5 && c.numFree > 0:
+				// Allocate a block (evicting the LRU one) and cache it.
+				i := c.alloc()
+				for h, j := range model {
+					if j == i {
+						delete(model, h)
 					}
 				}
-				if h.n != len(ref) {
-					t.Fatalf("n = %d, want %d", h.n, len(ref))
+				h := uint64(1+r.IntN(300)) * spread
+				before := c.cached.used
+				c.cache(i, h)
+				if c.cached.used < before {
+					rebuilds++
+				}
+				if _, dup := model[h]; !dup {
+					model[h] = i
+				}
+				held = append(held, i)
+			case op < 9 && len(held) > 0:
+				k := r.IntN(len(held))
+				c.release(held[k])
+				held[k] = held[len(held)-1]
+				held = held[:len(held)-1]
+			default:
+				// A hit re-references a cached block.
+				h := uint64(1+r.IntN(300)) * spread
+				if i, ok := c.lookup(h); ok {
+					c.touch(i)
+					held = append(held, i)
+				}
+			}
+			for h := range uint64(301) {
+				if h == 0 {
+					continue // stored as 1: documented collision
+				}
+				h *= spread
+				want, live := model[h]
+				got, ok := c.lookup(h)
+				if ok != live || (ok && got != want) {
+					t.Fatalf("step %d: lookup(%#x) = %d,%v; want %d,%v", step, h, got, ok, want, live)
 				}
 			}
 		}
-		for _, k := range []uint64{3, 5 * spread, 1999*spread + 1} {
-			if _, ok := ref[k]; !ok {
-				if _, ok := h.get(k); ok {
-					t.Fatalf("get(%d) found a deleted key", k)
-				}
-			}
+		if rebuilds == 0 {
+			t.Errorf("spread %#x: no rebuild exercised", spread)
 		}
 	}
 }

@@ -64,12 +64,12 @@ func (e *Engine) checkInvariants() error {
 			continue
 		}
 		hashed++
-		if j, ok := c.cached.get(b.hash); !ok || j != int32(i) {
+		if j, ok := c.lookup(b.hash); !ok || j != int32(i) {
 			return fmt.Errorf("block %d: hash not indexed (got %d,%v)", i, j, ok)
 		}
 	}
-	if hashed != c.cached.n {
-		return fmt.Errorf("index holds %d hashes, %d blocks are hashed", c.cached.n, hashed)
+	if hashed > c.cached.used || c.cached.used > c.cached.limit {
+		return fmt.Errorf("index: %d slots used (limit %d), %d blocks hashed", c.cached.used, c.cached.limit, hashed)
 	}
 	for _, s := range e.waiting[e.whead:] {
 		if s.state != stWaiting || len(s.blocks) != 0 || s.computed != 0 {

@@ -14,7 +14,7 @@ const noBlock int32 = -1
 // kvBlock is one 16-token KV block.
 type kvBlock struct {
 	hash   uint64
-	hashed bool  // hash is valid and the block is in kvCache.cached
+	hashed bool  // hash is valid: the block is cached under it
 	ref    int32 // running requests using the block; 0 = in the free queue
 	prev   int32 // free-queue links (intrusive doubly linked list)
 	next   int32
@@ -80,10 +80,7 @@ func (c *kvCache) alloc() int32 {
 	i := c.head
 	c.unlink(i)
 	b := &c.blocks[i]
-	if b.hashed {
-		c.cached.del(b.hash, i)
-		b.hashed = false
-	}
+	b.hashed = false // its index entry is now stale (see hashIndex)
 	b.ref = 1
 	return i
 }
@@ -109,19 +106,48 @@ func (c *kvCache) release(i int32) {
 
 // lookup returns the cached block with hash h.
 func (c *kvCache) lookup(h uint64) (int32, bool) {
-	return c.cached.get(h)
+	s, ok := c.cached.find(h)
+	if !ok {
+		return 0, false
+	}
+	if b := &c.blocks[s.val]; !b.hashed || b.hash != h {
+		return 0, false // stale entry: the block was evicted
+	}
+	return s.val, true
 }
 
 // cache registers block i (now full of computed prompt tokens) under hash
 // h. When another block already holds h (two requests prefilled the same
 // prefix at once) the block stays uncached, a duplicate as in vLLM.
 func (c *kvCache) cache(i int32, h uint64) {
-	if !c.cached.put(h, i) {
-		return
+	s, ok := c.cached.find(h)
+	switch {
+	case ok && c.blocks[s.val].hashed && c.blocks[s.val].hash == h:
+		return // a live duplicate
+	case ok:
+		s.val = i // reuse the stale entry
+	default:
+		if c.cached.full() {
+			c.rebuild()
+			s, _ = c.cached.find(h)
+		}
+		c.cached.fill(s, h, i)
 	}
 	b := &c.blocks[i]
 	b.hash, b.hashed = h, true
 	c.gen++
+}
+
+// rebuild drops the index's stale entries: it re-inserts the live ones.
+func (c *kvCache) rebuild() {
+	c.cached.reset()
+	for i := range c.blocks {
+		if b := &c.blocks[i]; b.hashed {
+			if s, ok := c.cached.find(b.hash); !ok {
+				c.cached.fill(s, b.hash, int32(i))
+			}
+		}
+	}
 }
 
 // used is the number of blocks referenced by requests.
