@@ -239,3 +239,14 @@ func TestHandedOutBlocksNeverChange(t *testing.T) {
 		})
 	}
 }
+
+func TestManyUsersStartQuickly(t *testing.T) {
+	// A large population must not cost quadratic time to set up.
+	w, err := New("chat", Params{Seed: 1, Duration: time.Hour, Users: 200_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := w.Peek(); !ok || at < 0 {
+		t.Fatalf("Peek = %v, %v", at, ok)
+	}
+}

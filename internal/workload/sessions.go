@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -140,7 +141,7 @@ type sessionGen struct {
 	arrive  *rand.Rand // Poisson session arrivals and users' first starts
 	sys     []*systemPrompt
 	sysW    []float64 // cumulative project weights
-	starts  []sessionStart
+	starts  startQueue
 	pending queue
 	active  int // sessions started and not ended
 }
@@ -181,17 +182,33 @@ func newSessions(spec sessionSpec, p Params, ids *ids) (*sessionGen, error) {
 
 // schedule queues a session start unless it falls past the horizon.
 func (g *sessionGen) schedule(st sessionStart) {
-	if st.at >= g.horizon {
-		return
+	if st.at < g.horizon {
+		heap.Push(&g.starts, st)
 	}
-	// starts stay sorted by (at, user); there are at most Users of them.
-	i := len(g.starts)
-	g.starts = append(g.starts, st)
-	for i > 0 && (g.starts[i-1].at > st.at || g.starts[i-1].at == st.at && g.starts[i-1].user > st.user) {
-		g.starts[i] = g.starts[i-1]
-		i--
+}
+
+// startQueue orders session starts by time, then user, then stream, so the
+// order never depends on the heap's history.
+type startQueue []sessionStart
+
+func (q startQueue) Len() int { return len(q) }
+func (q startQueue) Less(i, j int) bool {
+	a, b := q[i], q[j]
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	g.starts[i] = st
+	if a.user != b.user {
+		return a.user < b.user
+	}
+	return a.stream < b.stream
+}
+func (q startQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *startQueue) Push(x any)   { *q = append(*q, x.(sessionStart)) }
+func (q *startQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
 }
 
 // Peek implements Workload.
@@ -201,8 +218,7 @@ func (g *sessionGen) Peek() (time.Duration, bool) {
 		if top != nil && top.At < g.starts[0].at {
 			break
 		}
-		st := g.starts[0]
-		g.starts = g.starts[1:]
+		st := heap.Pop(&g.starts).(sessionStart)
 		if st.user < 0 {
 			g.schedule(sessionStart{at: st.at + expGap(g.arrive, g.rate), user: -1, stream: st.stream + 1})
 		}
