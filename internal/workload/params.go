@@ -73,7 +73,22 @@ func Names() []string {
 	return []string{"agentic", "chat", "oneshot", "longshort", "mixed"}
 }
 
-// New returns the synthetic workload called name (one of Names), scaled by p.
+// New returns the synthetic workload called name (one of Names), scaled by
+// p. In brief (docs/WORKLOADS.md has every distribution and the calibration):
+//   - agentic: closed-loop sessions of 8-12 turns on 5 projects' shared 2-6K
+//     system prompts; each turn a burst of 3-10 parallel requests (same
+//     prefix, own 100-400-token suffixes), context ~6K growing to ~17K, think
+//     time 2-8 s; default 0.0218 new sessions/s per replica.
+//   - chat: closed-loop dialogues of 10-20 turns, a distinct 1-3K system
+//     prompt per session, context ~4K growing by ~775 a turn, think time
+//     10-60 s; default 0.055 new sessions/s per replica.
+//   - oneshot: Poisson requests on 6 scenarios' 2,000-token shared prefixes
+//     plus unique 100-400-token suffixes, no session key; 4.3 req/s per replica.
+//   - longshort: Poisson requests, 2% with ~100K-token prompts (output 128),
+//     the rest ~2K (output 64), nothing shared; 2.95 req/s per replica.
+//   - mixed: all four at 40/30/15/15% of their default load.
+//
+// Every request declares DeclaredOutput output tokens (no max_tokens sent).
 func New(name string, p Params) (Workload, error) {
 	switch name {
 	case "agentic":

@@ -172,10 +172,10 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 		if err == io.EOF {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
 			return nil, fmt.Errorf("workload: azure: %w", err)
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) <= need {
 			return nil, fmt.Errorf("workload: azure line %d: %d fields, want at least %d", line, len(rec), need+1)
 		}

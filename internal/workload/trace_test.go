@@ -190,6 +190,7 @@ func TestTraceReadersRejectBadInput(t *testing.T) {
 		{"azure bad tokens", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,x,5\n", "ContextTokens \"x\""},
 		{"azure short row", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,5\n", "2 fields"},
 		{"azure empty", "azure", "", "reading the header"},
+		{"azure bad quoting", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,\"5,5\n", "azure: parse error on line 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
