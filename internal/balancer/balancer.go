@@ -154,11 +154,20 @@ type Balancer struct {
 }
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
-// Policy "" or "llmlb" is the seed algorithm; the baselines come from
-// package policy.
+// Policy "" or "llmlb" is the seed algorithm, "llmlb-warm" its hybrid (see
+// type llmlb); the baselines come from package policy.
 func New(cfg Config) (*Balancer, error) {
-	if cfg.Policy == "" || cfg.Policy == PolicyLLMLB {
+	switch cfg.Policy {
+	case "", PolicyLLMLB:
 		return NewWithPolicy(cfg, nil)
+	case PolicyLLMLBWarm:
+		b, err := NewWithPolicy(cfg, nil)
+		if err != nil {
+			return nil, err
+		}
+		b.policy = &llmlb{b: b, warm: true}
+		b.cfg.Policy = PolicyLLMLBWarm
+		return b, nil
 	}
 	p, err := newBaseline(cfg.Policy)
 	if err != nil {

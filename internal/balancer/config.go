@@ -100,6 +100,10 @@ func DefaultConfig() Config {
 // PolicyLLMLB is the name of the seed algorithm's policy (the default).
 const PolicyLLMLB = "llmlb"
 
+// PolicyLLMLBWarm is the hybrid of the seed algorithm whose pins read the
+// replica's own scraped queue (see type llmlb).
+const PolicyLLMLBWarm = "llmlb-warm"
+
 // Validate reports every bad value, each error naming its YAML key relative
 // to the routing section (e.g. "affinity.session_ttl: must be > 0").
 func (c Config) Validate() error {
@@ -108,9 +112,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", key, rule, v))
 	}
 	switch c.Policy {
-	case "", PolicyLLMLB, "rr", "least-request", "sticky", "prefix-tree":
+	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree":
 	default:
-		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want llmlb, rr, least-request, sticky or prefix-tree)", c.Policy))
+		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want llmlb, llmlb-warm, rr, least-request, sticky or prefix-tree)", c.Policy))
 	}
 	if c.Load.TokenUnit < 1 {
 		bad("load.token_unit", ">= 1", c.Load.TokenUnit)

@@ -1,0 +1,57 @@
+package balancer
+
+import "testing"
+
+// TestWarmPolicy covers the one test in which llmlb-warm differs from llmlb:
+// a pin's queue and load are read in requests (the replica's scraped queue,
+// max(scraped running, in-flight count)), so a session's own parallel burst
+// and long prompts do not break its pin; a real queue or a real gap still do.
+func TestWarmPolicy(t *testing.T) {
+	warm := func(c *Config) { c.Policy = PolicyLLMLBWarm }
+	tests := []struct {
+		name   string
+		policy func(*Config)
+		steps  []ev
+	}{
+		{"llmlb: a burst's second request spills (unscraped in-flight counts as queue)", nil, []ev{
+			{op: "select", sess: "s1", want: "a", release: true},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity},
+			{op: "select", sess: "s1", want: "b", pin: "spill: queue"},
+		}},
+		{"llmlb-warm: a burst stays on its pin while the gap is within the slack", warm, []ev{
+			{op: "select", sess: "s1", want: "a", release: true},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
+			{op: "select", sess: "s1", want: "b", pin: "spill: running > min_r+slack"},
+		}},
+		{"llmlb: long prompts break the pin at once (30K tokens weigh 30)", nil, []ev{
+			{op: "select", sess: "s1", tokens: 30_000, want: "a", release: true},
+			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
+			{op: "select", sess: "s1", tokens: 30_000, want: "b"},
+		}},
+		{"llmlb-warm: long prompts weigh one request in the pin test", warm, []ev{
+			{op: "select", sess: "s1", tokens: 30_000, want: "a", release: true},
+			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
+			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
+		}},
+		{"llmlb-warm: a queue the replica reports still breaks the pin", warm, []ev{
+			{op: "select", sess: "s1", want: "a", release: true},
+			{op: "scrape", r: "a", run: 1, wait: 1},
+			{op: "select", sess: "s1", want: "b", pin: "spill: queue"},
+		}},
+		{"llmlb-warm: least-loaded choice still weighs tokens", warm, []ev{
+			{op: "select", tokens: 100_000, want: "a"},
+			{op: "scrape", r: "a", run: 1}, {op: "scrape", r: "b", run: 5},
+			{op: "select", want: "b"},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newFleet(t, 2, tc.policy)
+			if tc.policy != nil && b.Policy() != PolicyLLMLBWarm {
+				t.Fatalf("policy %s", b.Policy())
+			}
+			play(t, b, tc.steps)
+		})
+	}
+}
