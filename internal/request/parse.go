@@ -167,9 +167,10 @@ type message struct {
 // /v1/completions, /v1/embeddings, ...). Errors wrap ErrBadRequest.
 //
 // Chat, completions and embeddings bodies must be JSON objects with a
-// "model". A zero PrefixChars or DefaultOutputTokens takes the default;
-// empty key lists find no key. Other paths (passed through by the proxy) are read leniently: a
-// body that is not a JSON object is no error, only the headers are used.
+// "model". Other paths (passed through by the proxy) are read leniently: a
+// body that is not a JSON object, or has fields of unexpected types, is no
+// error; what can be read is used. A zero PrefixChars or DefaultOutputTokens
+// takes the default; empty key lists find no key.
 func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, error) {
 	ep := endpointOf(path)
 	def := DefaultConfig()
