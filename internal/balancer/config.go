@@ -40,7 +40,6 @@ type AffinityConfig struct {
 	PrefixSlack    float64       // affinity.prefix_slack (0)
 	SpillsToRebind int           // affinity.spills_to_rebind (3)
 	ForceRebindGap float64       // affinity.force_rebind_gap (3)
-	PrefixChars    int           // affinity.prefix_chars (4096)
 	MaxPins        int           // affinity.max_pins: bound on the table (default 1,000,000)
 
 	// PrefixSpillsToDrop is affinity.prefix_spills_to_drop (2): consecutive
@@ -80,7 +79,6 @@ func DefaultConfig() Config {
 			PrefixSlack:        0,
 			SpillsToRebind:     3,
 			ForceRebindGap:     3,
-			PrefixChars:        4096,
 			MaxPins:            1_000_000,
 			PrefixSpillsToDrop: 2,
 			SweepBudget:        1024,
@@ -134,9 +132,6 @@ func (c Config) Validate() error {
 	}
 	if !(a.ForceRebindGap > 0) {
 		bad("affinity.force_rebind_gap", "> 0", a.ForceRebindGap)
-	}
-	if a.PrefixChars < 1 {
-		bad("affinity.prefix_chars", ">= 1", a.PrefixChars)
 	}
 	if a.SweepBudget < 1 {
 		bad("affinity.sweep_budget", ">= 1", a.SweepBudget)

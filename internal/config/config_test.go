@@ -378,7 +378,7 @@ func TestValidate(t *testing.T) {
 			c.Routing.Health.ProbingWindow = 0
 			c.Request.DefaultOutputTokens = 0
 		}, want: []string{
-			`config: routing.policy: unknown policy "random" (want llmlb, rr, least-request, sticky or prefix-tree)`,
+			`config: routing.policy: unknown policy "random" (want llmlb, llmlb-warm, rr, least-request, sticky or prefix-tree)`,
 			`config: routing.health.probing_window: must be > 0, got 0s`,
 			`config: request: request.default_output_tokens: 0 must be positive`,
 		}},
@@ -386,9 +386,6 @@ func TestValidate(t *testing.T) {
 			`config: request.prompt_blocks: routing.policy prefix-tree matches prompts by block hashes; set request.prompt_blocks: true`,
 		}},
 		{name: "prefix-tree with prompt blocks", modify: func(c *Config) { c.Routing.Policy, c.Request.PromptBlocks = "prefix-tree", true }},
-		{name: "prefix_chars in two places must agree", modify: func(c *Config) { c.Routing.Affinity.PrefixChars = 2048 }, want: []string{
-			`config: routing.affinity.prefix_chars: 2048 differs from request.prefix_chars (4096); set both to the same value`,
-		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

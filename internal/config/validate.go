@@ -49,12 +49,6 @@ func (c Config) Validate() error {
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 
-	// Two keys hold the same setting; only request.prefix_chars reaches the
-	// request parser, so a different routing value would be silently ignored.
-	if a, r := c.Routing.Affinity.PrefixChars, c.Request.PrefixChars; a != r {
-		v.add("routing.affinity.prefix_chars", "%d differs from request.prefix_chars (%d); set both to the same value", a, r)
-	}
-
 	// prefix-tree routes on prompt block hashes, which the request parser
 	// computes only when asked; without them the policy would see every
 	// request as a cache miss.
