@@ -36,6 +36,14 @@ type TraceOptions struct {
 // name; each maps onto 32 of the engine's 16-token blocks.
 const MooncakeBlockTokens = 512
 
+// maxTraceTokens bounds a trace request's prompt and output, so that a
+// corrupt line is an error rather than an allocation that kills the process.
+const maxTraceTokens = 10_000_000
+
+// maxTraceMillis bounds a Mooncake timestamp (about 30 years) so that the
+// offset fits a time.Duration.
+const maxTraceMillis = 1e12
+
 // ErrUnknownFormat is returned by OpenTrace for a format it cannot read.
 var ErrUnknownFormat = errors.New("workload: unknown trace format")
 
@@ -114,12 +122,12 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 		switch {
 		case m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
 			return nil, fmt.Errorf("workload: mooncake line %d: timestamp, input_length and output_length are required", line)
-		case math.IsNaN(*m.Timestamp) || math.IsInf(*m.Timestamp, 0) || *m.Timestamp < 0:
-			return nil, fmt.Errorf("workload: mooncake line %d: bad timestamp %v", line, *m.Timestamp)
-		case *m.InputLength < 1:
-			return nil, fmt.Errorf("workload: mooncake line %d: input_length %d, want >= 1", line, *m.InputLength)
-		case *m.OutputLength < 0:
-			return nil, fmt.Errorf("workload: mooncake line %d: negative output_length %d", line, *m.OutputLength)
+		case math.IsNaN(*m.Timestamp) || *m.Timestamp < 0 || *m.Timestamp > maxTraceMillis:
+			return nil, fmt.Errorf("workload: mooncake line %d: bad timestamp %v (want 0..%g ms)", line, *m.Timestamp, maxTraceMillis)
+		case *m.InputLength < 1 || *m.InputLength > maxTraceTokens:
+			return nil, fmt.Errorf("workload: mooncake line %d: input_length %d, want 1..%d", line, *m.InputLength, maxTraceTokens)
+		case *m.OutputLength < 0 || *m.OutputLength > maxTraceTokens:
+			return nil, fmt.Errorf("workload: mooncake line %d: output_length %d, want 0..%d", line, *m.OutputLength, maxTraceTokens)
 		}
 		recs = append(recs, traceRecord{
 			at:     time.Duration(*m.Timestamp * float64(time.Millisecond)),
@@ -186,10 +194,10 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 		in, err1 := strconv.Atoi(strings.TrimSpace(rec[col["contexttokens"]]))
 		out, err2 := strconv.Atoi(strings.TrimSpace(rec[col["generatedtokens"]]))
 		switch {
-		case err1 != nil || in < 1:
-			return nil, fmt.Errorf("workload: azure line %d: ContextTokens %q, want an integer >= 1", line, rec[col["contexttokens"]])
-		case err2 != nil || out < 0:
-			return nil, fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer >= 0", line, rec[col["generatedtokens"]])
+		case err1 != nil || in < 1 || in > maxTraceTokens:
+			return nil, fmt.Errorf("workload: azure line %d: ContextTokens %q, want an integer 1..%d", line, rec[col["contexttokens"]], maxTraceTokens)
+		case err2 != nil || out < 0 || out > maxTraceTokens:
+			return nil, fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer 0..%d", line, rec[col["generatedtokens"]], maxTraceTokens)
 		}
 		stamps = append(stamps, ts)
 		recs = append(recs, traceRecord{input: in, output: out})
@@ -208,7 +216,7 @@ func parseAzureTime(s string) (time.Time, error) {
 	if t, err := time.Parse(azureLayout, s); err == nil {
 		return t, nil
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && !math.IsInf(f, 0) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= maxTraceMillis/1000 {
 		return time.Unix(0, 0).Add(time.Duration(f * float64(time.Second))), nil
 	}
 	return time.Time{}, fmt.Errorf("bad TIMESTAMP %q (want %q or seconds)", s, azureLayout)

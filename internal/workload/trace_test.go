@@ -182,11 +182,14 @@ func TestTraceReadersRejectBadInput(t *testing.T) {
 		{"mooncake not json", "mooncake", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\nnot json\n", "mooncake line 2"},
 		{"mooncake missing field", "mooncake", `{"timestamp": 0, "input_length": 10}`, "are required"},
 		{"mooncake zero input", "mooncake", `{"timestamp": 0, "input_length": 0, "output_length": 1}`, "input_length 0"},
-		{"mooncake negative output", "mooncake", `{"timestamp": 0, "input_length": 5, "output_length": -1}`, "negative output_length"},
+		{"mooncake negative output", "mooncake", `{"timestamp": 0, "input_length": 5, "output_length": -1}`, "output_length -1"},
+		{"mooncake huge input", "mooncake", `{"timestamp": 0, "input_length": 1000000000000, "output_length": 1}`, "input_length 1000000000000"},
+		{"mooncake huge timestamp", "mooncake", `{"timestamp": 1e300, "input_length": 5, "output_length": 1}`, "bad timestamp"},
 		{"mooncake negative timestamp", "mooncake", `{"timestamp": -5, "input_length": 5, "output_length": 1}`, "bad timestamp"},
 		{"mooncake empty", "mooncake", "\n\n", "no requests"},
 		{"azure no header columns", "azure", "a,b,c\n1,2,3\n", "lacks a timestamp column"},
 		{"azure bad time", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n", "azure line 2: bad TIMESTAMP"},
+		{"azure huge context", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,99999999999,5\n", "ContextTokens \"99999999999\""},
 		{"azure bad tokens", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,x,5\n", "ContextTokens \"x\""},
 		{"azure short row", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,5\n", "2 fields"},
 		{"azure empty", "azure", "", "reading the header"},
@@ -253,4 +256,38 @@ func TestOpenTraceFormat(t *testing.T) {
 	if _, err := OpenTrace(filepath.Join(dir, "missing.jsonl"), "", TraceOptions{}); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
+}
+
+func FuzzReadMooncake(f *testing.F) {
+	f.Add(`{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [7, 8]}`)
+	f.Add("{\"timestamp\": 5.5, \"input_length\": 3, \"output_length\": 0}\n\n{}")
+	f.Fuzz(func(t *testing.T, text string) {
+		w, err := ReadMooncake(strings.NewReader(text), TraceOptions{})
+		if err != nil {
+			return
+		}
+		for !w.Done() {
+			r := w.Pop()
+			if r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize {
+				t.Fatalf("bad request %+v", r)
+			}
+		}
+	})
+}
+
+func FuzzReadAzure(f *testing.F) {
+	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n")
+	f.Add("GeneratedTokens,TIMESTAMP,ContextTokens\n1,12.5,7\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		w, err := ReadAzure(strings.NewReader(text), TraceOptions{Speed: 3})
+		if err != nil {
+			return
+		}
+		for !w.Done() {
+			r := w.Pop()
+			if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 {
+				t.Fatalf("bad request %+v", r)
+			}
+		}
+	})
 }
