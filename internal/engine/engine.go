@@ -554,19 +554,14 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 		return 0, false // nothing that could help has changed
 	}
 	maxHit := min(s.promptBlocks, (s.tokens()-1)/tokenize.BlockSize)
-	hits := e.hitBuf[:0]
+	hits := e.kv.matchPrefix(s.req.Prompt.Blocks[:max(maxHit, 0)], e.hitBuf[:0])
+	e.hitBuf = hits
 	evictable := 0
-	for len(hits) < maxHit {
-		i, ok := e.kv.lookup(s.req.Prompt.Blocks[len(hits)])
-		if !ok {
-			break
-		}
+	for _, i := range hits {
 		if e.kv.blocks[i].ref == 0 {
 			evictable++
 		}
-		hits = append(hits, i)
 	}
-	e.hitBuf = hits
 	hitTokens := len(hits) * tokenize.BlockSize
 	n := min(s.tokens()-hitTokens, budget)
 	if blocksFor(hitTokens+n)-len(hits)+evictable > e.kv.numFree {
@@ -611,6 +606,9 @@ func (e *Engine) commit(s *seq, n int) {
 	}
 	s.computed += n
 	upto := min(s.computed/tokenize.BlockSize, s.promptBlocks)
+	if upto > s.hashed {
+		e.kv.prefetch(s.req.Prompt.Blocks[s.hashed:upto])
+	}
 	for ; s.hashed < upto; s.hashed++ {
 		e.kv.cache(s.blocks[s.hashed], s.req.Prompt.Blocks[s.hashed])
 	}

@@ -66,3 +66,15 @@ func TestKVCacheIndexMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+// lookup returns the cached block with hash h.
+func (c *kvCache) lookup(h uint64) (int32, bool) {
+	s, ok := c.cached.find(h)
+	if !ok {
+		return 0, false
+	}
+	if b := &c.blocks[s.val]; !b.hashed || b.hash != h {
+		return 0, false // stale entry: the block was evicted
+	}
+	return s.val, true
+}

@@ -29,7 +29,8 @@ type kvCache struct {
 	cached  *hashIndex
 	// gen changes whenever a hash is added, so a blocked waiting request
 	// knows that its prefix lookup may give more now.
-	gen uint64
+	gen  uint64
+	sink uint64 // keeps prefetching loads alive
 }
 
 func newKVCache(n int) *kvCache {
@@ -104,18 +105,6 @@ func (c *kvCache) release(i int32) {
 	}
 }
 
-// lookup returns the cached block with hash h.
-func (c *kvCache) lookup(h uint64) (int32, bool) {
-	s, ok := c.cached.find(h)
-	if !ok {
-		return 0, false
-	}
-	if b := &c.blocks[s.val]; !b.hashed || b.hash != h {
-		return 0, false // stale entry: the block was evicted
-	}
-	return s.val, true
-}
-
 // cache registers block i (now full of computed prompt tokens) under hash
 // h. When another block already holds h (two requests prefilled the same
 // prefix at once) the block stays uncached, a duplicate as in vLLM.
@@ -136,6 +125,54 @@ func (c *kvCache) cache(i int32, h uint64) {
 	b := &c.blocks[i]
 	b.hash, b.hashed = h, true
 	c.gen++
+}
+
+// prefetch loads the index slots where hashes live. The loads are
+// independent, so the CPU overlaps their cache misses, which a loop of finds
+// (a data-dependent branch per probe) cannot; the finds that follow then hit
+// the CPU cache. With a hundred engines in one process every probe is
+// otherwise a memory round trip.
+func (c *kvCache) prefetch(hashes []uint64) {
+	var sink uint64
+	for _, h := range hashes {
+		sink += c.cached.slots[c.cached.home(fixKey(h))].key
+	}
+	c.sink += sink
+}
+
+// matchPrefix appends to hits the cached blocks of the longest leading run
+// of hashes, in batches whose index slots and blocks are prefetched.
+func (c *kvCache) matchPrefix(hashes []uint64, hits []int32) []int32 {
+	const batch = 16
+	var vals [batch]int32
+	for base := 0; base < len(hashes); base += batch {
+		chunk := hashes[base:min(base+batch, len(hashes))]
+		c.prefetch(chunk)
+		n := 0
+		for _, h := range chunk {
+			s, ok := c.cached.find(h)
+			if !ok {
+				break
+			}
+			vals[n] = s.val
+			n++
+		}
+		var sink uint64
+		for _, v := range vals[:n] {
+			sink += c.blocks[v].hash
+		}
+		c.sink += sink
+		for j, v := range vals[:n] {
+			if b := &c.blocks[v]; !b.hashed || b.hash != chunk[j] {
+				return hits // stale entry: the block was evicted
+			}
+			hits = append(hits, v)
+		}
+		if n < len(chunk) {
+			return hits
+		}
+	}
+	return hits
 }
 
 // rebuild drops the index's stale entries: it re-inserts the live ones.
