@@ -291,3 +291,26 @@ func FuzzReadAzure(f *testing.F) {
 		}
 	})
 }
+
+func TestMooncakeSampleReuse(t *testing.T) {
+	// The traces README: 64% of the sample's 512-token blocks repeat; mapped
+	// onto 16-token blocks (partial blocks never repeat) the share stays close.
+	w, err := OpenTrace(tracePath(t, "mooncake_synthetic_trace.jsonl"), "", TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	repeated, total := 0, 0
+	for !w.Done() {
+		for _, b := range w.Pop().Prompt.Blocks {
+			total++
+			if seen[b] {
+				repeated++
+			}
+			seen[b] = true
+		}
+	}
+	if share := float64(repeated) / float64(total); share < 0.60 || share > 0.68 {
+		t.Errorf("%.3f of blocks repeat, want ~0.64", share)
+	}
+}
