@@ -46,13 +46,14 @@ func TestRunIsDeterministic(t *testing.T) {
 	tests := []struct {
 		name     string
 		workload string
+		duration time.Duration
 	}{
-		{"open loop", "longshort"},
-		{"closed loop with sessions", "agentic"},
+		{"open loop", "oneshot", time.Minute},
+		{"closed loop with sessions", "agentic", 2 * time.Minute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := testOptions(t, tt.workload, 3, 3*time.Minute, AllPolicies...)
+			opts := testOptions(t, tt.workload, 3, tt.duration, AllPolicies...)
 			a, err := Run(context.Background(), opts)
 			if err != nil {
 				t.Fatal(err)

@@ -156,6 +156,15 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 		}
 	}
 	r.progress.Store(int64(min(r.now, r.opts.Duration)))
+	// Every reservation the core holds must be a request still in an
+	// engine: a leak here would distort every load-aware policy.
+	held := 0
+	for _, st := range r.bal.Replicas(r.at()) {
+		held += st.InFlight
+	}
+	if held != len(r.flights) {
+		return Result{}, fmt.Errorf("bench: the core holds %d reservations but %d requests are in flight", held, len(r.flights))
+	}
 	return r.result(end, time.Since(wall)), nil
 }
 
