@@ -110,6 +110,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Transitions: s.onTransitions,
 		Logger:      logger,
 		Now:         o.now,
+
+		ReadBodyTimeout: cfg.Server.ReadBodyTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

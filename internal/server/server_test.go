@@ -21,6 +21,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/simreplica"
 )
 
@@ -35,6 +36,11 @@ func testConfig(urls ...string) config.Config {
 	cfg := config.Default()
 	cfg.Proxy.FirstByteTimeout = 30 * time.Second
 	cfg.Server.ShutdownTimeout = 30 * time.Second
+	// A scrape that times out on a loaded test machine ejects a replica;
+	// make that cost a second, not a 30 s cooldown.
+	cfg.Scrape.Interval, cfg.Scrape.Timeout = time.Second, time.Second
+	cfg.Routing.Health.BaseCooldown = 200 * time.Millisecond
+	cfg.Routing.Health.ProbingWindow = 200 * time.Millisecond
 	for i, u := range urls {
 		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: fmt.Sprintf("sim-%d", i+1), URL: u})
 	}
@@ -51,6 +57,26 @@ type env struct {
 	proxy string // http://addr
 	admin string
 	http  *http.Client
+}
+
+// fastHealth scrapes often and forgives quickly, so that a scrape that times
+// out on a loaded machine costs a fraction of a second, not a 30 s cooldown.
+func fastHealth(c *config.Config) {
+	c.Scrape.Interval = 200 * time.Millisecond
+	c.Scrape.Timeout = 200 * time.Millisecond
+}
+
+// idleFleet is a scrape.Fake that reports every replica idle and serving
+// the model, whatever it really does: the core then knows only what the
+// proxy itself sees (reservations, failed attempts).
+func idleFleet() (*scrape.Fake, func(*config.Config)) {
+	f := scrape.NewFake()
+	return f, func(c *config.Config) {
+		for _, r := range c.Replicas {
+			f.Set(r.URL, scrape.Result{}, nil)
+			f.SetModels(r.URL, []string{model}, nil)
+		}
+	}
 }
 
 func listen(t *testing.T) net.Listener {
@@ -70,9 +96,9 @@ func testLogger() *slog.Logger {
 }
 
 // start runs n simulated replicas and llmlb; tweak adjusts the config.
-func start(t *testing.T, n int, tweak func(*config.Config)) *env {
+func start(t *testing.T, n int, tweak func(*config.Config), opts ...Option) *env {
 	t.Helper()
-	fleet, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: n, Model: model, Seed: 1})
+	fleet, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: n, Model: model, Seed: 1, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +110,7 @@ func start(t *testing.T, n int, tweak func(*config.Config)) *env {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, testLogger())
+	srv, err := New(cfg, testLogger(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,9 +269,10 @@ func TestNewSessionGoesToIdleReplica(t *testing.T) {
 }
 
 func TestEightRequestsOnFourIdleReplicasLandTwoEach(t *testing.T) {
-	// One scrape at start, then none: the count must come from the
+	// Scrapes report idle replicas: the count must come from the
 	// balancer's own reservations, made atomically at selection.
-	e := start(t, 4, func(c *config.Config) { c.Scrape.Interval = time.Hour })
+	fake, setIdle := idleFleet()
+	e := start(t, 4, setIdle, WithFetcher(fake))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -281,8 +308,7 @@ func TestEightRequestsOnFourIdleReplicasLandTwoEach(t *testing.T) {
 
 func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 	e := start(t, 4, func(c *config.Config) {
-		c.Scrape.Interval = 100 * time.Millisecond
-		c.Scrape.Timeout = 100 * time.Millisecond
+		fastHealth(c)
 	})
 	victim := e.fleet.Replicas[1]
 	if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
@@ -308,9 +334,10 @@ func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 }
 
 func TestRefusedConnectionSucceedsOnAnotherReplica(t *testing.T) {
-	// Scrapes are rare, so the core still believes the refusing replica is
-	// up: only failover saves these requests.
-	e := start(t, 3, func(c *config.Config) { c.Scrape.Interval = time.Hour })
+	// Scrapes keep saying the refusing replica is fine: only failover
+	// saves these requests.
+	fake, setIdle := idleFleet()
+	e := start(t, 3, setIdle, WithFetcher(fake))
 	victim := e.fleet.Replicas[0]
 	if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
 		t.Fatal(err)
@@ -404,8 +431,7 @@ func (endless) Read(p []byte) (int, error) {
 
 func TestAllReplicasDownIs503(t *testing.T) {
 	e := start(t, 2, func(c *config.Config) {
-		c.Scrape.Interval = 100 * time.Millisecond
-		c.Scrape.Timeout = 100 * time.Millisecond
+		fastHealth(c)
 	})
 	for _, r := range e.fleet.Replicas {
 		if err := r.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
@@ -452,7 +478,7 @@ func TestModelsWithTheOpenAIClient(t *testing.T) {
 }
 
 func TestAdminMutations(t *testing.T) {
-	extra, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: 1, Model: model, NamePrefix: "extra-"})
+	extra, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: 1, Model: model, NamePrefix: "extra-", Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,20 +536,13 @@ func TestMetricsExposeOurNames(t *testing.T) {
 	}
 	// The request is counted when its handler returns, which may be just
 	// after the client has read the answer: wait for the count.
-	var b []byte
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(waitFor); ; <-tick.C {
-		res, err := e.http.Get(e.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ = io.ReadAll(res.Body)
-		res.Body.Close()
-		if strings.Contains(string(b), `llmlb_requests_total{code="200"`) || time.Now().After(deadline) {
-			break
-		}
+	e.waitMetric(`llmlb_requests_total{code="200"`)
+	res, err := e.http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
 	for _, name := range []string{
 		"llmlb_requests_total", "llmlb_replica_in_flight", "llmlb_replica_effective_running",
 		"llmlb_replica_state", "llmlb_pins", "llmlb_spills_total", "llmlb_rebinds_total",
@@ -533,4 +552,49 @@ func TestMetricsExposeOurNames(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
+}
+
+func TestStreamBrokenMidwayEndsWithErrorEvent(t *testing.T) {
+	e := start(t, 1, nil)
+	if err := e.fleet.Replicas[0].SetFault(simreplica.Fault{Mode: simreplica.Break, AfterTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, finish := e.stream(context.Background(), 50, "break")
+	chunks, err := finish()
+	if err == nil || !strings.Contains(err.Error(), "broke") {
+		t.Fatalf("after %d chunks the stream ended with %v; want the balancer's error event", chunks, err)
+	}
+	e.waitReplicas("the broken stream released", func(rs []balancer.ReplicaStatus) bool { return totalInFlight(rs) == 0 })
+	e.waitMetric(`llmlb_stream_errors_total{replica="sim-1"} 1`)
+}
+
+func TestReplica5xxIsPassedThrough(t *testing.T) {
+	e := start(t, 1, nil)
+	if err := e.fleet.Replicas[0].SetFault(simreplica.Fault{Mode: simreplica.Error, Status: 500, Rate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	code, rep, body := e.chat(chatBody("hi", 2), nil)
+	if code != http.StatusInternalServerError || rep != "sim-1" {
+		t.Errorf("got %d from %q (%s), want the replica's own 500 with its name", code, rep, body)
+	}
+}
+
+// waitMetric polls /metrics until it holds line (a generous deadline).
+func (e *env) waitMetric(line string) {
+	e.t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var b []byte
+	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); <-tick.C {
+		res, err := e.http.Get(e.admin + "/metrics")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		b, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(b), line) {
+			return
+		}
+	}
+	e.t.Fatalf("/metrics never showed %q", line)
 }
