@@ -10,24 +10,26 @@ import (
 // checkInvariants verifies the block pool and the request records agree.
 func (e *Engine) checkInvariants() error {
 	c := e.kv
-	// Free queue: a consistent list of exactly the unreferenced blocks.
+	// Free queue: one live entry per unreferenced block, none for others.
 	n := 0
-	prev := noBlock
-	for i := c.head; i != noBlock; i = c.blocks[i].next {
-		if c.blocks[i].prev != prev {
-			return fmt.Errorf("free queue: block %d prev %d, want %d", i, c.blocks[i].prev, prev)
+	seen := make([]bool, len(c.blocks))
+	for _, fe := range c.fq[c.fhead:] {
+		if !c.live(fe) {
+			continue
 		}
-		if c.blocks[i].ref != 0 {
-			return fmt.Errorf("free queue: block %d has ref %d", i, c.blocks[i].ref)
+		if c.blocks[fe.block].ref != 0 || seen[fe.block] {
+			return fmt.Errorf("free queue: block %d live with ref %d (seen %v)", fe.block, c.blocks[fe.block].ref, seen[fe.block])
 		}
-		prev = i
+		seen[fe.block] = true
 		n++
-		if n > len(c.blocks) {
-			return fmt.Errorf("free queue: cycle")
-		}
 	}
-	if prev != c.tail || n != c.numFree {
-		return fmt.Errorf("free queue: %d blocks, numFree %d, tail ok %v", n, c.numFree, prev == c.tail)
+	if n != c.numFree {
+		return fmt.Errorf("free queue: %d live entries, numFree %d", n, c.numFree)
+	}
+	for i := range c.blocks {
+		if c.blocks[i].ref == 0 && !seen[i] {
+			return fmt.Errorf("block %d unreferenced but not in the free queue", i)
+		}
 	}
 	// References: exactly the running requests' blocks.
 	refs := make([]int32, len(c.blocks))
