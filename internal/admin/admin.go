@@ -43,8 +43,11 @@ type Options struct {
 	Token string
 	// PinsLimit bounds /admin/pins unless ?limit= is given (default 1000).
 	PinsLimit int
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Draining reports that the server is shutting down: /readyz then
+	// answers 503 so load balancers in front stop sending. nil: never.
+	Draining func() bool
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // maxMutationBody bounds the body of POST /admin/replicas.
@@ -116,8 +119,13 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is 200 when at least one replica is LIVE.
+// readyz is 200 when at least one replica is LIVE (and not draining), 503
+// otherwise and while the server drains.
 func (h *handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	if h.opts.Draining != nil && h.opts.Draining() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		return
+	}
 	live := 0
 	for _, r := range h.opts.Balancer.Replicas(h.now()) {
 		if r.State == "LIVE" && !r.Draining {

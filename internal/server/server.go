@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admin"
@@ -71,6 +72,7 @@ type Server struct {
 	mu               sync.Mutex
 	proxyLn, adminLn net.Listener
 	started          bool
+	draining         atomic.Bool
 }
 
 // New builds a server from a validated configuration. It starts nothing:
@@ -121,6 +123,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Fleet:    fleet{s},
 		Metrics:  s.metrics,
 		Token:    cfg.AdminToken,
+		Draining: func() bool { return s.draining.Load() },
 		Logger:   logger,
 		Now:      o.now,
 	})
@@ -325,24 +328,24 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-serveErr:
 	}
 
-	// Drain: stop accepting and wait for in-flight responses.
+	// Drain: stop accepting proxy connections and wait for in-flight
+	// responses. The admin listener stays up meanwhile (readyz says
+	// "draining", /admin/replicas shows the in-flight count going down).
 	// server.shutdown_timeout 0 means no drain: connections close at once.
+	s.draining.Store(true)
 	timeout := s.cfg.Server.ShutdownTimeout
 	s.log.Info("llmlb draining", slog.Duration("deadline", timeout))
 	shCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var sh sync.WaitGroup
-	for _, srv := range []*http.Server{proxySrv, adminSrv} {
-		sh.Add(1)
-		go func() {
-			defer sh.Done()
-			if err := srv.Shutdown(shCtx); err != nil {
-				s.log.Warn("server: drain deadline passed, closing remaining connections", slog.String("error", err.Error()))
-				_ = srv.Close()
-			}
-		}()
+	shutdown := func(srv *http.Server, what string) {
+		if err := srv.Shutdown(shCtx); err != nil {
+			s.log.Warn("server: drain deadline passed, closing remaining connections",
+				slog.String("listener", what), slog.String("error", err.Error()))
+			_ = srv.Close()
+		}
 	}
-	sh.Wait()
+	shutdown(proxySrv, "proxy")
+	shutdown(adminSrv, "admin")
 	stopBG()
 	bg.Wait()
 	s.log.Info("llmlb stopped")

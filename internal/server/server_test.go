@@ -370,9 +370,25 @@ func TestShutdownLetsStreamsFinish(t *testing.T) {
 	const streams = 3
 	finishes := make([]func() (int, error), streams)
 	for i := range finishes {
-		_, finishes[i] = e.stream(context.Background(), 60, fmt.Sprintf("drain-%d", i))
+		_, finishes[i] = e.stream(context.Background(), 150, fmt.Sprintf("drain-%d", i))
 	}
 	e.stop() // SIGTERM equivalent
+	// While the streams drain, the admin listener says so.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(waitFor); ; <-tick.C {
+		res, err := e.http.Get(e.admin + "/readyz")
+		if err != nil {
+			t.Fatalf("admin listener gone while streams drain: %v", err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz never reported the drain")
+		}
+	}
 	for i, finish := range finishes {
 		chunks, err := finish()
 		if err != nil {
