@@ -58,6 +58,7 @@ type Proxy struct {
 // Server configures the listeners' lifecycle.
 type Server struct {
 	ReadHeaderTimeout time.Duration // server.read_header_timeout (10s)
+	ReadBodyTimeout   time.Duration // server.read_body_timeout: time a client has to send the request body (60s)
 	IdleTimeout       time.Duration // server.idle_timeout (120s)
 	ShutdownTimeout   time.Duration // server.shutdown_timeout: drain deadline on SIGTERM (60s)
 }
@@ -93,6 +94,7 @@ func Default() Config {
 		},
 		Server: Server{
 			ReadHeaderTimeout: 10 * time.Second,
+			ReadBodyTimeout:   60 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			ShutdownTimeout:   60 * time.Second,
 		},

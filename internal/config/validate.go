@@ -41,6 +41,7 @@ func (c Config) Validate() error {
 
 	sv := c.Server
 	v.positive("server.read_header_timeout", sv.ReadHeaderTimeout)
+	v.positive("server.read_body_timeout", sv.ReadBodyTimeout)
 	v.positive("server.idle_timeout", sv.IdleTimeout)
 	if sv.ShutdownTimeout < 0 {
 		v.add("server.shutdown_timeout", "must be >= 0, got %s", sv.ShutdownTimeout)

@@ -15,6 +15,7 @@ const (
 
 	CodeInvalidJSON        = "invalid_request"
 	CodeTooLarge           = "request_too_large"
+	CodeBodyTimeout        = "request_timeout"
 	CodeModelNotFound      = "model_not_found"
 	CodeNotFound           = "not_found"
 	CodeNoHealthyInstances = "no_healthy_instances"

@@ -37,6 +37,7 @@ const (
 	DefaultMaxAttempts      = 3
 	DefaultConnectTimeout   = 5 * time.Second
 	DefaultFirstByteTimeout = 10 * time.Minute
+	DefaultReadBodyTimeout  = time.Minute
 )
 
 // Recorder receives the proxy's measurements (package admin's Metrics
@@ -69,6 +70,9 @@ type Options struct {
 	Transitions func([]balancer.Transition)
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// ReadBodyTimeout bounds reading a request body (slow clients get 408);
+	// 0 means DefaultReadBodyTimeout. It is a wall-clock I/O deadline.
+	ReadBodyTimeout time.Duration
 }
 
 // Proxy is the http.Handler of the proxy listener.
@@ -82,6 +86,7 @@ type Proxy struct {
 	log         *slog.Logger
 	now         func() time.Time
 	rp          *httputil.ReverseProxy
+	bodyTimeout time.Duration
 }
 
 // New returns a Proxy. It starts no goroutines.
@@ -105,6 +110,10 @@ func New(opts Options) (*Proxy, error) {
 		transitions: opts.Transitions,
 		log:         opts.Logger,
 		now:         opts.Now,
+		bodyTimeout: opts.ReadBodyTimeout,
+	}
+	if p.bodyTimeout <= 0 {
+		p.bodyTimeout = DefaultReadBodyTimeout
 	}
 	if p.apiKey == nil {
 		p.apiKey = func(string) string { return "" }
@@ -214,18 +223,34 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
+	// No http.Server.ReadTimeout (it would cut long streams): the body alone
+	// gets a deadline, lifted once it is read, so a slow body cannot hold a
+	// handler forever.
+	// On a failed read the deadline stays: it also bounds the server's
+	// discarding of the unread rest after the error answer.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
+	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
 		return tooLarge()
+	case errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		msg := fmt.Sprintf("request body not received within %s", p.bodyTimeout)
+		p.answer(w, http.StatusRequestTimeout, TypeInvalidRequest, CodeBodyTimeout, msg)
+		return nil, false
 	case err != nil:
 		p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, "reading the request body failed")
 		return nil, false
+	}
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{}) // streams must not inherit it
 	}
 	return buf.Bytes(), true
 }
