@@ -591,6 +591,9 @@ func (e *Engine) allocate(s *seq, n int) bool {
 	if need > e.kv.numFree {
 		return false
 	}
+	if need > 1 {
+		e.kv.prefetchFree(need)
+	}
 	for range need {
 		s.blocks = append(s.blocks, e.kv.alloc())
 	}
@@ -636,6 +639,7 @@ func (e *Engine) preempt(v *seq) {
 // freeBlocks releases s's blocks in reverse order, so that the tail of a
 // prompt is evicted before its (more shared) head, as vLLM does.
 func (e *Engine) freeBlocks(s *seq) {
+	e.kv.prefetchBlocks(s.blocks)
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		e.kv.release(s.blocks[i])
 	}

@@ -168,6 +168,24 @@ func (c *kvCache) prefetch(hashes []uint64) {
 	c.sink += sink
 }
 
+// prefetchBlocks loads blocks ids (see prefetch).
+func (c *kvCache) prefetchBlocks(ids []int32) {
+	var sink uint64
+	for _, i := range ids {
+		sink += uint64(c.blocks[i].ref)
+	}
+	c.sink += sink
+}
+
+// prefetchFree loads the blocks of the next n free-queue entries.
+func (c *kvCache) prefetchFree(n int) {
+	var sink uint64
+	for _, e := range c.fq[c.fhead:min(c.fhead+n, len(c.fq))] {
+		sink += uint64(c.blocks[e.block].freeSeq)
+	}
+	c.sink += sink
+}
+
 // matchPrefix appends to hits the cached blocks of the longest leading run
 // of hashes, in batches whose index slots and blocks are prefetched.
 func (c *kvCache) matchPrefix(hashes []uint64, hits []int32) []int32 {
