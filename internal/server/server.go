@@ -176,10 +176,9 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		}
 		want[r.Name] = r
 	}
-	f := fleet{s}
 	for name, old := range s.configured {
 		if r, ok := want[name]; !ok || !sameReplica(old, r) {
-			f.RemoveReplica(name)
+			s.removeReplica(name)
 			delete(s.configured, name)
 			removed = append(removed, name)
 		}
@@ -412,16 +411,31 @@ type fleet struct{ s *Server }
 
 // AddReplica adds a replica at run time (no api key: the client's
 // Authorization passes as configured).
-func (f fleet) AddReplica(spec balancer.ReplicaSpec) error { return f.s.addReplica(spec, "") }
+func (f fleet) AddReplica(spec balancer.ReplicaSpec) error {
+	f.s.reloadMu.Lock()
+	defer f.s.reloadMu.Unlock()
+	return f.s.addReplica(spec, "")
+}
 
-// RemoveReplica stops scraping a replica and removes it from the core.
+// RemoveReplica stops scraping a replica and removes it from the core. A
+// configured replica removed this way is forgotten by Reload too, so the
+// next SIGHUP adds it back if the file still lists it.
 func (f fleet) RemoveReplica(name string) bool {
-	scraped := f.s.scraper.Remove(name)
-	removed := f.s.bal.RemoveReplica(name, f.s.now())
-	f.s.keysMu.Lock()
-	delete(f.s.keys, name)
-	f.s.keysMu.Unlock()
-	f.s.metrics.ForgetReplica(name)
+	f.s.reloadMu.Lock()
+	defer f.s.reloadMu.Unlock()
+	delete(f.s.configured, name)
+	return f.s.removeReplica(name)
+}
+
+// removeReplica stops scraping a replica and removes it from the core; its
+// in-flight responses finish and release normally.
+func (s *Server) removeReplica(name string) bool {
+	scraped := s.scraper.Remove(name)
+	removed := s.bal.RemoveReplica(name, s.now())
+	s.keysMu.Lock()
+	delete(s.keys, name)
+	s.keysMu.Unlock()
+	s.metrics.ForgetReplica(name)
 	return scraped || removed
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -613,4 +614,43 @@ func (e *env) waitMetric(line string) {
 		}
 	}
 	e.t.Fatalf("/metrics never showed %q", line)
+}
+
+func TestReloadReplicaList(t *testing.T) {
+	e := start(t, 3, nil)
+	urls := e.fleet.URLs()
+	names := func() []string {
+		var out []string
+		for _, r := range e.replicas() {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	steps := []struct {
+		name     string
+		adminDel string // removed through the admin API before the reload
+		replicas []config.Replica
+		want     []string
+	}{
+		{"drop one", "", []config.Replica{{Name: "sim-1", URL: urls[0]}, {Name: "sim-2", URL: urls[1]}}, []string{"sim-1", "sim-2"}},
+		{"add it back under a new name", "", []config.Replica{{Name: "sim-1", URL: urls[0]}, {Name: "sim-2", URL: urls[1]}, {Name: "third", URL: urls[2]}}, []string{"sim-1", "sim-2", "third"}},
+		{"move a replica", "", []config.Replica{{Name: "sim-1", URL: urls[2]}, {Name: "sim-2", URL: urls[1]}}, []string{"sim-1", "sim-2"}},
+		{"admin removal then reload restores it", "sim-2", []config.Replica{{Name: "sim-1", URL: urls[2]}, {Name: "sim-2", URL: urls[1]}}, []string{"sim-1", "sim-2"}},
+	}
+	for _, s := range steps {
+		if s.adminDel != "" && !(fleet{e.srv}).RemoveReplica(s.adminDel) {
+			t.Fatalf("%s: admin removal of %s failed", s.name, s.adminDel)
+		}
+		if _, _, err := e.srv.Reload(s.replicas); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := names(); !slices.Equal(got, s.want) {
+			t.Errorf("%s: replicas %v, want %v", s.name, got, s.want)
+		}
+	}
+	for _, r := range e.replicas() {
+		if r.Name == "sim-1" && r.URL != urls[2] {
+			t.Errorf("sim-1 still at %s after the move", r.URL)
+		}
+	}
 }
