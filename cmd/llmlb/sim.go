@@ -35,6 +35,8 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	legacy := fs.Bool("legacy-metrics", false, "emit pre-0.12 vLLM metric names (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*)")
 	controlOffset := fs.Int("control-offset", 1000, "each replica also serves /sim/fault on its port + this offset (usable while it refuses); 0 disables")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	maxSeqs := fs.Int("max-num-seqs", 0, "override the profile's running slots per replica (0 = the profile's)")
+	kvTokens := fs.Int("kv-tokens", 0, "override the profile's KV-cache size in tokens per replica (0 = the profile's)")
 	var faults faultFlags
 	fs.Var(&faults, "fault", "initial fault, repeatable: MODE[:k=v,...] for all replicas or NAME=MODE[:...] for one\n"+
 		"(refuse, hang, error:rate=0.5,status=503, slow:factor=4, break:after_tokens=10, flap:period=15s)")
@@ -48,6 +50,9 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *maxSeqs < 0 || *kvTokens < 0 {
+		return fmt.Errorf("--max-num-seqs and --kv-tokens must be >= 0, got %d and %d", *maxSeqs, *kvTokens)
 	}
 	if *replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1, got %d", *replicas)
@@ -71,6 +76,8 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		LegacyMetrics: *legacy,
 		Fault:         all,
 		Logger:        logger,
+		MaxNumSeqs:    *maxSeqs,
+		KVCacheTokens: *kvTokens,
 	})
 	if err != nil {
 		return err

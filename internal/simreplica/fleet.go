@@ -29,6 +29,8 @@ type FleetOptions struct {
 	// Seed seeds the replicas' error-rate draws (replica i uses Seed+i); 0 = random.
 	Seed   uint64
 	Logger *slog.Logger
+	// MaxNumSeqs and KVCacheTokens override every replica's profile when > 0.
+	MaxNumSeqs, KVCacheTokens int
 }
 
 // Fleet is a set of replicas running in process, for tests and the demo.
@@ -91,6 +93,8 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 			Fault:         opts.Fault,
 			Seed:          seed,
 			Logger:        opts.Logger,
+			MaxNumSeqs:    opts.MaxNumSeqs,
+			KVCacheTokens: opts.KVCacheTokens,
 		})
 		if err != nil {
 			for _, r := range replicas {

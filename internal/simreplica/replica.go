@@ -45,6 +45,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Seed seeds the error-rate fault's random draws; 0 picks one at random.
 	Seed uint64
+	// MaxNumSeqs and KVCacheTokens, when > 0, override the profile's running
+	// slots and KV-cache size (load runs need thousands of slots).
+	MaxNumSeqs, KVCacheTokens int
 	// Logger receives lifecycle and fault messages; default slog.Default().
 	Logger *slog.Logger
 }
@@ -127,6 +130,15 @@ func New(opts Options) (*Replica, error) {
 	}
 	profile, err := engine.Lookup(opts.Profile)
 	if err != nil {
+		return nil, fmt.Errorf("simreplica: %w", err)
+	}
+	if opts.MaxNumSeqs > 0 {
+		profile.MaxNumSeqs = opts.MaxNumSeqs
+	}
+	if opts.KVCacheTokens > 0 {
+		profile.KVCacheTokens = opts.KVCacheTokens
+	}
+	if err := profile.Validate(); err != nil {
 		return nil, fmt.Errorf("simreplica: %w", err)
 	}
 	seed := opts.Seed
