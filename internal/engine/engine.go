@@ -233,7 +233,7 @@ func (e *Engine) Add(r Request, now time.Time) error {
 	}
 	r.MaxTokens = max(r.MaxTokens, 1)
 	total := p.Tokens + r.MaxTokens
-	if total > e.profile.MaxModelLen {
+	if p.Tokens > e.profile.MaxModelLen || r.MaxTokens > e.profile.MaxModelLen || total > e.profile.MaxModelLen {
 		return fmt.Errorf("%w: %d prompt + %d output tokens > max model length %d",
 			ErrPromptTooLong, p.Tokens, r.MaxTokens, e.profile.MaxModelLen)
 	}

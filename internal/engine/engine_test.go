@@ -175,6 +175,7 @@ func TestAddRejects(t *testing.T) {
 		{"empty prompt", testProfile(), Request{ID: 2, MaxTokens: 1}, ErrBadRequest},
 		{"duplicate id", testProfile(), Request{ID: 1, Prompt: prompt(1, 100), MaxTokens: 1}, ErrBadRequest},
 		{"longer than max model len", testProfile(), Request{ID: 2, Prompt: prompt(1, 4000), MaxTokens: 100}, ErrPromptTooLong},
+		{"overflowing sizes", testProfile(), Request{ID: 2, Prompt: tokenize.Prompt{Tokens: math.MaxInt}, MaxTokens: math.MaxInt}, ErrPromptTooLong},
 		{"larger than the KV cache", func() Profile { p := testProfile(); p.MaxModelLen = 1 << 20; return p }(),
 			Request{ID: 2, Prompt: prompt(1, 9000), MaxTokens: 1}, ErrPromptTooLong},
 	}
