@@ -38,6 +38,13 @@ trap cleanup EXIT
 go build -o "$work/llmlb" ./cmd/llmlb
 "$work/llmlb" sim --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --log-level warn >"$work/sim.log" 2>&1 &
 pids+=($!)
+# Serve starts after the replicas answer: a failed first scrape would eject them.
+for i in $(seq 1 "$REPLICAS"); do
+	for _ in $(seq 1 200); do
+		curl -sf "http://127.0.0.1:$((SIM_PORT + i - 1))/health" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+done
 {
 	echo "listen: 127.0.0.1:$PROXY_PORT"
 	echo "admin_listen: 127.0.0.1:$ADMIN_PORT"
