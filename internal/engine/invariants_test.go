@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
@@ -126,6 +127,63 @@ func TestInvariantsUnderChurn(t *testing.T) {
 					t.Errorf("not drained: %+v", st)
 				}
 			})
+		}
+	}
+}
+
+// FuzzEngine drives a tiny engine with arbitrary calls and checks the pool
+// invariants and event times after each: bad input must never panic or
+// corrupt the cache.
+func FuzzEngine(f *testing.F) {
+	f.Add([]byte{0, 10, 3, 1, 20, 5, 2, 0, 3, 9})
+	f.Add([]byte{0, 255, 255, 0, 255, 255, 0, 1, 1, 2, 1, 3, 200})
+	f.Fuzz(fuzzEngine)
+}
+
+func fuzzEngine(t *testing.T, data []byte) {
+	{
+		p := testProfile()
+		p.MaxNumSeqs = 3
+		p.KVCacheTokens = 40 * tokenize.BlockSize
+		p.MaxNumBatchedTokens = 100
+		e := New(p)
+		now := t0
+		last := t0
+		emit := func(ev Event) {
+			if ev.At.Before(last) || ev.At.After(now) {
+				t.Fatalf("event %+v outside [%v, %v]", ev, last.Sub(t0), now.Sub(t0))
+			}
+			last = ev.At
+		}
+		var id uint64
+		for i := 0; i+2 < len(data); i += 3 {
+			op, a, b := data[i]%5, int(data[i+1]), int(data[i+2])
+			switch op {
+			case 0:
+				id++
+				e.Advance(now, emit)
+				_ = e.Add(Request{ID: id, Prompt: sharedPrompt(1, a%4*16, uint64(b%3), a*3), MaxTokens: b - 10, StreamTokens: a%2 == 0}, now)
+			case 1:
+				e.Advance(now, emit)
+				e.Abort(uint64(a%int(id+1)), now)
+			case 2:
+				now = now.Add(time.Duration(a*b) * time.Millisecond)
+				e.Advance(now, emit)
+			case 3:
+				if next, ok := e.NextEvent(); ok {
+					now = later(now, next)
+					e.Advance(now, emit)
+				}
+			case 4:
+				e.SetSlowdown(float64(a) / 16)
+			}
+			if err := e.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Advance(now.Add(24*time.Hour), func(Event) {})
+		if st := e.Stats(); st.Running+st.Waiting != 0 || st.KVCacheUsage != 0 {
+			t.Fatalf("not drained: %+v", st)
 		}
 	}
 }
