@@ -43,3 +43,31 @@ func BenchmarkPrefixTreeChoose(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefixTreeSessions replays agentic sessions: 256 sessions over 8
+// system prompts, each turn resending the whole history (a 512-token system
+// prompt plus 512 tokens a turn, 16 turns, then the session starts over),
+// sessions interleaved round-robin, 8 replicas.
+func BenchmarkPrefixTreeSessions(b *testing.B) {
+	const sessions, turns, sysBlocks, turnBlocks = 256, 16, 32, 32
+	full := make([][]uint64, sessions)
+	for s := range full {
+		full[s] = prompt(uint64(s%8), sysBlocks, uint64(s), sysBlocks+turns*turnBlocks)
+	}
+	p, err := NewPrefixTree(DefaultPrefixTreeConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := cands(0, 0, 0, 0, 0, 0, 0, 0)
+	now := t0
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		s, turn := i%sessions, (i/sessions)%turns
+		r := Request{PromptBlocks: full[s][:sysBlocks+(turn+1)*turnBlocks]}
+		c := p.Choose(&r, cs, now)
+		cs[c.Index].InFlight = (cs[c.Index].InFlight + 1) % 8
+		now = now.Add(10 * time.Millisecond)
+		i++
+	}
+}
