@@ -44,17 +44,23 @@ func TestFailoverUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
-				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 40, Stream: true})
+				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 80, Stream: true})
 				mu.Lock()
 				replies = append(replies, r)
 				mu.Unlock()
 			}
 		}()
 	}
-	// Kill the victim once it holds streams.
+	// Kill the victim in steady state (past the first wave, whose requests
+	// have not started streaming yet) while it holds streams.
+	waitFor(t, 30*time.Second, "steady state", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(replies) >= 24, fmt.Sprintf("%d replies", len(replies))
+	})
 	waitFor(t, 20*time.Second, name+" holding streams", func() (bool, string) {
 		r := srv.replicas(t)[name]
-		return r.InFlight >= 2, fmt.Sprintf("in_flight %d", r.InFlight)
+		return r.InFlight >= 3, fmt.Sprintf("in_flight %d", r.InFlight)
 	})
 	sim.fault(t, victim, `{"mode":"refuse"}`)
 	srv.waitState(t, name, "EJECTED", 20*time.Second)
