@@ -25,6 +25,10 @@ import (
 	"github.com/llmlb/llmlb/internal/request"
 )
 
+// StatusClientClosed is the status counted (never sent) for a request whose
+// client went away before any answer, after nginx's 499.
+const StatusClientClosed = 499
+
 // Header names set on every proxied response (SPEC s10).
 const (
 	HeaderReplica = "X-LLMLB-Replica"
@@ -348,8 +352,12 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 			p.log.Warn("proxy: response broken after the first byte",
 				slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
 		}
-		if !a.retry() && a.w.status != 0 {
+		switch {
+		case a.retry():
+		case a.w.status != 0:
 			p.metrics.Request(res.Replica, res.Reason, a.w.status)
+		case o == balancer.OutcomeCanceled:
+			p.metrics.Request(res.Replica, res.Reason, StatusClientClosed)
 		}
 		if ts := p.bal.Release(res, o, p.now()); len(ts) > 0 {
 			p.transitions(ts)
@@ -374,6 +382,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 	p.rp.ServeHTTP(a.w, in)
 	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
 		// Not retryable and nothing sent yet: a first-byte timeout (504).
+		p.log.Warn("proxy: replica did not answer in time",
+			slog.String("replica", res.Replica), slog.String("error", a.err.Error()))
 		msg := fmt.Sprintf("replica %s did not answer in time", res.Replica)
 		WriteError(a.w, http.StatusGatewayTimeout, TypeTimeout, CodeUpstreamTimeout, msg)
 	}

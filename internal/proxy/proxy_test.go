@@ -481,3 +481,32 @@ func TestPassThroughUnknownPath(t *testing.T) {
 }
 
 var testRequestConfig = request.Config{SessionHeaders: []string{"x-session-id"}, PrefixChars: 4096, DefaultOutputTokens: 256}
+
+func TestClientGoneBeforeAnswerIsCounted499(t *testing.T) {
+	arrived := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then net/http watches the connection
+		close(arrived)
+		<-r.Context().Done()
+	}))
+	defer up.Close()
+	f := newFixture(t, defaultProxyConfig(), replica{name: "a", url: up.URL}, replica{name: "b", url: up.URL})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody)).WithContext(ctx)
+	w := httptest.NewRecorder()
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	f.p.ServeHTTP(w, r)
+	if len(f.rec.requests) != 1 || !strings.HasSuffix(f.rec.requests[0], " ") {
+		// StatusText(499) is "": the entry ends with the separator.
+		t.Errorf("requests %q, want one client-closed entry", f.rec.requests)
+	}
+	if len(f.rec.failovers) != 0 {
+		t.Errorf("a client that went away was retried on %v", f.rec.failovers)
+	}
+	if n := f.inFlight(t); n != 0 {
+		t.Errorf("in-flight %d, want 0", n)
+	}
+}
