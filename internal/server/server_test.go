@@ -312,6 +312,7 @@ func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 		fastHealth(c)
 	})
 	victim := e.fleet.Replicas[1]
+	killed := time.Now()
 	if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +324,8 @@ func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 		}
 		return false
 	})
+	// A figure for the record, not an assertion (interval 200 ms + timeout 200 ms).
+	t.Logf("EJECTED %v after the kill", time.Since(killed).Round(time.Millisecond))
 	for i := range 12 {
 		code, rep, body := e.chat(chatBody("after the kill", 2), map[string]string{"x-session-id": fmt.Sprintf("k-%d", i)})
 		if code != http.StatusOK {
