@@ -77,6 +77,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *wlName != "" && *trace != "" {
 		return errors.New("--workload and --trace exclude each other")
 	}
+	if *replicas < 1 {
+		return fmt.Errorf("--replicas %d: need at least 1", *replicas)
+	}
+	if len(benchSplitList(*policies)) == 0 {
+		return errors.New("--policies: name at least one policy")
+	}
 
 	prof, err := engine.Lookup(*profile)
 	if err != nil {
@@ -151,12 +157,25 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// Open the report file before the run so a bad path fails at once.
+	var htmlFile *os.File
+	if *htmlOut != "" {
+		f, err := os.Create(*htmlOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		htmlFile = f
+	}
 	rep, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if *htmlOut != "" {
-		if err := benchWriteHTML(rep, *htmlOut); err != nil {
+	if htmlFile != nil {
+		if err := rep.WriteHTML(htmlFile); err != nil {
+			return err
+		}
+		if err := htmlFile.Close(); err != nil {
 			return err
 		}
 	}
@@ -189,18 +208,6 @@ func traceSpan(wl workload.Workload) time.Duration {
 		d = d.Truncate(time.Minute) + time.Minute
 	}
 	return d
-}
-
-func benchWriteHTML(rep *bench.Report, path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := rep.WriteHTML(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func benchSplitList(s string) []string {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/bench"
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
@@ -22,6 +25,13 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"bad flap", []string{"--flap", "replica-1"}, "NAME:PERIOD"},
 		{"stray argument", []string{"extra"}, "unexpected argument"},
 		{"bad duration", []string{"--duration", "soon"}, "invalid value"},
+		{"no replicas", []string{"--replicas", "0"}, "at least 1"},
+		{"no policies", []string{"--policies", " , "}, "at least one policy"},
+		{"unknown profile", []string{"--profile", "tpu-v9"}, "tpu-v9"},
+		{"unknown workload", []string{"--workload", "gaming"}, "gaming"},
+		{"unknown policy", []string{"--policies", "random", "--duration", "1m"}, "random"},
+		{"missing trace", []string{"--trace", "/nonexistent/trace.jsonl"}, "no such file"},
+		{"unwritable report", []string{"--html", "/nonexistent/dir/r.html", "--duration", "1m"}, "no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,5 +90,31 @@ func TestTraceSpan(t *testing.T) {
 				t.Fatalf("traceSpan = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBenchEndToEnd runs the command on a small fleet: JSON on stdout that
+// parses back, and an HTML report with SVG charts.
+func TestBenchEndToEnd(t *testing.T) {
+	html := filepath.Join(t.TempDir(), "report.html")
+	var stdout, stderr bytes.Buffer
+	args := []string{"--workload", "chat", "--replicas", "2", "--duration", "2m", "--policies", "rr,llmlb",
+		"--json", "--html", html, "--quiet", "--session-slack", "2"}
+	if err := benchMain(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	rep, err := bench.ReadJSON(&stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Replicas != 2 || len(rep.Results) != 2 || rep.Results[1].Policy != "llmlb" || rep.Results[0].Requests == 0 {
+		t.Fatalf("unexpected report: %+v", rep)
+	}
+	page, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte("<svg")) {
+		t.Fatal("HTML report has no <svg>")
 	}
 }
