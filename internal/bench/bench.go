@@ -92,7 +92,7 @@ type Options struct {
 	// counted as unfinished with its latency censored at the drain's end.
 	Drain          time.Duration
 	Seed           int64
-	Routing        balancer.Config // Policy is set per run
+	Routing        balancer.Config // Policy is set per run; zero value = balancer.DefaultConfig()
 	Flaps          []Flap
 	ScrapeInterval time.Duration // default 3 s
 	TickInterval   time.Duration // default 1 s
@@ -125,6 +125,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Routing.Load.TokenUnit == 0 && o.Routing.Affinity.SessionTTL == 0 {
+		o.Routing = balancer.DefaultConfig() // unset: the serve defaults
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = runtime.GOMAXPROCS(0)
@@ -227,16 +230,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	cancel()
 	<-progressDone
 
-	if err := errors.Join(errs...); err != nil {
-		if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(err, context.Canceled) {
-			// Prefer the real failure over the cancellations it caused.
-			for _, e := range errs {
-				if e != nil && !errors.Is(e, context.Canceled) {
-					return nil, e
-				}
-			}
+	// Report the failure that stopped the run rather than the cancellations
+	// it caused in the other policies.
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			return nil, e
 		}
-		return nil, err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return nil, e // cancelled: one line is enough
+		}
 	}
 	return &Report{
 		Workload:        opts.Workload,
