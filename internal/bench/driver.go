@@ -118,7 +118,6 @@ func (r *run) setup() error {
 
 // execute runs the simulation to its end and returns the policy's result.
 func (r *run) execute(ctx context.Context) (Result, error) {
-	defer r.finished.Store(true)
 	wall := time.Now()
 	if err := r.setup(); err != nil {
 		return Result{}, err
@@ -165,6 +164,7 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 	if held != len(r.flights) {
 		return Result{}, fmt.Errorf("bench: the core holds %d reservations but %d requests are in flight", held, len(r.flights))
 	}
+	r.finished.Store(true)
 	return r.result(end, time.Since(wall)), nil
 }
 
