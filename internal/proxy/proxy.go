@@ -364,7 +364,10 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 		}
 	}()
 	target, err := url.Parse(res.URL)
-	if err != nil || target.Host == "" {
+	if err == nil && target.Host == "" {
+		err = errors.New("no host")
+	}
+	if err != nil {
 		a.err = fmt.Errorf("proxy: replica %s has a bad url: %w", res.Replica, err)
 		return a
 	}
