@@ -148,3 +148,33 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRun is issue 5's speed target: all policies on one workload, 4
+// replicas, 30 virtual minutes (target: under 60 s a run on 2 cores).
+// BENCHMARKS.md records the figures and the 100-replica run.
+func BenchmarkRun(b *testing.B) {
+	for _, wl := range []string{"agentic", "longshort"} {
+		b.Run(wl, func(b *testing.B) {
+			prof, err := engine.Lookup(engine.DefaultProfile)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := workload.Params{Seed: 1, Duration: 30 * time.Minute, Replicas: 4}
+			opts := Options{
+				Workload:    wl,
+				NewWorkload: func() (workload.Workload, error) { return workload.New(wl, p) },
+				Replicas:    4,
+				Profile:     prof,
+				Duration:    30 * time.Minute,
+				Seed:        1,
+			}
+			for b.Loop() {
+				rep, err := Run(context.Background(), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(rep.DurationSeconds*float64(len(rep.Results)), "virtual-s/op")
+			}
+		})
+	}
+}
