@@ -178,17 +178,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descCooldown, r.CooldownSeconds, r.Name)
 		counter(descRepEjections, float64(r.Ejections), r.Name)
 	}
-	// Pins copies the table; acceptable at Prometheus' scrape rate.
-	var session, prefix float64
-	for _, p := range c.bal.Pins(now, 0) {
-		if p.Kind == "prefix" {
-			prefix++
-		} else {
-			session++
-		}
-	}
-	gauge(descPins, session, "session")
-	gauge(descPins, prefix, "prefix")
+	session, prefix := c.bal.PinCounts()
+	gauge(descPins, float64(session), "session")
+	gauge(descPins, float64(prefix), "prefix")
 	k := c.bal.Counters()
 	counter(descSpills, float64(k.Spills))
 	counter(descRebinds, float64(k.Rebinds))

@@ -509,6 +509,14 @@ func (b *Balancer) Pins(now time.Time, limit int) []PinStatus {
 	return out
 }
 
+// PinCounts returns the number of session and prefix pins without copying
+// the table (pins expired but not yet swept included), for metrics.
+func (b *Balancer) PinCounts() (session, prefix int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pins.Count(pins.Session), b.pins.Count(pins.Prefix)
+}
+
 // Counters returns the monotonic totals.
 func (b *Balancer) Counters() Counters {
 	b.mu.Lock()

@@ -382,9 +382,6 @@ func TestValidate(t *testing.T) {
 			`config: routing.health.probing_window: must be > 0, got 0s`,
 			`config: request: request.default_output_tokens: 0 must be positive`,
 		}},
-		{name: "prefix-tree needs prompt blocks", modify: func(c *Config) { c.Routing.Policy = "prefix-tree" }, want: []string{
-			`config: request.prompt_blocks: routing.policy prefix-tree matches prompts by block hashes; set request.prompt_blocks: true`,
-		}},
 		{name: "prefix-tree with prompt blocks", modify: func(c *Config) { c.Routing.Policy, c.Request.PromptBlocks = "prefix-tree", true }},
 	}
 	for _, tt := range tests {

@@ -50,13 +50,6 @@ func (c Config) Validate() error {
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 
-	// prefix-tree routes on prompt block hashes, which the request parser
-	// computes only when asked; without them the policy would see every
-	// request as a cache miss.
-	if c.Routing.Policy == "prefix-tree" && !c.Request.PromptBlocks {
-		v.add("request.prompt_blocks", "routing.policy prefix-tree matches prompts by block hashes; set request.prompt_blocks: true")
-	}
-
 	// The routing core and the request parser validate their own sections;
 	// called through an interface so this package builds before they have one.
 	if rv, ok := any(c.Routing).(interface{ Validate() error }); ok {

@@ -148,6 +148,10 @@ func New(cfg Config) *Table {
 // Len returns the number of pins, expired ones not yet swept included.
 func (t *Table) Len() int { return t.n }
 
+// Count returns the number of pins of one kind, expired ones not yet swept
+// included.
+func (t *Table) Count(kind Kind) int { return len(t.entries[kind]) }
+
 func (t *Table) ttl(k Kind) time.Duration {
 	if k == Session {
 		return t.cfg.SessionTTL

@@ -102,6 +102,11 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
+	// prefix-tree matches prompts by their block hashes, which the request
+	// parser computes only when asked (docs/POLICIES.md).
+	if cfg.Routing.Policy == "prefix-tree" {
+		cfg.Request.PromptBlocks = true
+	}
 	s.proxy, err = proxy.New(proxy.Options{
 		Balancer:    bal,
 		Request:     cfg.Request,
