@@ -13,13 +13,16 @@ import (
 // It runs under the balancer's lock, reads the replicas behind the
 // candidates (b.candReps, index-aligned) and owns the pin table.
 //
-// With warm set it is the hybrid policy llmlb-warm, which differs in one
-// test only: a pin's "no queue" condition reads the queue the replica itself
-// reported (scraped num_waiting) instead of effective_waiting. Our own
-// requests the last scrape has not seen yet (typically the other requests of
-// the same agent burst) then no longer break the pin; they still count in
-// effective_running, so the slack test and the force rebind still see them
-// and incident 2 stays fixed. BENCHMARKS.md shows why it exists.
+// With warm set it is the hybrid policy llmlb-warm, which differs in the
+// pin test only (docs/ROUTING.md): a pin is usable while its replica is LIVE,
+// reported no queue at its last scrape (scraped num_waiting, not
+// effective_waiting), and runs fewer than force_rebind_gap requests more than
+// the least-loaded candidate, counted in requests (max(scraped running,
+// in-flight count)), not token weights. Our own requests the last scrape has
+// not seen yet (typically the rest of the same agent burst) and long prompts
+// then no longer break the pin; at the gap it moves at once as in llmlb.
+// Steps 2 and 3 are unchanged, so incident 2 stays fixed. BENCHMARKS.md
+// shows why it exists.
 type llmlb struct {
 	b    *Balancer
 	warm bool
@@ -184,13 +187,15 @@ func (l *llmlb) noteNew(kind pins.Kind) {
 }
 
 // usable is SPEC s3 step 4's test: the pin's replica is LIVE, has no queue
-// and effective_running <= min_r + slack. llmlb-warm reads the queue from
-// the last scrape alone.
+// and effective_running <= min_r + slack. llmlb-warm's test: LIVE, no queue
+// in the last scrape, and a gap in requests below force_rebind_gap.
 func (l *llmlb) usable(r *replica, minR, slack float64) bool {
-	running, waiting := r.effective()
 	if l.warm {
-		running, waiting, minR = countRunning(r), r.snap.Waiting, l.minCount
+		// The pin holds until the gap that would move it at once.
+		gap := countRunning(r) - l.minCount
+		return r.health.State() == health.Live && r.snap.Waiting == 0 && gap < l.b.cfg.Affinity.ForceRebindGap
 	}
+	running, waiting := r.effective()
 	return r.health.State() == health.Live && waiting == 0 && running <= minR+slack
 }
 

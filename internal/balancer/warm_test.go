@@ -2,10 +2,11 @@ package balancer
 
 import "testing"
 
-// TestWarmPolicy covers the one test in which llmlb-warm differs from llmlb:
-// a pin's queue and load are read in requests (the replica's scraped queue,
-// max(scraped running, in-flight count)), so a session's own parallel burst
-// and long prompts do not break its pin; a real queue or a real gap still do.
+// TestWarmPolicy covers the pin test in which llmlb-warm differs from llmlb:
+// the queue is the replica's scraped one and the load gap is counted in
+// requests (max(scraped running, in-flight count)) against force_rebind_gap,
+// so a session's own parallel burst and long prompts do not break its pin;
+// a real queue or the gap still do.
 func TestWarmPolicy(t *testing.T) {
 	warm := func(c *Config) { c.Policy = PolicyLLMLBWarm }
 	tests := []struct {
@@ -18,11 +19,13 @@ func TestWarmPolicy(t *testing.T) {
 			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity},
 			{op: "select", sess: "s1", want: "b", pin: "spill: queue"},
 		}},
-		{"llmlb-warm: a burst stays on its pin while the gap is within the slack", warm, []ev{
+		{"llmlb-warm: a burst stays on its pin below the force-rebind gap, then moves", warm, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
 			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
-			{op: "select", sess: "s1", want: "b", pin: "spill: running > min_r+slack"},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
+			{op: "select", sess: "s1", want: "b", pin: "session force rebind"},
+			{op: "pinned", sess: "s1", want: "b"},
 		}},
 		{"llmlb: long prompts break the pin at once (30K tokens weigh 30)", nil, []ev{
 			{op: "select", sess: "s1", tokens: 30_000, want: "a", release: true},
