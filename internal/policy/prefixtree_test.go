@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // chain builds chained block hashes from one content key per block, like
@@ -12,7 +14,7 @@ func chain(keys ...uint64) []uint64 {
 	out := make([]uint64, len(keys))
 	h := uint64(fnvOffset)
 	for i, k := range keys {
-		h = mix64(h ^ mix64(k+1))
+		h = tokenize.Mix64(h ^ tokenize.Mix64(k+1))
 		out[i] = h
 	}
 	return out

@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
 
 // Sticky is hash-based session affinity with no load awareness (SPEC s12):
 // rendezvous (highest random weight) hashing of the session key over the
@@ -42,7 +46,7 @@ func rendezvous(key string, cands []Candidate) int {
 	base = fnvByte(base, 0)
 	best, bestW := 0, uint64(0)
 	for i, c := range cands {
-		w := mix64(fnvString(base, c.Name))
+		w := tokenize.Mix64(fnvString(base, c.Name))
 		if i == 0 || w > bestW {
 			best, bestW = i, w
 		}
@@ -66,15 +70,4 @@ func fnvString(h uint64, s string) uint64 {
 func fnvByte(h uint64, b byte) uint64 {
 	h ^= uint64(b)
 	return h * fnvPrime
-}
-
-// mix64 is the splitmix64 finalizer: FNV alone spreads the last bytes of a
-// name poorly ("r1", "r2"), which would bias the rendezvous weights.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

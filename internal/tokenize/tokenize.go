@@ -85,7 +85,7 @@ func FromBlockKeys(tokens int, keys []uint64) Prompt {
 // for a prompt's first block) and its content key. FromText and FromBlockKeys
 // use it; it is exported so callers can extend a prompt block by block.
 func ChainHash(parent, key uint64) uint64 {
-	return mix64(parent*0x9e3779b97f4a7c15 ^ mix64(key+0x632be59bd9b4e019))
+	return Mix64(parent*0x9e3779b97f4a7c15 ^ Mix64(key+0x632be59bd9b4e019))
 }
 
 // KeyOfText is the content key of one block of text (FNV-1a over its bytes,
@@ -100,11 +100,12 @@ func KeyOfText(s string) uint64 {
 		h ^= uint64(s[i])
 		h *= prime
 	}
-	return mix64(h)
+	return Mix64(h)
 }
 
-// mix64 is the splitmix64 finaliser.
-func mix64(x uint64) uint64 {
+// Mix64 is the splitmix64 finaliser: a cheap, well-spread 64-bit mixer,
+// shared by everything that derives keys or hashes from small integers.
+func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -18,19 +18,9 @@ const (
 	domTraceRequest
 )
 
-// mix64 is the splitmix64 finaliser: a cheap, well-spread 64-bit mixer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // mix combines two words into one key.
 func mix(a, b uint64) uint64 {
-	return mix64(mix64(a+0x9e3779b97f4a7c15) ^ (b + 0x632be59bd9b4e019))
+	return tokenize.Mix64(tokenize.Mix64(a+0x9e3779b97f4a7c15) ^ (b + 0x632be59bd9b4e019))
 }
 
 // contentID names one piece of content (a system prompt, a session's stream,
