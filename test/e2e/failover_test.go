@@ -18,33 +18,43 @@ import (
 // that were cut mid-way end with an SSE error event in OpenAI's error shape,
 // and llmlb_stream_errors_total counts exactly them.
 //
-// Timers: scrape 300ms/200ms. Seed defaults change only how long the dead
-// replica is still tried before the scrape ejects it (<= 4.3 s instead of
-// <= 0.53 s); each of those tries fails over, so the figure is the same.
+// Timers: scrape 2s/1s, near the seed's 3s/1s (the dead replica is ejected
+// by its cut streams' transport errors or the next scrape; each request sent
+// to it before that fails over). TestFailoverBeforeFirstByte pins down the
+// failover itself.
 func TestFailoverUnderLoad(t *testing.T) {
 	const (
 		n      = 4
 		victim = 2 // sim-3
 	)
-	sim := startSim(t, n)
-	srv := startServe(t, sim.replicasYAML(n)+yamlTimers(300*time.Millisecond, 200*time.Millisecond, 30*time.Second, 5*time.Minute, 15*time.Second))
-	srv.waitAllLive(t, n)
 	name := simName(victim)
+	sim := startSim(t, n)
+	srv := startServe(t, sim.replicasYAML(n)+yamlTimers(2*time.Second, time.Second, 30*time.Second, 5*time.Minute, 15*time.Second))
+	srv.waitAllLive(t, n)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
-		stop    atomic.Bool
-		mu      sync.Mutex
-		replies []reply
-		wg      sync.WaitGroup
+		stop      atomic.Bool
+		streaming atomic.Int64 // streams from the victim that started and have not ended
+		mu        sync.Mutex
+		replies   []reply
+		wg        sync.WaitGroup
 	)
 	for w := range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
-				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 80, Stream: true})
+				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 80, Stream: true,
+					OnStart: func(replica string) {
+						if replica == name {
+							streaming.Add(1)
+						}
+					}})
+				if r.Replica == name && r.Started {
+					streaming.Add(-1)
+				}
 				mu.Lock()
 				replies = append(replies, r)
 				mu.Unlock()
@@ -58,9 +68,9 @@ func TestFailoverUnderLoad(t *testing.T) {
 		defer mu.Unlock()
 		return len(replies) >= 24, fmt.Sprintf("%d replies", len(replies))
 	})
-	waitFor(t, 20*time.Second, name+" holding streams", func() (bool, string) {
-		r := srv.replicas(t)[name]
-		return r.InFlight >= 3, fmt.Sprintf("in_flight %d", r.InFlight)
+	waitFor(t, 30*time.Second, name+" streaming to clients", func() (bool, string) {
+		n := streaming.Load()
+		return n >= 2, fmt.Sprintf("%d streams from %s in progress", n, name)
 	})
 	sim.fault(t, victim, `{"mode":"refuse"}`)
 	srv.waitState(t, name, "EJECTED", 20*time.Second)
@@ -98,8 +108,64 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Errorf("llmlb_stream_errors_total = %v, clients saw %d cut streams", streamErrs, cut)
 	}
 	if cut == 0 {
-		t.Errorf("no stream was cut: the victim held none when it died? (in-flight check passed)")
+		t.Errorf("no stream was cut although the victim was streaming when it died")
 	}
 	t.Logf("GUARANTEE 5 failover: %d requests, %d ok, %d cut mid-stream with an error event, %d lost; llmlb_stream_errors_total %v, llmlb_failovers_total %v; by replica %v",
 		len(replies), ok, cut, lost, streamErrs, failovers, tally(replies))
+}
+
+// TestFailoverBeforeFirstByte is the other half of guarantee 5: requests
+// sent to a replica that died but is not ejected yet (no scrape in between,
+// request failures not counted to ejection) fail over before their first
+// byte and succeed elsewhere: 8 simultaneous streams on 4 replicas, one of
+// them refusing, all complete and llmlb_failovers_total counts every
+// attempt that went to the dead one.
+func TestFailoverBeforeFirstByte(t *testing.T) {
+	const (
+		n      = 4
+		victim = 2
+	)
+	name := simName(victim)
+	sim := startSim(t, n)
+	srv := startServe(t, sim.replicasYAML(n)+`scrape:
+  interval: 60s
+  timeout: 2s
+routing:
+  health:
+    request_failures_to_eject: 100
+`)
+	srv.waitAllLive(t, n)
+	sim.fault(t, victim, `{"mode":"refuse"}`)
+	if st := srv.replicas(t)[name].State; st != "LIVE" {
+		t.Fatalf("%s is %s; the test needs it dead but LIVE", name, st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		replies []reply
+		wg      sync.WaitGroup
+	)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("pre-%d", i), MaxTokens: 20, Stream: true})
+			mu.Lock()
+			replies = append(replies, r)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, r := range replies {
+		if !r.ok() || r.Replica == name {
+			t.Errorf("request not completed elsewhere: %+v", r)
+		}
+	}
+	failovers := sumMetric(srv.metrics(t), "llmlb_failovers_total", map[string]string{"replica": name})
+	if failovers < 1 {
+		t.Errorf("llmlb_failovers_total{replica=%q} = %v, want the requests sent to it counted", name, failovers)
+	}
+	t.Logf("GUARANTEE 5 failover before the first byte: 8 streams, %s dead but LIVE: all ok, by replica %v, llmlb_failovers_total{%s} %v",
+		name, tally(replies), name, failovers)
 }

@@ -584,6 +584,8 @@ type chatReq struct {
 	Header    http.Header // extra headers
 	// OnFirstByte, if set, is called once when the first content chunk arrives.
 	OnFirstByte func()
+	// OnStart, if set, is called then too, with the X-LLMLB-Replica header.
+	OnStart func(replica string)
 }
 
 // reply is what one client saw.
@@ -662,6 +664,9 @@ func (s *serveProc) chat(ctx context.Context, c chatReq) reply {
 				r.Started = true
 				if c.OnFirstByte != nil {
 					c.OnFirstByte()
+				}
+				if c.OnStart != nil {
+					c.OnStart(r.Replica)
 				}
 			}
 		}
