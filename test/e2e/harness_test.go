@@ -136,6 +136,9 @@ func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc
 	}()
 	t.Cleanup(func() {
 		p.kill()
+		if strings.Contains(p.out.String(), "WARNING: DATA RACE") { // LLMLB_E2E_RACE=1 builds
+			t.Errorf("%s reported a data race", name)
+		}
 		if t.Failed() {
 			out := p.out.String()
 			if len(out) > 6000 {
@@ -410,6 +413,7 @@ type replicaStatus struct {
 	CooldownSeconds  float64 `json:"cooldown_seconds"`
 	Ejections        int     `json:"ejections"`
 	Requests         uint64  `json:"requests"`
+	LastScrapeOK     bool    `json:"last_scrape_ok"`
 }
 
 type pinStatus struct {
@@ -487,13 +491,15 @@ func (s *serveProc) waitState(t *testing.T, name, state string, d time.Duration)
 	})
 }
 
-// waitAllLive waits until every listed replica is LIVE.
+// waitAllLive waits until replicas sim-1..sim-n are LIVE and have been
+// scraped successfully (a replica starts LIVE before its first scrape; a
+// fault injected before that scrape would race with it).
 func (s *serveProc) waitAllLive(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "all replicas LIVE", func() (bool, string) {
+	waitFor(t, 20*time.Second, "all replicas LIVE and scraped", func() (bool, string) {
 		rs := s.replicas(t)
 		for i := range n {
-			if rs[simName(i)].State != "LIVE" {
+			if r := rs[simName(i)]; r.State != "LIVE" || !r.LastScrapeOK {
 				return false, fmt.Sprintf("%v", rs)
 			}
 		}
