@@ -76,6 +76,8 @@ sleep 1 # let every replica's first scrape land
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 in_flight() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^llmlb_replica_in_flight\{/ {s += $2} END {print s + 0}'; }
+# The GC's heap goal (2x the heap live after the last collection, GOGC=100).
+heap_goal_mb() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^go_memstats_next_gc_bytes / {printf "%.0f", $2 / 1048576}'; }
 hz=$(getconf CLK_TCK)
 
 idle_rss=$(rss_kb "$serve_pid")
@@ -96,7 +98,7 @@ while kill -0 "$lg_pid" 2>/dev/null; do
 	f=$(in_flight || echo 0)
 	[ "$r" -gt "$peak_rss" ] && peak_rss=$r
 	if [ "$f" -gt "$peak_inflight" ]; then peak_inflight=$f; rss_at_peak=$r; fi
-	echo "   in-flight $f  rss ${r} kB"
+	echo "   in-flight $f  rss ${r} kB  heap goal $(heap_goal_mb || echo ?) MiB"
 done
 wait "$lg_pid" || true
 t1=$(date +%s.%N)
