@@ -40,7 +40,11 @@ type AffinityConfig struct {
 	PrefixSlack    float64       // affinity.prefix_slack (0)
 	SpillsToRebind int           // affinity.spills_to_rebind (3)
 	ForceRebindGap float64       // affinity.force_rebind_gap (3)
-	MaxPins        int           // affinity.max_pins: bound on the table (default 1,000,000)
+	// RebindRatio is llmlb-warm's relative bound: its pin also holds while
+	// running(pin) < rebind_ratio * min_r (counted in requests), as SGLang's
+	// cache_aware tolerates max <= 1.5 * min. affinity.rebind_ratio (1.5).
+	RebindRatio float64
+	MaxPins     int // affinity.max_pins: bound on the table (default 1,000,000)
 
 	// PrefixSpillsToDrop is affinity.prefix_spills_to_drop (2): consecutive
 	// spills that delete a prefix pin ("a repeated spill deletes the key").
@@ -79,6 +83,7 @@ func DefaultConfig() Config {
 			PrefixSlack:        0,
 			SpillsToRebind:     3,
 			ForceRebindGap:     3,
+			RebindRatio:        1.5,
 			MaxPins:            1_000_000,
 			PrefixSpillsToDrop: 2,
 			SweepBudget:        1024,
@@ -129,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if !(a.PrefixSlack >= 0) {
 		bad("affinity.prefix_slack", ">= 0", a.PrefixSlack)
+	}
+	if !(a.RebindRatio >= 1) {
+		bad("affinity.rebind_ratio", ">= 1", a.RebindRatio)
 	}
 	if !(a.ForceRebindGap > 0) {
 		bad("affinity.force_rebind_gap", "> 0", a.ForceRebindGap)

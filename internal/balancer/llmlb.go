@@ -16,9 +16,9 @@ import (
 // With warm set it is the hybrid policy llmlb-warm, which differs in the
 // pin test only (docs/ROUTING.md): a pin is usable while its replica is LIVE,
 // reported no queue at its last scrape (scraped num_waiting, not
-// effective_waiting), and runs fewer than force_rebind_gap requests more than
-// the least-loaded candidate, counted in requests (max(scraped running,
-// in-flight count)), not token weights. Our own requests the last scrape has
+// effective_waiting), and its gap to the least-loaded candidate, counted in
+// requests (max(scraped running, in-flight count)) and not token weights, is
+// below max(force_rebind_gap, (rebind_ratio-1) * min_r). Our own requests the last scrape has
 // not seen yet (typically the rest of the same agent burst) and long prompts
 // then no longer break the pin; at the gap it moves at once as in llmlb.
 // Steps 2 and 3 are unchanged, so incident 2 stays fixed. BENCHMARKS.md
@@ -29,6 +29,16 @@ type llmlb struct {
 	// minCount is min over step 2's candidates of max(scraped running,
 	// in-flight count): llmlb-warm's min_r for the pin tests.
 	minCount float64
+}
+
+// warmGap is the gap in requests at which llmlb-warm moves a pin:
+// force_rebind_gap, or (rebind_ratio - 1) * min_r when that is larger, so a
+// pin survives the small differences continuous batching absorbs on busy
+// replicas (a 3-request gap among 40 running costs little; recomputing a
+// 20K-token context costs a second of GPU time).
+func (l *llmlb) warmGap() float64 {
+	a := l.b.cfg.Affinity
+	return max(a.ForceRebindGap, (a.RebindRatio-1)*l.minCount)
 }
 
 // countRunning is a replica's running in requests, not tokens:
@@ -188,12 +198,12 @@ func (l *llmlb) noteNew(kind pins.Kind) {
 
 // usable is SPEC s3 step 4's test: the pin's replica is LIVE, has no queue
 // and effective_running <= min_r + slack. llmlb-warm's test: LIVE, no queue
-// in the last scrape, and a gap in requests below force_rebind_gap.
+// in the last scrape, and a gap in requests below warmGap.
 func (l *llmlb) usable(r *replica, minR, slack float64) bool {
 	if l.warm {
 		// The pin holds until the gap that would move it at once.
 		gap := countRunning(r) - l.minCount
-		return r.health.State() == health.Live && r.snap.Waiting == 0 && gap < l.b.cfg.Affinity.ForceRebindGap
+		return r.health.State() == health.Live && r.snap.Waiting == 0 && gap < l.warmGap()
 	}
 	running, waiting := r.effective()
 	return r.health.State() == health.Live && waiting == 0 && running <= minR+slack
@@ -206,8 +216,9 @@ func (l *llmlb) usable(r *replica, minR, slack float64) bool {
 func (l *llmlb) spill(kind pins.Kind, key string, r *replica, minR float64, bestName string, bestLive bool, now time.Time) {
 	b, e := l.b, &l.b.expl
 	running, waiting := r.effective()
+	gapLimit := b.cfg.Affinity.ForceRebindGap
 	if l.warm {
-		running, minR = countRunning(r), l.minCount
+		running, minR, gapLimit = countRunning(r), l.minCount, l.warmGap()
 	}
 	b.counters.Spills++
 	switch {
@@ -218,7 +229,7 @@ func (l *llmlb) spill(kind pins.Kind, key string, r *replica, minR float64, best
 	default:
 		e.PinDecision = "spill: running > min_r+slack"
 	}
-	if running-minR >= b.cfg.Affinity.ForceRebindGap && bestLive {
+	if running-minR >= gapLimit && bestLive {
 		b.pins.Bind(kind, key, bestName, now)
 		b.counters.ForceRebinds++
 		e.PinDecision = "force rebind"

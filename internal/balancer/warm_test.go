@@ -37,6 +37,18 @@ func TestWarmPolicy(t *testing.T) {
 			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
 			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
 		}},
+		{"llmlb-warm: on busy replicas the pin holds up to rebind_ratio * min_r", warm, []ev{
+			{op: "select", sess: "s1", want: "a", release: true},
+			{op: "scrape", r: "a", run: 29}, {op: "scrape", r: "b", run: 20},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"}, // 29 < 1.5*20
+			{op: "scrape", r: "a", run: 30},
+			{op: "select", sess: "s1", want: "b", pin: "session force rebind"}, // gap 10 >= max(3, 0.5*20)
+		}},
+		{"llmlb: the same pin is moved at a gap of 3", nil, []ev{
+			{op: "select", sess: "s1", want: "a", release: true},
+			{op: "scrape", r: "a", run: 23}, {op: "scrape", r: "b", run: 20},
+			{op: "select", sess: "s1", want: "b", pin: "session force rebind"},
+		}},
 		{"llmlb-warm: a queue the replica reports still breaks the pin", warm, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 1, wait: 1},
