@@ -14,7 +14,8 @@ import (
 // candidates (b.candReps, index-aligned) and owns the pin table.
 //
 // With warm set it is the hybrid policy llmlb-warm, which differs in the
-// pin test only (docs/ROUTING.md): a pin is usable while its replica is LIVE,
+// session pin test only (docs/ROUTING.md; prefix pins keep llmlb's rules,
+// incident 1): a session pin is usable while its replica is LIVE,
 // reported no queue at its last scrape (scraped num_waiting, not
 // effective_waiting), and its gap to the least-loaded candidate, counted in
 // requests (max(scraped running, in-flight count)) and not token weights, is
@@ -161,7 +162,7 @@ func (l *llmlb) pin(p *policy.Request, cands []policy.Candidate, best int, minR 
 			// Serves another model, already tried, or a PROBING replica at its
 			// in-flight limit: not usable, and not the pin's fault.
 			e.PinDecision = "skip: not a candidate"
-		case l.usable(r, minR, slack):
+		case l.usable(kind, r, minR, slack):
 			b.pins.Use(kind, key, now)
 			e.PinDecision = "used"
 			choice = policy.Choice{Index: idx, Reason: string(ReasonAffinity)}
@@ -197,10 +198,10 @@ func (l *llmlb) noteNew(kind pins.Kind) {
 }
 
 // usable is SPEC s3 step 4's test: the pin's replica is LIVE, has no queue
-// and effective_running <= min_r + slack. llmlb-warm's test: LIVE, no queue
-// in the last scrape, and a gap in requests below warmGap.
-func (l *llmlb) usable(r *replica, minR, slack float64) bool {
-	if l.warm {
+// and effective_running <= min_r + slack. llmlb-warm's test for session
+// pins: LIVE, no queue in the last scrape, and a gap in requests below warmGap.
+func (l *llmlb) usable(kind pins.Kind, r *replica, minR, slack float64) bool {
+	if l.warm && kind == pins.Session {
 		// The pin holds until the gap that would move it at once.
 		gap := countRunning(r) - l.minCount
 		return r.health.State() == health.Live && r.snap.Waiting == 0 && gap < l.warmGap()
@@ -217,14 +218,14 @@ func (l *llmlb) spill(kind pins.Kind, key string, r *replica, minR float64, best
 	b, e := l.b, &l.b.expl
 	running, waiting := r.effective()
 	gapLimit := b.cfg.Affinity.ForceRebindGap
-	if l.warm {
+	if l.warm && kind == pins.Session {
 		running, minR, gapLimit = countRunning(r), l.minCount, l.warmGap()
 	}
 	b.counters.Spills++
 	switch {
 	case r.health.State() != health.Live:
 		e.PinDecision = "spill: not LIVE"
-	case waiting > 0 && !(l.warm && r.snap.Waiting == 0):
+	case waiting > 0 && !(l.warm && kind == pins.Session && r.snap.Waiting == 0):
 		e.PinDecision = "spill: queue"
 	default:
 		e.PinDecision = "spill: running > min_r+slack"

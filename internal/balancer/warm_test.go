@@ -49,6 +49,11 @@ func TestWarmPolicy(t *testing.T) {
 			{op: "scrape", r: "a", run: 23}, {op: "scrape", r: "b", run: 20},
 			{op: "select", sess: "s1", want: "b", pin: "session force rebind"},
 		}},
+		{"llmlb-warm: prefix pins keep llmlb's rule (slack 0, released harder)", warm, []ev{
+			{op: "select", pfx: "p1", want: "a", release: true},
+			{op: "select", pfx: "p1", want: "a", reason: ReasonAffinity, pin: "prefix used"},
+			{op: "select", pfx: "p1", want: "b", pin: "prefix spill: queue"},
+		}},
 		{"llmlb-warm: a queue the replica reports still breaks the pin", warm, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 1, wait: 1},
