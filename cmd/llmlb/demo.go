@@ -156,7 +156,9 @@ loop:
 		if o.flapAfter > 0 && len(fleet.Replicas) > 1 {
 			if !flapping && elapsed >= o.flapAfter {
 				flapping = true
-				fmt.Fprintf(out, "\n>>> %s: replica %s starts to flap\n", elapsed.Round(time.Second), victim.Name())
+				fmt.Fprintf(out, "\n>>> %s: replica %s starts to flap; streams in flight on it are cut and end with an SSE error event\n"+
+					"    (llmlb retries only before the first byte), requests not yet started fail over to other replicas\n",
+					elapsed.Round(time.Second), victim.Name())
 				if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Flap, Period: o.flapPeriod}); err != nil {
 					return err
 				}
