@@ -76,7 +76,8 @@ start=$(date +%s)
 k=0
 while kill -0 "$lg_pid" 2>/dev/null && [ $(( $(date +%s) - start )) -lt $(( DURATION - INTERVAL / 2 )) ]; do
 	sleep $(( INTERVAL / 2 ))
-	r=$(( k % REPLICAS )); m=${modes[$(( k % ${#modes[@]} ))]}
+	# the mode shifts by one every round, so each replica meets every mode
+	r=$(( k % REPLICAS )); m=${modes[$(( (k + k / REPLICAS) % ${#modes[@]} ))]}
 	echo "[$(( $(date +%s) - start ))s] sim-$((r + 1)) <- $m"
 	fault "$r" "$m"
 	sleep $(( INTERVAL / 2 ))
