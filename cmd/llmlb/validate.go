@@ -51,11 +51,12 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 	}
 
 	cfg, err := config.Load(*path)
-	if err == nil {
-		err = config.ApplyFlags(&cfg, *listen, *adminListen, replicas)
-	}
-	if err == nil {
-		err = cfg.Validate()
+	if err == nil || cfg.Listen != "" { // decoded, perhaps with errors: check the rest too
+		if ferr := config.ApplyFlags(&cfg, *listen, *adminListen, replicas); ferr != nil {
+			err = errors.Join(err, ferr)
+		} else {
+			err = cfg.ValidateAfter(err)
+		}
 	}
 	if err != nil {
 		problems := strings.Split(err.Error(), "\n")

@@ -25,6 +25,10 @@ func TestValidateCommand(t *testing.T) {
 	if err := os.WriteFile(invalid, []byte("replicas:\n  - {name: a, url: \"http://a:8000/v1\"}\n  - {name: a, url: \"http://b:8000\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	mixed := filepath.Join(dir, "mixed.yaml")
+	if err := os.WriteFile(mixed, []byte("routing:\n  afinity: {}\nreplicas:\n  - {url: \"localhost:8000\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		args       []string
@@ -40,6 +44,10 @@ func TestValidateCommand(t *testing.T) {
 		{name: "parse errors", args: []string{"--config", bad}, wantErr: "bad.yaml: 2 problem(s)", wantStderr: []string{
 			`config: ` + bad + `: line 2: routing.afinity: unknown key (did you mean "affinity"?)`,
 			`config: ` + bad + `: line 4: replicas[0]: "localhost:8000" is not an absolute http(s) URL (e.g. http://10.0.0.5:8000)`,
+		}},
+		{name: "parse and validation errors together, each once", args: []string{"--config", mixed}, wantErr: "mixed.yaml: 2 problem(s)", wantStderr: []string{
+			`config: ` + mixed + `: line 2: routing.afinity: unknown key (did you mean "affinity"?)`,
+			`config: replicas[0].url: "localhost:8000" is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)`,
 		}},
 		{name: "validation errors", args: []string{"--config", invalid}, wantErr: "invalid.yaml: 2 problem(s)", wantStderr: []string{
 			`config: replicas[0].url: "http://a:8000/v1" ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)`,

@@ -74,7 +74,9 @@ func Load(path string) (Config, error) {
 // (usually the file name). Every problem is reported, joined (errors.Join),
 // each an *Error naming its key and line: unknown keys (with a suggestion),
 // wrong types, bad durations and sizes, unset environment variables. Parse
-// does not call Validate.
+// does not call Validate. On decode errors the configuration read so far is
+// returned with them (keys in error keep their defaults); on a YAML syntax
+// error it is the zero Config.
 func Parse(data []byte, source string) (Config, error) {
 	return parse(data, source, os.LookupEnv)
 }
@@ -108,17 +110,19 @@ func parse(data []byte, source string, lookupEnv func(string) (string, bool)) (C
 		return cfg, nil
 	}
 	d.value(doc, reflect.ValueOf(&cfg).Elem(), "")
-	if len(d.errs) > 0 {
-		// In file order, whichever pass found them.
-		slices.SortStableFunc(d.errs[:min(len(d.errs), maxErrors)], func(a, b error) int {
-			return cmp.Compare(lineOf(a), lineOf(b))
-		})
-		return Config{}, errors.Join(d.errs...)
-	}
 	for i := range cfg.Replicas {
 		if cfg.Replicas[i].Name == "" {
 			cfg.Replicas[i].Name = defaultName(cfg.Replicas[i].URL)
 		}
+	}
+	if len(d.errs) > 0 {
+		// In file order, whichever pass found them. The partly decoded
+		// configuration comes back too, so `llmlb validate` can also check
+		// what was read and explain every error at once.
+		slices.SortStableFunc(d.errs[:min(len(d.errs), maxErrors)], func(a, b error) int {
+			return cmp.Compare(lineOf(a), lineOf(b))
+		})
+		return cfg, errors.Join(d.errs...)
 	}
 	return cfg, nil
 }

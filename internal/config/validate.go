@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,6 +133,8 @@ func (v *validator) replicas(rs []Replica) {
 	for i, r := range rs {
 		key := fmt.Sprintf("replicas[%d]", i)
 		switch {
+		case r.Name == "" && r.URL != "" && defaultName(r.URL) == "":
+			// the name would come from the URL, which is reported below
 		case r.Name == "":
 			v.add(key+".name", "empty name")
 		case strings.ContainsAny(r.Name, " \t\r\n/\"'"):
@@ -195,4 +198,30 @@ func (v *validator) secret(key, s string) {
 			return
 		}
 	}
+}
+
+// ValidateAfter is Validate for a configuration that Parse returned with
+// decode errors: it joins those errors with Validate's, leaving out Validate's
+// errors about keys the decoder already reported (a replica whose entry could
+// not be read is not also reported as having no URL), so `llmlb validate`
+// explains every problem once.
+func (c Config) ValidateAfter(parseErr error) error {
+	var bad []string
+	for _, err := range leaves(parseErr) {
+		var e *Error
+		if errors.As(err, &e) && e.Key != "" {
+			bad = append(bad, e.Key)
+		}
+	}
+	errs := []error{parseErr}
+	for _, err := range leaves(c.Validate()) {
+		var e *Error
+		if errors.As(err, &e) && slices.ContainsFunc(bad, func(k string) bool {
+			return e.Key == k || strings.HasPrefix(e.Key, k+".") || strings.HasPrefix(e.Key, k+"[")
+		}) {
+			continue
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
