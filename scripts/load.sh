@@ -29,48 +29,8 @@ KV_TOKENS=$(( SLOTS * 4096 ))
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 echo "== ulimit -n $(ulimit -n), $STREAMS streams for $DURATION on $REPLICAS replicas ($SLOTS slots, $KV_TOKENS KV tokens each)"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-go build -o "$work/llmlb" ./cmd/llmlb
-
-"$work/llmlb" sim --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --profile h100 \
-	--max-num-seqs "$SLOTS" --kv-tokens "$KV_TOKENS" --log-level warn >"$work/sim.log" 2>&1 &
-pids+=($!)
-# Serve starts after the replicas answer: a failed first scrape would eject them.
-for i in $(seq 1 "$REPLICAS"); do
-	for _ in $(seq 1 200); do
-		curl -sf "http://127.0.0.1:$((SIM_PORT + i - 1))/health" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-done
-{
-	echo "listen: 127.0.0.1:$PROXY_PORT"
-	echo "admin_listen: 127.0.0.1:$ADMIN_PORT"
-	echo "log:"
-	echo "  level: warn"
-	echo "replicas:"
-	for i in $(seq 1 "$REPLICAS"); do
-		echo "  - name: sim-$i"
-		echo "    url: http://127.0.0.1:$((SIM_PORT + i - 1))"
-		echo "    models: [sim-model]"
-	done
-} >"$work/llmlb.yaml"
-"$work/llmlb" serve --config "$work/llmlb.yaml" >"$work/serve.log" 2>&1 &
-serve_pid=$!
-pids+=("$serve_pid")
-
-for _ in $(seq 1 200); do
-	if curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1; then break; fi
-	sleep 0.1
-done
-curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null || { echo "llmlb serve not ready"; cat "$work/serve.log" "$work/sim.log"; exit 1; }
+. scripts/fleet.sh
+start_fleet warn --profile h100 --max-num-seqs "$SLOTS" --kv-tokens "$KV_TOKENS"
 sleep 1 # let every replica's first scrape land
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }

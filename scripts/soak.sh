@@ -26,44 +26,8 @@ ADMIN_PORT=${ADMIN_PORT:-19190}
 REPLICAS=4
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-go build -o "$work/llmlb" ./cmd/llmlb
-"$work/llmlb" sim --listen "127.0.0.1:$SIM_PORT" --replicas "$REPLICAS" --log-level warn >"$work/sim.log" 2>&1 &
-pids+=($!)
-# Serve starts after the replicas answer: a failed first scrape would eject them.
-for i in $(seq 1 "$REPLICAS"); do
-	for _ in $(seq 1 200); do
-		curl -sf "http://127.0.0.1:$((SIM_PORT + i - 1))/health" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-done
-{
-	echo "listen: 127.0.0.1:$PROXY_PORT"
-	echo "admin_listen: 127.0.0.1:$ADMIN_PORT"
-	echo "log:"
-	echo "  level: info"
-	echo "replicas:"
-	for i in $(seq 1 "$REPLICAS"); do
-		echo "  - name: sim-$i"
-		echo "    url: http://127.0.0.1:$((SIM_PORT + i - 1))"
-		echo "    models: [sim-model]"
-	done
-} >"$work/llmlb.yaml"
-"$work/llmlb" serve --config "$work/llmlb.yaml" >"$work/serve.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 200); do
-	curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null || { echo "llmlb serve not ready"; cat "$work/serve.log"; exit 1; }
+. scripts/fleet.sh
+start_fleet info
 
 "$work/llmlb" loadgen --target "http://127.0.0.1:$PROXY_PORT" --streams "$STREAMS" --burst-max 3 \
 	--think 500ms --max-tokens 48 --duration "${DURATION}s" --every 30s --json >"$work/loadgen.json" 2>"$work/loadgen.log" &
