@@ -319,8 +319,7 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 	if !p.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
-	e := res.Explanation
-	p.log.LogAttrs(ctx, slog.LevelDebug, "route",
+	attrs := append([]slog.Attr{
 		slog.String("replica", res.Replica),
 		slog.String("reason", string(res.Reason)),
 		slog.Int("attempt", attempt+1),
@@ -328,16 +327,8 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 		slog.Bool("session", prof.SessionKey != ""),
 		slog.Bool("prefix", prof.PrefixKey != ""),
 		slog.Int("prompt_tokens", prof.PromptTokens),
-		slog.String("policy", e.Policy),
-		slog.String("candidate_set", e.CandidateSet),
-		slog.Int("candidates", e.Candidates),
-		slog.Float64("min_running", e.MinRunning),
-		slog.Float64("effective_running", e.EffectiveRunning),
-		slog.Float64("effective_waiting", e.EffectiveWaiting),
-		slog.String("pin_kind", e.PinKind),
-		slog.String("pin_replica", e.PinReplica),
-		slog.String("pin_decision", e.PinDecision),
-	)
+	}, res.Explanation.LogAttrs()...)
+	p.log.LogAttrs(ctx, slog.LevelDebug, "route", attrs...)
 }
 
 // try runs one attempt on the reserved replica and releases the reservation
