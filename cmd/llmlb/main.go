@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -54,7 +55,10 @@ func main() {
 			return
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "llmlb %s: %v\n", c.name, err)
+			// Package errors carry their package's prefix ("bench: ..."); do
+			// not repeat the command's name in front of it.
+			msg := strings.TrimPrefix(err.Error(), c.name+": ")
+			fmt.Fprintf(os.Stderr, "llmlb %s: %s\n", c.name, msg)
 			os.Exit(1)
 		}
 		return
