@@ -137,9 +137,15 @@ func (rep *Report) cdfSVG() string {
 		for _, q := range r.TTFTQuantiles {
 			fmt.Fprintf(&pts, "%.1f,%.1f ", x(q.Seconds), y(q.P))
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, policyColor(i), strings.TrimSpace(pts.String()))
+		// Every other policy dashed: policies that behave alike on a
+		// workload (rr and sticky without sessions) draw the same curve.
+		dash := ""
+		if i%2 == 1 {
+			dash = ` stroke-dasharray="6 4"`
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`, policyColor(i), dash, strings.TrimSpace(pts.String()))
 		ly := top + 10 + 18*float64(i)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"/>`, left+pw+12, ly, left+pw+32, ly, policyColor(i))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/>`, left+pw+12, ly, left+pw+32, ly, policyColor(i), dash)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s</text>`, left+pw+38, ly+4, template.HTMLEscapeString(r.Policy))
 	}
 	b.WriteString(`</svg>`)
