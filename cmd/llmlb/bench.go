@@ -53,7 +53,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		prefixSlack    = fs.Float64("prefix-slack", def.Affinity.PrefixSlack, "llmlb: a prefix pin is usable while running <= min_r + slack")
 		spillsToRebind = fs.Int("spills-to-rebind", def.Affinity.SpillsToRebind, "llmlb: consecutive spills that rebind a session pin")
 		forceRebindGap = fs.Float64("force-rebind-gap", def.Affinity.ForceRebindGap, "llmlb: running(pin) - min_r that moves a pin at once")
-		rebindRatio    = fs.Float64("rebind-ratio", def.Affinity.RebindRatio, "llmlb-warm: a pin also holds while running(pin) < ratio * min_r (in requests)")
+		rebindRatio    = fs.Float64("rebind-ratio", def.Affinity.RebindRatio, "llmlb-warm: a session pin also holds while running(pin) < ratio * mean running (in requests)")
 		tokenUnit      = fs.Int("token-unit", def.Load.TokenUnit, "estimated tokens that weigh 1.0 in-flight request")
 	)
 	var flaps []bench.Flap

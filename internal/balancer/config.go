@@ -40,9 +40,10 @@ type AffinityConfig struct {
 	PrefixSlack    float64       // affinity.prefix_slack (0)
 	SpillsToRebind int           // affinity.spills_to_rebind (3)
 	ForceRebindGap float64       // affinity.force_rebind_gap (3)
-	// RebindRatio is llmlb-warm's relative bound: its pin also holds while
-	// running(pin) < rebind_ratio * min_r (counted in requests), as SGLang's
-	// cache_aware tolerates max <= 1.5 * min. affinity.rebind_ratio (1.5).
+	// RebindRatio is llmlb-warm's relative bound: its session pin also holds
+	// while running(pin) < rebind_ratio * mean running (counted in requests),
+	// the bound of consistent hashing with bounded loads.
+	// affinity.rebind_ratio (1.5).
 	RebindRatio float64
 	MaxPins     int // affinity.max_pins: bound on the table (default 1,000,000)
 

@@ -17,9 +17,9 @@ import (
 // session pin test only (docs/ROUTING.md; prefix pins keep llmlb's rules,
 // incident 1): a session pin is usable while its replica is LIVE,
 // reported no queue at its last scrape (scraped num_waiting, not
-// effective_waiting), and its gap to the least-loaded candidate, counted in
-// requests (max(scraped running, in-flight count)) and not token weights, is
-// below max(force_rebind_gap, (rebind_ratio-1) * min_r). Our own requests the last scrape has
+// effective_waiting), and it runs fewer requests than
+// max(min_r + force_rebind_gap, rebind_ratio * mean_r), loads counted in
+// requests (max(scraped running, in-flight count)), not token weights. Our own requests the last scrape has
 // not seen yet (typically the rest of the same agent burst) and long prompts
 // then no longer break the pin; at the gap it moves at once as in llmlb.
 // Steps 2 and 3 are unchanged, so incident 2 stays fixed. BENCHMARKS.md
@@ -27,19 +27,21 @@ import (
 type llmlb struct {
 	b    *Balancer
 	warm bool
-	// minCount is min over step 2's candidates of max(scraped running,
-	// in-flight count): llmlb-warm's min_r for the pin tests.
-	minCount float64
+	// minCount and meanCount are the min and mean over step 2's candidates
+	// of max(scraped running, in-flight count): llmlb-warm's loads in
+	// requests for the pin tests.
+	minCount, meanCount float64
 }
 
-// warmGap is the gap in requests at which llmlb-warm moves a pin:
-// force_rebind_gap, or (rebind_ratio - 1) * min_r when that is larger, so a
-// pin survives the small differences continuous batching absorbs on busy
-// replicas (a 3-request gap among 40 running costs little; recomputing a
-// 20K-token context costs a second of GPU time).
+// warmGap is the gap to min_r, in requests, at which llmlb-warm moves a
+// pin: force_rebind_gap, or up to rebind_ratio times the mean load when that
+// is larger (the bound of consistent hashing with bounded loads). A pin thus
+// survives the differences continuous batching absorbs on busy replicas (a
+// few requests more among 40 running cost little; recomputing a 20K-token
+// context costs a second of GPU time) but not a replica far above the mean.
 func (l *llmlb) warmGap() float64 {
 	a := l.b.cfg.Affinity
-	return max(a.ForceRebindGap, (a.RebindRatio-1)*l.minCount)
+	return max(a.ForceRebindGap, a.RebindRatio*l.meanCount-l.minCount)
 }
 
 // countRunning is a replica's running in requests, not tokens:
@@ -107,11 +109,16 @@ func (l *llmlb) Choose(p *policy.Request, cands []policy.Candidate, now time.Tim
 	e.MinRunning = minR
 	if l.warm {
 		l.minCount = math.Inf(1)
+		sum, n := 0.0, 0
 		for i := range cands {
 			if in(&cands[i]) {
-				l.minCount = min(l.minCount, countRunning(b.candReps[i]))
+				c := countRunning(b.candReps[i])
+				l.minCount = min(l.minCount, c)
+				sum += c
+				n++
 			}
 		}
+		l.meanCount = sum / float64(n)
 	}
 	best, n := -1, len(cands)
 	start := int(b.rr % uint64(n)) // round-robin: rotate the starting point

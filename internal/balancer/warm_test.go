@@ -37,12 +37,12 @@ func TestWarmPolicy(t *testing.T) {
 			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
 			{op: "select", sess: "s1", tokens: 30_000, want: "a", reason: ReasonAffinity},
 		}},
-		{"llmlb-warm: on busy replicas the pin holds up to rebind_ratio * min_r", warm, []ev{
+		{"llmlb-warm: on busy replicas the pin holds below rebind_ratio * mean running", warm, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
-			{op: "scrape", r: "a", run: 29}, {op: "scrape", r: "b", run: 20},
-			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"}, // 29 < 1.5*20
-			{op: "scrape", r: "a", run: 30},
-			{op: "select", sess: "s1", want: "b", pin: "session force rebind"}, // gap 10 >= max(3, 0.5*20)
+			{op: "scrape", r: "a", run: 59}, {op: "scrape", r: "b", run: 20},
+			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"}, // 59 < 1.5 * mean(59, 20) = 59.25
+			{op: "scrape", r: "a", run: 60},
+			{op: "select", sess: "s1", want: "b", pin: "session force rebind"}, // 60 >= 1.5 * mean(60, 20) = 60
 		}},
 		{"llmlb: the same pin is moved at a gap of 3", nil, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
