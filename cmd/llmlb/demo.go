@@ -33,6 +33,7 @@ type demoOptions struct {
 	flapFor     time.Duration
 	flapPeriod  time.Duration
 	logLevel    string
+	policy      string
 }
 
 func runDemo(ctx context.Context, args []string) error {
@@ -50,6 +51,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.flapFor, "flap-for", 45*time.Second, "how long it flaps before it recovers")
 	fs.DurationVar(&o.flapPeriod, "flap-period", 15*time.Second, "one down+up cycle of the flap")
 	fs.StringVar(&o.logLevel, "log-level", "info", "balancer log level on stderr: debug|info|warn|error")
+	fs.StringVar(&o.policy, "policy", "llmlb", "routing policy: llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +80,14 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 
+	cfg := config.Default()
+	if o.policy != "" {
+		cfg.Routing.Policy = o.policy
+		if err := cfg.Routing.Validate(); err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+	}
+
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFleet()
 	fleet, err := simreplica.StartFleet(fleetCtx, simreplica.FleetOptions{
@@ -87,7 +97,6 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		return err
 	}
 
-	cfg := config.Default()
 	for _, r := range fleet.Replicas {
 		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: r.Name(), URL: r.URL(), Models: []string{o.model}})
 	}
@@ -113,13 +122,13 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 
 	proxyURL := "http://" + proxyLn.Addr().String()
 	adminURL := "http://" + adminLn.Addr().String()
-	fmt.Fprintf(out, `llmlb demo: %d simulated %s replicas (model %q) behind the balancer.
+	fmt.Fprintf(out, `llmlb demo: %d simulated %s replicas (model %q) behind the balancer (policy %s).
   proxy:  %s   (OpenAI-compatible; try the curl below)
   admin:  %s/admin/replicas   %s/admin/pins   %s/metrics
   curl %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: me' \
        -d '{"model":%q,"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
 %d agent users send bursts of streaming requests with shared system prompts.
-`, o.replicas, o.profile, o.model, proxyURL, adminURL, adminURL, adminURL, proxyURL, o.model, o.users)
+`, o.replicas, o.profile, o.model, srv.Balancer().Policy(), proxyURL, adminURL, adminURL, adminURL, proxyURL, o.model, o.users)
 	victim := fleet.Replicas[len(fleet.Replicas)-1]
 	if o.flapAfter > 0 && len(fleet.Replicas) > 1 {
 		fmt.Fprintf(out, "At %s replica %s starts to flap (down/up every %s) for %s: watch it get EJECTED, then PROBING, then LIVE.\n",

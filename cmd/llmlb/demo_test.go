@@ -34,3 +34,13 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRejectsUnknownPolicy checks that a bad --policy is an error before
+// any replica starts.
+func TestDemoRejectsUnknownPolicy(t *testing.T) {
+	var out, logs bytes.Buffer
+	err := demo(context.Background(), demoOptions{replicas: 1, policy: "nope", logLevel: "warn", every: time.Second}, &out, &logs)
+	if err == nil || !strings.Contains(err.Error(), `--policy: policy: unknown policy "nope"`) {
+		t.Fatalf("err = %v, want an unknown-policy error", err)
+	}
+}
