@@ -15,6 +15,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/bench"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
@@ -34,7 +35,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake JSONL or Azure CSV)")
 		traceFormat = fs.String("trace-format", "", "trace format: mooncake | azure (default from the extension: .jsonl, .csv)")
 		traceSpeed  = fs.Float64("trace-speed", 1, "trace time compression: 2 replays twice as fast")
-		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare")
+		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
 		replicas    = fs.Int("replicas", 4, "number of simulated replicas")
 		profile     = fs.String("profile", engine.DefaultProfile, "engine profile of every replica")
 		duration    = fs.Duration("duration", 30*time.Minute, "virtual time during which requests arrive")
@@ -212,12 +213,4 @@ func traceSpan(wl workload.Workload) time.Duration {
 	return d
 }
 
-func benchSplitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func benchSplitList(s string) []string { return policy.SplitSpecs(s) }

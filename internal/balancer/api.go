@@ -56,6 +56,20 @@ type Snapshot struct {
 	Running      float64 // vllm:num_requests_running (summed over engines)
 	Waiting      float64 // vllm:num_requests_waiting
 	KVCacheUsage float64 // 0..1
+
+	// Counters and histogram sums the balancer learns each replica's rates
+	// from (differences between scrapes); 0 when the replica does not export
+	// them. See docs/ROUTING.md, policy cost.
+	PromptTokens   float64 // vllm:prompt_tokens_total
+	PrefixHits     float64 // vllm:prefix_cache_hits_total (tokens)
+	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
+	PrefillCount   float64 // vllm:request_prefill_time_seconds_count
+	DecodeSeconds  float64 // vllm:inter_token_latency_seconds_sum
+	DecodeCount    float64 // vllm:inter_token_latency_seconds_count
+
+	// KVCacheTokens is the replica's KV capacity in tokens, num_gpu_blocks
+	// x block_size of vllm:cache_config_info; 0 when not exported.
+	KVCacheTokens float64
 }
 
 // Transition is a health state change of a named replica.

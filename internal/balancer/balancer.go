@@ -24,9 +24,11 @@ type Reservation struct {
 	Reason      Reason
 	Explanation Explanation
 
-	rep      *replica
-	weight   int64 // in micro-units of load (see weightOf)
-	released bool  // guarded by the balancer's lock
+	rep        *replica
+	weight     int64   // in micro-units of load (see weightOf)
+	prefill    float64 // prompt tokens the replica is expected to compute (cost-aware policies)
+	firstToken bool    // past its first token: no longer pending prefill (guarded by the lock)
+	released   bool    // guarded by the balancer's lock
 }
 
 // Weight returns the reservation's load weight (SPEC s2.2 wlc units).
@@ -44,6 +46,14 @@ type Explanation struct {
 	PinKind          string // "session" | "prefix" | ""
 	PinReplica       string
 	PinDecision      string // "used" | "spill: queue" | "spill: running > min_r+slack" | "rebind" | "new" | "dead" | ...
+
+	// Set by policy cost: the chosen replica's expected time to first token
+	// (seconds), the prompt tokens expected from its cache and to compute,
+	// and, when explaining is on (SetExplain), every candidate's estimate.
+	Estimate      float64
+	CachedTokens  int
+	PrefillTokens int
+	Detail        string
 }
 
 // ReplicaStatus is a copy of one replica's state for /admin/replicas and metrics.
@@ -115,6 +125,14 @@ type replica struct {
 	traffic        window // requests routed, for the alerts
 
 	draining, removed bool
+
+	// Policy cost's view (docs/ROUTING.md): own requests not past their
+	// first token and the prompt tokens they still make the replica compute,
+	// drained at the learned rate from prefillBusyUntil's fluid queue.
+	pendingPrefill   float64
+	pendingRequests  int
+	prefillBusyUntil time.Time
+	rates            learnedRates
 }
 
 // effective returns the effective load of SPEC s2.2 (incident 2: the WLC
@@ -169,7 +187,7 @@ func New(cfg Config) (*Balancer, error) {
 		b.cfg.Policy = PolicyLLMLBWarm
 		return b, nil
 	}
-	p, err := newBaseline(cfg.Policy)
+	p, err := newBaseline(cfg.Policy, cfg.withDefaults())
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +198,7 @@ func New(cfg Config) (*Balancer, error) {
 // llmlb policy). Steps 1 and 5, reservations, health and alerts are shared,
 // so a comparison of policies differs only in the choice (SPEC s12).
 func NewWithPolicy(cfg Config, p policy.Policy) (*Balancer, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("balancer: invalid config: %w", err)
 	}
@@ -296,7 +315,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
 	// probing.max_in_flight). EJECTED replicas get no traffic.
-	known, err := b.pool(p.Model, exclude)
+	known, err := b.pool(p.Model, exclude, now)
 	if err != nil {
 		return nil, err
 	}
@@ -325,12 +344,17 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	if c.Reason == string(ReasonAffinity) {
 		reason = ReasonAffinity
 	}
-	return b.reserve(b.candReps[c.Index], reason, p, now), nil
+	b.expl.Estimate, b.expl.CachedTokens, b.expl.PrefillTokens, b.expl.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
+	res := b.reserve(b.candReps[c.Index], reason, p, now)
+	if c.PrefillTokens > 0 {
+		b.addPending(res, float64(c.PrefillTokens), now)
+	}
+	return res, nil
 }
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
 // how many known replicas serve the model and may be tried at all.
-func (b *Balancer) pool(model string, exclude []string) (known int, err error) {
+func (b *Balancer) pool(model string, exclude []string, now time.Time) (known int, err error) {
 	b.cands, b.candReps = b.cands[:0], b.candReps[:0]
 	servedBy := 0
 	for _, r := range b.replicas {
@@ -348,7 +372,10 @@ func (b *Balancer) pool(model string, exclude []string) (known int, err error) {
 		}
 		running, waiting := r.effective()
 		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
-			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight})
+			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight,
+			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting,
+			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
+			PendingPrefill: b.pending(r, now), PendingRequests: r.pendingRequests})
 		b.candReps = append(b.candReps, r)
 	}
 	if servedBy == 0 && len(b.replicas) > 0 {
@@ -409,6 +436,7 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	r := res.rep
 	r.inFlight--
 	r.inFlightWeight -= res.weight
+	b.donePending(res)
 	if r.removed {
 		return nil
 	}
@@ -436,7 +464,14 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	if err != nil {
 		return b.named(r, r.health.ObserveScrape(false, err.Error(), now), nil)
 	}
-	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage)}
+	if r.rates.observe(snap) {
+		// The replica's counters went back: it restarted with an empty cache.
+		if f, ok := b.policy.(policy.CacheForgetter); ok {
+			f.ForgetCache(r.name)
+		}
+	}
+	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
+		KVCacheTokens: sane(snap.KVCacheTokens)}
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }

@@ -6,9 +6,9 @@ import (
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
-// newBaseline builds a baseline policy of SPEC s12 by name (package policy).
-func newBaseline(name string) (policy.Policy, error) {
-	p, err := policy.New(name)
+// newBaseline builds a policy of package policy by name with cfg's settings.
+func newBaseline(name string, cfg Config) (policy.Policy, error) {
+	p, err := policy.NewWithSettings(name, policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost})
 	if err != nil {
 		return nil, fmt.Errorf("balancer: %w", err)
 	}

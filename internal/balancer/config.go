@@ -7,13 +7,19 @@ import (
 
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // Config is the routing core's configuration: plain data with the seeds'
 // values as defaults (DefaultConfig) and a Validate that names the bad key.
 // The YAML keys are given in the field comments; package config maps them.
 type Config struct {
-	Policy string // policy: llmlb | rr | least-request | sticky | prefix-tree
+	Policy string // policy: cost | llmlb | llmlb-warm | rr | least-request | sticky | prefix-tree
+
+	// Cost and PrefixTree are the settings of policies cost and prefix-tree
+	// (routing.cost.*, routing.prefix_tree.*); other policies ignore them.
+	Cost       policy.CostConfig
+	PrefixTree policy.PrefixTreeConfig
 
 	Load     LoadConfig
 	Affinity AffinityConfig
@@ -75,8 +81,10 @@ type AlertsConfig struct {
 // DefaultConfig returns the seeds' values (SPEC s2-s5).
 func DefaultConfig() Config {
 	return Config{
-		Policy: PolicyLLMLB,
-		Load:   LoadConfig{TokenUnit: 1000, MinWeight: 1},
+		Policy:     PolicyLLMLB,
+		Cost:       policy.DefaultCostConfig(),
+		PrefixTree: policy.DefaultPrefixTreeConfig(),
+		Load:       LoadConfig{TokenUnit: 1000, MinWeight: 1},
 		Affinity: AffinityConfig{
 			SessionTTL:         60 * time.Minute,
 			PrefixTTL:          5 * time.Minute,
@@ -116,9 +124,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", key, rule, v))
 	}
 	switch c.Policy {
-	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree":
+	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree", "cost":
 	default:
-		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want llmlb, llmlb-warm, rr, least-request, sticky or prefix-tree)", c.Policy))
+		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want cost, llmlb, llmlb-warm, rr, least-request, sticky or prefix-tree)", c.Policy))
+	}
+	if err := c.Cost.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.PrefixTree.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Load.TokenUnit < 1 {
 		bad("load.token_unit", ">= 1", c.Load.TokenUnit)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
@@ -154,6 +155,9 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("bench: policy %q listed twice", p))
 		}
 		seen[p] = true
+		if _, err := o.routingFor(p); err != nil {
+			errs = append(errs, fmt.Errorf("bench: policy %q: %w", p, err))
+		}
 	}
 	for _, f := range o.Flaps {
 		if _, ok := replicaIndex(f.Replica, o.Replicas); !ok {
@@ -161,6 +165,28 @@ func (o *Options) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// routingFor is the routing configuration of one policy spec ("name" or
+// "name:key=value,..."): opts.Routing with the spec's parameters applied.
+func (o *Options) routingFor(spec string) (balancer.Config, error) {
+	cfg := o.Routing
+	name, params, err := policy.ParseSpec(spec)
+	if err != nil {
+		return cfg, err
+	}
+	set := policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost}
+	if set.PrefixTree == (policy.PrefixTreeConfig{}) {
+		set.PrefixTree = policy.DefaultPrefixTreeConfig()
+	}
+	if set.Cost == (policy.CostConfig{}) {
+		set.Cost = policy.DefaultCostConfig()
+	}
+	if err := set.Apply(name, params); err != nil {
+		return cfg, err
+	}
+	cfg.Policy, cfg.PrefixTree, cfg.Cost = name, set.PrefixTree, set.Cost
+	return cfg, nil
 }
 
 // replicaName is the name of engine i (0-based): replica-1, replica-2, ...

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/tokenize"
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
@@ -59,8 +60,10 @@ type flight struct {
 
 func (r *run) setup() error {
 	o := r.opts
-	cfg := o.Routing
-	cfg.Policy = r.policy
+	cfg, err := o.routingFor(r.policy)
+	if err != nil {
+		return err
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(o.Seed)
 	}
@@ -238,12 +241,7 @@ func (r *run) scrape(i int) {
 		e := r.eng[i]
 		e.Advance(now, r.emit)
 		r.rekeyEngine(i)
-		st := e.Stats()
-		r.bal.ObserveScrape(r.names[i], balancer.Snapshot{
-			Running:      float64(st.Running),
-			Waiting:      float64(st.Waiting),
-			KVCacheUsage: st.KVCacheUsage,
-		}, nil, now)
+		r.bal.ObserveScrape(r.names[i], snapshotOf(e.Stats(), r.opts.Profile), nil, now)
 		r.rekeyArrival()
 	}
 	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.opts.ScrapeInterval)))
@@ -325,6 +323,7 @@ func (r *run) onEvent(ev engine.Event) {
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
 		}
+		r.bal.FirstToken(f.res)
 	case engine.Finished, engine.Aborted:
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
@@ -333,5 +332,18 @@ func (r *run) onEvent(ev engine.Event) {
 		r.bal.Release(f.res, balancer.OutcomeOK, ev.At)
 		r.acc.done(f, at, ev, r.opts.Duration)
 		r.wl.Complete(f.req, at)
+	}
+}
+
+// snapshotOf is what the serve shell's scraper reads from a replica's
+// /metrics, taken from the engine's counters.
+func snapshotOf(st engine.Stats, p engine.Profile) balancer.Snapshot {
+	return balancer.Snapshot{
+		Running:       float64(st.Running),
+		Waiting:       float64(st.Waiting),
+		KVCacheUsage:  st.KVCacheUsage,
+		PromptTokens:  float64(st.PromptTokens),
+		PrefixHits:    float64(st.PrefixHitTokens),
+		KVCacheTokens: float64(p.Blocks() * tokenize.BlockSize),
 	}
 }

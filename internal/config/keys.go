@@ -1,10 +1,10 @@
 package config
 
 import (
+	"github.com/llmlb/llmlb/internal/keyname"
 	"reflect"
 	"strings"
 	"time"
-	"unicode"
 )
 
 // The YAML keys are derived from the Go field names (SessionTTL ->
@@ -69,23 +69,8 @@ func isBytes(key string, t reflect.Type) bool {
 	return strings.HasSuffix(key, "_bytes") && t.Kind() == reflect.Int64
 }
 
-// snake turns a Go field name into its YAML key: MaxInFlight ->
-// max_in_flight, SessionTTL -> session_ttl, APIKey -> api_key, URL -> url.
-func snake(name string) string {
-	r := []rune(name)
-	var b strings.Builder
-	for i, c := range r {
-		if unicode.IsUpper(c) && i > 0 {
-			prevLower := unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])
-			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
-			if prevLower || (unicode.IsUpper(r[i-1]) && nextLower) {
-				b.WriteByte('_')
-			}
-		}
-		b.WriteRune(unicode.ToLower(c))
-	}
-	return b.String()
-}
+// snake is the YAML key of a Go field name (package keyname).
+func snake(name string) string { return keyname.Snake(name) }
 
 // Keys lists every configuration key as a dotted path, list items written
 // as "replicas[].url", in declaration order. docs/CONFIG.md documents each.

@@ -20,6 +20,25 @@ type Candidate struct {
 	EffectiveRunning float64 // SPEC s2.2
 	EffectiveWaiting float64
 	InFlight         int // the balancer's own in-flight requests (count, unweighted)
+
+	// What the replica's own /metrics said at the last scrape.
+	ScrapedRunning float64 // vllm:num_requests_running
+	ScrapedWaiting float64 // vllm:num_requests_waiting
+
+	// KVCacheTokens is the replica's KV capacity in tokens (learned from
+	// vllm:cache_config_info, or configured; a default until known).
+	KVCacheTokens int
+	// PrefillRate is the replica's prefill throughput in prompt tokens per
+	// second and DecodeStep its time between two output tokens, in
+	// seconds: learned from its /metrics, configured defaults until then.
+	PrefillRate float64
+	DecodeStep  float64
+	// PendingPrefill is the prompt tokens (less their expected cache hits)
+	// of the balancer's own requests on the replica that have not had their
+	// first token yet, bounded by what the replica can have computed since
+	// they were sent; PendingRequests counts those requests.
+	PendingPrefill  float64
+	PendingRequests int
 }
 
 // Choice is a policy's answer: an index into the candidates, the reason for
@@ -28,6 +47,13 @@ type Choice struct {
 	Index  int
 	Reason string // "affinity" | "load"
 	Detail string
+
+	// Set by cost-aware policies (0 otherwise): the prompt tokens the chosen
+	// replica is expected to compute (not found in its cache), the tokens
+	// expected from its cache, and the expected time to first token there.
+	PrefillTokens int
+	CachedTokens  int
+	Estimate      float64 // seconds
 }
 
 // Request is what a policy may look at in a request.
@@ -41,8 +67,21 @@ type Policy interface {
 	Choose(r *Request, cands []Candidate, now time.Time) Choice
 }
 
+// Explainer is implemented by policies that can describe every candidate in
+// Choice.Detail (it costs an allocation per decision); the balancer turns it
+// on when decisions are logged or recorded.
+type Explainer interface {
+	SetExplain(on bool)
+}
+
 // ReplicaRemover is implemented by policies that keep per-replica state and
 // must forget a replica that left the fleet.
 type ReplicaRemover interface {
 	RemoveReplica(name string)
+}
+
+// CacheForgetter is implemented by policies that model replicas' caches and
+// must forget one that restarted (its /metrics counters went back).
+type CacheForgetter interface {
+	ForgetCache(name string)
 }

@@ -20,23 +20,32 @@ const (
 	ReasonLoad     = "load"
 )
 
-// Names lists the baseline policies New builds, in the order of SPEC s12.
+// Names lists the policies New builds: the baselines in the order of SPEC
+// s12, then cost.
 func Names() []string {
-	return []string{NameRR, NameLeastRequest, NameSticky, NamePrefixTree}
+	return []string{NameRR, NameLeastRequest, NameSticky, NamePrefixTree, NameCost}
 }
 
-// New builds a fresh baseline policy with its default settings. Each call
-// returns a new instance with its own state.
+// New builds a fresh policy with its default settings. Each call returns a
+// new instance with its own state.
 func New(name string) (Policy, error) {
+	return NewWithSettings(name, DefaultSettings())
+}
+
+// NewWithSettings builds a fresh policy with the given settings (only the
+// named policy's part is read).
+func NewWithSettings(name string, s Settings) (Policy, error) {
 	switch name {
+	case NamePrefixTree:
+		return NewPrefixTree(s.PrefixTree)
+	case NameCost:
+		return NewCost(s.Cost)
 	case NameRR:
 		return NewRoundRobin(), nil
 	case NameLeastRequest:
 		return NewLeastRequest(), nil
 	case NameSticky:
 		return NewSticky(), nil
-	case NamePrefixTree:
-		return NewPrefixTree(DefaultPrefixTreeConfig())
 	}
 	return nil, fmt.Errorf("policy: unknown policy %q (known: %s)", name, strings.Join(Names(), ", "))
 }

@@ -1,0 +1,117 @@
+package kvindex
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func match(x *Index, n int, blocks []uint64) []int32 {
+	d := make([]int32, n)
+	x.Match(blocks, d)
+	return d
+}
+
+func TestMatchDepthPerReplica(t *testing.T) {
+	x := New()
+	for r := range int32(3) {
+		x.SetCapacity(r, 100)
+	}
+	x.Touch(0, []uint64{1, 2, 3, 4})
+	x.Touch(1, []uint64{1, 2, 9})
+	got := match(x, 3, []uint64{1, 2, 3, 7})
+	if want := []int32{3, 2, 0}; !slices.Equal(got, want) {
+		t.Fatalf("depths = %v, want %v", got, want)
+	}
+	if deep := x.Match([]uint64{5}, make([]int32, 3)); deep != 0 {
+		t.Fatalf("deepest for an unknown block = %d", deep)
+	}
+}
+
+func TestEvictsTailBeforeHead(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 4)
+	x.Touch(0, []uint64{1, 2, 3, 4})
+	x.Touch(0, []uint64{1, 2, 10}) // 1, 2 refreshed; 10 new evicts the LRU: block 4
+	if got := match(x, 1, []uint64{1, 2, 3, 4}); got[0] != 3 {
+		t.Fatalf("depth after eviction = %d, want 3 (block 4, the old tail, evicted)", got[0])
+	}
+	if x.Len(0) != 4 {
+		t.Fatalf("len = %d, want the capacity 4", x.Len(0))
+	}
+	x.SetCapacity(0, 2) // keeps the two most recent: 1 and 2
+	if got := match(x, 1, []uint64{1, 2, 10}); got[0] != 2 {
+		t.Fatalf("depth after shrink = %d, want 2", got[0])
+	}
+}
+
+func TestRemoveReplicaAndZeroCapacity(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 10)
+	x.SetCapacity(1, 10)
+	x.Touch(0, []uint64{1, 2})
+	x.Touch(1, []uint64{1, 2})
+	x.RemoveReplica(0)
+	if got := match(x, 2, []uint64{1, 2}); !slices.Equal(got, []int32{0, 2}) {
+		t.Fatalf("after remove: %v", got)
+	}
+	x.Touch(2, []uint64{1}) // replica 2 has capacity 0: holds nothing
+	if got := match(x, 3, []uint64{1}); got[2] != 0 {
+		t.Fatalf("zero-capacity replica matched %d", got[2])
+	}
+	x.RemoveReplica(1)
+	if x.Nodes() != 0 {
+		t.Fatalf("nodes left = %d", x.Nodes())
+	}
+}
+
+// TestAgainstModel drives the index and a plain per-replica LRU model with
+// the same random operations and compares every match.
+func TestAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const reps = 5
+	x := New()
+	model := make([][]uint64, reps) // most recent first
+	caps := []int{3, 8, 20, 50, 0}
+	for r := range reps {
+		x.SetCapacity(int32(r), caps[r])
+	}
+	for step := range 20000 {
+		n := 1 + rng.IntN(12)
+		blocks := make([]uint64, n)
+		root := uint64(rng.IntN(6)) << 32
+		for i := range blocks {
+			blocks[i] = root | uint64(i)<<8 | uint64(rng.IntN(2)*int(i/4))
+		}
+		if rng.IntN(3) == 0 {
+			r := rng.IntN(reps)
+			x.Touch(int32(r), blocks)
+			for i := len(blocks) - 1; i >= 0; i-- {
+				m := slices.DeleteFunc(model[r], func(b uint64) bool { return b == blocks[i] })
+				model[r] = append([]uint64{blocks[i]}, m...)
+				if len(model[r]) > caps[r] {
+					model[r] = model[r][:caps[r]]
+				}
+			}
+			continue
+		}
+		got := match(x, reps, blocks)
+		for r := range reps {
+			want := int32(0)
+			for _, b := range blocks {
+				if !slices.Contains(model[r], b) {
+					break
+				}
+				want++
+			}
+			if got[r] != want {
+				t.Fatalf("step %d replica %d: depth %d, want %d", step, r, got[r], want)
+			}
+		}
+	}
+	for r := range reps {
+		if x.Len(int32(r)) != len(model[r]) {
+			t.Fatalf("replica %d: len %d, want %d", r, x.Len(int32(r)), len(model[r]))
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/kvindex"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// NameCost is the cost policy's name.
+const NameCost = "cost"
+
+// CostConfig holds policy cost's settings (YAML routing.cost.*). The rate
+// and capacity values are priors: each replica's own, learned from its
+// /metrics, replace them as soon as it has served requests.
+type CostConfig struct {
+	// PrefillRate is the prior prefill throughput, prompt tokens per second,
+	// of a replica whose /metrics has not shown one yet (cost.prefill_rate,
+	// 10000: a mid-size model on one data-centre GPU).
+	PrefillRate float64
+	// DecodeStep is the prior time between two output tokens
+	// (cost.decode_step, 30ms).
+	DecodeStep time.Duration
+	// KVCacheTokens overrides every replica's KV capacity in tokens
+	// (cost.kv_cache_tokens); 0 learns it from vllm:cache_config_info and
+	// uses DefaultKVCacheTokens until then.
+	KVCacheTokens int
+	// BoundedLoad and BoundedLoadSlack bound any replica's in-flight
+	// requests to max(ceil(bounded_load x the mean including this request),
+	// the least-loaded candidate's + slack): consistent hashing with bounded
+	// loads, so a prefix every request shares cannot pull all traffic to
+	// one replica (cost.bounded_load 1.5, cost.bounded_load_slack 4).
+	BoundedLoad      float64
+	BoundedLoadSlack int
+	// TieSteps is the margin, in decode steps of the fastest candidate,
+	// within which estimates count as equal and the most cached prompt wins
+	// (cost.tie_steps, 1): a step computes a whole token budget, so smaller
+	// differences are below the model's resolution.
+	TieSteps float64
+	// Sessions bounds the table of session keys remembered for requests
+	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
+	Sessions int
+}
+
+// DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
+// no vllm:cache_config_info and has none configured.
+const DefaultKVCacheTokens = 262_144
+
+// DefaultCostConfig returns policy cost's defaults.
+func DefaultCostConfig() CostConfig {
+	return CostConfig{
+		PrefillRate:      10_000,
+		DecodeStep:       30 * time.Millisecond,
+		BoundedLoad:      1.5,
+		BoundedLoadSlack: 4,
+		TieSteps:         1,
+		Sessions:         65_536,
+	}
+}
+
+// Validate reports every invalid setting, naming its key.
+func (c CostConfig) Validate() error {
+	var bad []string
+	if !(c.PrefillRate > 0) || math.IsInf(c.PrefillRate, 0) {
+		bad = append(bad, fmt.Sprintf("cost.prefill_rate: must be > 0, got %v", c.PrefillRate))
+	}
+	if c.DecodeStep <= 0 {
+		bad = append(bad, fmt.Sprintf("cost.decode_step: must be > 0, got %v", c.DecodeStep))
+	}
+	if c.KVCacheTokens < 0 {
+		bad = append(bad, fmt.Sprintf("cost.kv_cache_tokens: must be >= 0, got %d", c.KVCacheTokens))
+	}
+	if !(c.BoundedLoad >= 1) || math.IsInf(c.BoundedLoad, 0) {
+		bad = append(bad, fmt.Sprintf("cost.bounded_load: must be >= 1, got %v", c.BoundedLoad))
+	}
+	if c.BoundedLoadSlack < 0 {
+		bad = append(bad, fmt.Sprintf("cost.bounded_load_slack: must be >= 0, got %d", c.BoundedLoadSlack))
+	}
+	if !(c.TieSteps >= 0) || math.IsInf(c.TieSteps, 0) {
+		bad = append(bad, fmt.Sprintf("cost.tie_steps: must be >= 0, got %v", c.TieSteps))
+	}
+	if c.Sessions < 0 {
+		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// Cost routes each request to the replica where its first token is expected
+// soonest, in seconds:
+//
+//	estimate = (work ahead + prompt tokens not in that replica's cache) / prefill rate + decode step
+//
+// where the cache is the replica's share of a block index (package kvindex)
+// sized to its real KV capacity, the work ahead is the prefill the replica
+// still owes the balancer's earlier requests (Candidate.PendingPrefill) plus
+// its scraped queue beyond them, and the rates are the replica's own,
+// measured. Among the replicas within the bounded-load limit it takes the
+// smallest estimate; ties go to the fewest in-flight requests, then in
+// rotation. docs/ROUTING.md explains the model and its limits.
+type Cost struct {
+	cfg   CostConfig
+	index *kvindex.Index
+	ids   map[string]int32 // replica name -> index id
+	names []string
+
+	sessions map[string]costSession
+
+	explain bool
+	rr      uint64
+
+	// Scratch reused by Choose (it runs under the balancer's lock).
+	depth      []int32
+	candID     []int32
+	estimates  []float64
+	prefills   []float64
+	meanPrompt float64 // running mean of routed prefill tokens: prices a foreign queue
+}
+
+// costSession remembers where a session's last request went, for requests
+// whose prompt has no blocks.
+type costSession struct {
+	rep    int32
+	tokens int
+}
+
+// NewCost returns a cost policy, or an error for a bad config.
+func NewCost(cfg CostConfig) (*Cost, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Cost{cfg: cfg, index: kvindex.New(), ids: make(map[string]int32), sessions: make(map[string]costSession)}, nil
+}
+
+// Name returns "cost".
+func (p *Cost) Name() string { return NameCost }
+
+// SetExplain turns per-candidate detail in Choice.Detail on or off.
+func (p *Cost) SetExplain(on bool) { p.explain = on }
+
+// RemoveReplica forgets the replica's cached blocks.
+func (p *Cost) RemoveReplica(name string) {
+	if id, ok := p.ids[name]; ok {
+		p.index.RemoveReplica(id)
+	}
+}
+
+// ForgetCache forgets what a replica holds (it restarted: its counters went
+// back), keeping its identity.
+func (p *Cost) ForgetCache(name string) { p.RemoveReplica(name) }
+
+func (p *Cost) id(name string) int32 {
+	id, ok := p.ids[name]
+	if !ok {
+		id = int32(len(p.names))
+		p.ids[name] = id
+		p.names = append(p.names, name)
+	}
+	return id
+}
+
+// Choose estimates every candidate's time to first token and takes the
+// smallest within the load bound; the chosen replica's index learns the
+// prompt.
+func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
+	var blocks []uint64
+	tokens := 0
+	session := ""
+	if r != nil {
+		blocks, tokens, session = r.PromptBlocks, max(r.PromptTokens, 0), r.SessionKey
+	}
+	p.mapCandidates(cands)
+	n := len(cands)
+	clear(p.depth)
+	if len(blocks) > 0 {
+		p.index.Match(blocks, p.depth)
+	}
+	sess, hasSession := p.sessions[session]
+	if session == "" {
+		hasSession = false
+	}
+
+	// Bounded load: no replica beyond max(ceil(c x mean), min + slack) in
+	// flight, counting this request.
+	total, minIn := 0, math.MaxInt
+	for i := range cands {
+		total += cands[i].InFlight
+		minIn = min(minIn, cands[i].InFlight)
+	}
+	limit := max(int(math.Ceil(p.cfg.BoundedLoad*float64(total+1)/float64(n))), minIn+p.cfg.BoundedLoadSlack, 1)
+
+	fastest := -1
+	start := int(p.rr % uint64(n))
+	p.rr++
+	for j := range n {
+		i := start + j
+		if i >= n {
+			i -= n
+		}
+		c := &cands[i]
+		id := p.candID[i]
+		cached := 0
+		if len(blocks) > 0 {
+			cached = int(p.depth[id]) * tokenize.BlockSize
+		} else if hasSession && sess.rep == id {
+			cached = sess.tokens
+		}
+		cached = max(0, min(cached, tokens-1)) // a full hit still computes its last token
+		prefill := float64(tokens - cached)
+		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
+		est := (ahead+prefill)/c.PrefillRate + c.DecodeStep
+		p.estimates[i], p.prefills[i] = est, prefill
+		if c.InFlight+1 > limit {
+			continue
+		}
+		if fastest < 0 || est < p.estimates[fastest] {
+			fastest = i
+		}
+	}
+	// Estimates within one decode step of the fastest are equal: a step
+	// computes a whole token budget, so such differences are below the
+	// model's resolution. Among those, the most cached prompt wins (it keeps
+	// the session's next turn warm and uses the least KV), then the fewest in
+	// flight, then rotation.
+	best := fastest
+	if fastest >= 0 {
+		margin := p.estimates[fastest] + p.cfg.TieSteps*cands[fastest].DecodeStep
+		for j := range n {
+			i := start + j
+			if i >= n {
+				i -= n
+			}
+			c := &cands[i]
+			if c.InFlight+1 > limit || p.estimates[i] > margin {
+				continue
+			}
+			if p.prefills[i] < p.prefills[best] || p.prefills[i] == p.prefills[best] && c.InFlight < cands[best].InFlight {
+				best = i
+			}
+		}
+	} else { // unreachable: the least-loaded candidate is within the limit
+		best = start
+	}
+	prefill := int(p.prefills[best])
+	cached := tokens - prefill
+	if len(blocks) > 0 {
+		p.index.Touch(p.candID[best], blocks)
+	}
+	if session != "" && p.cfg.Sessions > 0 {
+		if _, ok := p.sessions[session]; !ok && len(p.sessions) >= p.cfg.Sessions {
+			for k := range p.sessions { // evict an arbitrary session
+				delete(p.sessions, k)
+				break
+			}
+		}
+		p.sessions[session] = costSession{rep: p.candID[best], tokens: tokens}
+	}
+	p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
+
+	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.estimates[best]}
+	if cached > 0 {
+		choice.Reason = ReasonAffinity
+	}
+	if p.explain {
+		choice.Detail = p.detail(cands, limit)
+	}
+	return choice
+}
+
+func (p *Cost) mapCandidates(cands []Candidate) {
+	p.candID = p.candID[:0]
+	for _, c := range cands {
+		id := p.id(c.Name)
+		p.candID = append(p.candID, id)
+		capTokens := c.KVCacheTokens
+		if p.cfg.KVCacheTokens > 0 {
+			capTokens = p.cfg.KVCacheTokens
+		}
+		if capTokens <= 0 {
+			capTokens = DefaultKVCacheTokens
+		}
+		if blocks := capTokens / tokenize.BlockSize; p.index.Capacity(id) != blocks {
+			p.index.SetCapacity(id, blocks)
+		}
+	}
+	if len(p.depth) < len(p.names) {
+		p.depth = make([]int32, len(p.names))
+	}
+	if cap(p.estimates) < len(cands) {
+		p.estimates = make([]float64, len(cands))
+		p.prefills = make([]float64, len(cands))
+	}
+	p.estimates, p.prefills = p.estimates[:len(cands)], p.prefills[:len(cands)]
+}
+
+// detail lists every candidate's estimate for the debug log and decision
+// records.
+func (p *Cost) detail(cands []Candidate, limit int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "limit=%d", limit)
+	for i, c := range cands {
+		fmt.Fprintf(&b, "; %s est=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
+			c.Name, p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+	}
+	return b.String()
+}
