@@ -30,6 +30,8 @@ type Index struct {
 	freeEnt int32
 
 	reps []replicaLRU // by replica id
+
+	clock uint32 // Touch calls so far
 }
 
 // node is one block hash and the replicas holding it.
@@ -46,7 +48,8 @@ type holder struct {
 // entry is one (block, replica) pair in the replica's LRU list.
 type entry struct {
 	node       int32
-	prev, next int32 // towards the most / least recently used; none at the ends
+	prev, next int32  // towards the most / least recently used; none at the ends
+	stamp      uint32 // Touch call that last used it (wraps after 2^32 calls)
 }
 
 // replicaLRU is one replica's list: head is the most recently used entry.
@@ -130,6 +133,7 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 	if x.reps[rep].cap == 0 {
 		return
 	}
+	x.clock++
 	for i := len(blocks) - 1; i >= 0; i-- {
 		x.touch(rep, blocks[i])
 	}
@@ -152,6 +156,7 @@ func (x *Index) touch(rep int32, h uint64) {
 		x.evict(rep) // may not free ni: it has no holder rep yet
 	}
 	ei := x.newEntry(ni)
+	x.ent[ei].stamp = x.clock
 	x.node[ni].holders = append(x.node[ni].holders, holder{rep: rep, ent: ei})
 	x.pushFront(rep, ei)
 }
@@ -165,6 +170,21 @@ func (x *Index) RemoveReplica(rep int32) {
 	for x.reps[rep].n > 0 {
 		x.evict(rep)
 	}
+}
+
+// Idle returns how many Touch calls ago replica rep's least recently used
+// block was last used, or -1 while the replica has room (nothing needs
+// evicting). Between full replicas, new data costs least where Idle is
+// largest: the block it evicts is the coldest.
+func (x *Index) Idle(rep int32) int64 {
+	if int(rep) >= len(x.reps) {
+		return -1
+	}
+	r := &x.reps[rep]
+	if r.n < r.cap || r.tail == none {
+		return -1
+	}
+	return int64(x.clock - x.ent[r.tail].stamp)
 }
 
 // Nodes returns the number of distinct blocks in the index.
@@ -259,6 +279,7 @@ func (x *Index) unlink(rep, ei int32) {
 }
 
 func (x *Index) moveToFront(rep, ei int32) {
+	x.ent[ei].stamp = x.clock
 	if x.reps[rep].head == ei {
 		return
 	}

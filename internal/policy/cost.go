@@ -41,6 +41,10 @@ type CostConfig struct {
 	// (cost.tie_steps, 1): a step computes a whole token budget, so smaller
 	// differences are below the model's resolution.
 	TieSteps float64
+	// EvictionWeight prices the prefill that a replica with a full cache
+	// must do as this many times its time, for the cached blocks it evicts
+	// (cost.eviction_weight).
+	EvictionWeight float64
 	// Sessions bounds the table of session keys remembered for requests
 	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
 	Sessions int
@@ -215,6 +219,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
 		est := (ahead+prefill)/c.PrefillRate + c.DecodeStep
+		if p.cfg.EvictionWeight > 0 && p.index.Len(id) >= p.index.Capacity(id) {
+			// A full cache evicts a block for every block computed: what
+			// was evicted may be asked for again.
+			est += p.cfg.EvictionWeight * prefill / c.PrefillRate
+		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue
@@ -240,7 +249,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 			if c.InFlight+1 > limit || p.estimates[i] > margin {
 				continue
 			}
-			if p.prefills[i] < p.prefills[best] || p.prefills[i] == p.prefills[best] && c.InFlight < cands[best].InFlight {
+			if p.preferred(i, best, cands) {
 				best = i
 			}
 		}
@@ -271,6 +280,25 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		choice.Detail = p.detail(cands, limit)
 	}
 	return choice
+}
+
+// preferred orders two candidates whose estimates count as equal: the most
+// cached prompt, then a cache with room or whose coldest block is the
+// coldest (new blocks evict the least valuable data), then fewer in flight.
+func (p *Cost) preferred(i, best int, cands []Candidate) bool {
+	if p.prefills[i] != p.prefills[best] {
+		return p.prefills[i] < p.prefills[best]
+	}
+	if p.prefills[i] > 0 {
+		ii, ib := p.index.Idle(p.candID[i]), p.index.Idle(p.candID[best])
+		if (ii < 0) != (ib < 0) {
+			return ii < 0
+		}
+		if ii != ib {
+			return ii > ib
+		}
+	}
+	return cands[i].InFlight < cands[best].InFlight
 }
 
 func (p *Cost) mapCandidates(cands []Candidate) {
