@@ -113,6 +113,20 @@ type Stats struct {
 
 	TTFT Histogram // arrival -> first token
 	E2E  Histogram // arrival -> finish
+
+	// The phase histograms below are observed when a request finishes, as
+	// vLLM does (aborted requests are not counted).
+
+	// QueueTime is vllm:request_queue_time_seconds: arrival -> first
+	// scheduling (admission into the running batch).
+	QueueTime Histogram
+	// PrefillTime is vllm:request_prefill_time_seconds: first scheduling ->
+	// first token. Prefill rates can be learned from it.
+	PrefillTime Histogram
+	// InterTokenLatency is vllm:inter_token_latency_seconds: one observation
+	// per output token after the first, the gap since the previous token
+	// (decode step times, as the batch and its context grow).
+	InterTokenLatency Histogram
 }
 
 // seqState is where a request is in the engine.
@@ -128,12 +142,15 @@ const (
 type seq struct {
 	req          Request
 	arrival      time.Time
-	blocks       []int32 // KV blocks, in token order
-	computed     int     // tokens whose KV is computed or scheduled
-	outputs      int     // output tokens sampled
-	hashed       int     // leading prompt blocks registered in (or hit from) the cache
-	promptBlocks int     // full prompt blocks that have a hash
-	cached       int     // prompt tokens hit at first admission; -1 before
+	blocks       []int32   // KV blocks, in token order
+	computed     int       // tokens whose KV is computed or scheduled
+	outputs      int       // output tokens sampled
+	hashed       int       // leading prompt blocks registered in (or hit from) the cache
+	promptBlocks int       // full prompt blocks that have a hash
+	cached       int       // prompt tokens hit at first admission; -1 before
+	scheduled    time.Time // first admission into the running batch; zero before
+	firstTok     time.Time // first output token
+	lastTok      time.Time // latest output token
 	state        seqState
 	preempted    bool // preempted at least once (prefix stats count first admissions only)
 	done         bool // finished in the step being applied
@@ -194,9 +211,12 @@ type Engine struct {
 	plans  uint64 // plans made (steps or decode runs): the benchmark's work unit
 	steps  uint64 // scheduler steps simulated
 
-	st   Stats // counters only; the histograms live below
-	ttft hist
-	e2e  hist
+	st      Stats // counters only; the histograms live below
+	ttft    hist
+	e2e     hist
+	queue   hist
+	prefill hist
+	itl     hist
 }
 
 // New returns an idle engine with an empty cache. An invalid profile makes
@@ -208,6 +228,9 @@ func New(p Profile) *Engine {
 		seqs:     make(map[uint64]*seq),
 		ttft:     newHist(TTFTBuckets),
 		e2e:      newHist(E2EBuckets),
+		queue:    newHist(RequestLatencyBuckets),
+		prefill:  newHist(RequestLatencyBuckets),
+		itl:      newHist(InterTokenBuckets),
 	}
 	if e.err = p.Validate(); e.err == nil {
 		e.kv = newKVCache(p.Blocks())
@@ -365,6 +388,9 @@ func (e *Engine) Stats() Stats {
 	}
 	s.TTFT = e.ttft.snapshot()
 	s.E2E = e.e2e.snapshot()
+	s.QueueTime = e.queue.snapshot()
+	s.PrefillTime = e.prefill.snapshot()
+	s.InterTokenLatency = e.itl.snapshot()
 	return s
 }
 
@@ -461,7 +487,7 @@ func (e *Engine) planStep(b time.Time) bool {
 				blocked = true
 				break
 			}
-			n, ok := e.admit(s, budget)
+			n, ok := e.admit(s, budget, b)
 			if !ok {
 				blocked = true
 				break
@@ -547,8 +573,9 @@ func (e *Engine) runBlocks(k int) int {
 // admit tries to start waiting request s with at most budget tokens: a
 // prefix-cache lookup (capped so that at least one token is computed, as
 // vLLM recomputes the last block of a full hit), then blocks for the hit
-// and for the first chunk. It returns the chunk size.
-func (e *Engine) admit(s *seq, budget int) (int, bool) {
+// and for the first chunk, in the step starting at b. It returns the chunk
+// size.
+func (e *Engine) admit(s *seq, budget int, b time.Time) (int, bool) {
 	bl := &e.blocked
 	if bl.s == s && e.kv.numFree <= bl.free && e.kv.gen == bl.gen && budget >= bl.budget {
 		return 0, false // nothing that could help has changed
@@ -569,6 +596,9 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 		return 0, false
 	}
 	bl.s = nil
+	if s.scheduled.IsZero() {
+		s.scheduled = b // vLLM keeps the first scheduling across preemptions
+	}
 	for _, i := range hits {
 		e.kv.touch(i)
 	}
@@ -669,6 +699,21 @@ func (e *Engine) applyRun(j int, emit func(Event)) {
 		bulk-- // the last step may finish requests: sampled one by one below
 	}
 	if bulk > 0 {
+		// Inter-token gaps: a request's first step in this call may follow
+		// an older token (a request skipped by an earlier step's budget);
+		// every later step is one step duration for every request.
+		at1 := pl.start.Add(time.Duration(pl.applied+1) * pl.dur)
+		atN := pl.start.Add(time.Duration(pl.applied+bulk) * pl.dur)
+		same := 0
+		for _, s := range e.running {
+			if g := at1.Sub(s.lastTok); g == pl.dur {
+				same++
+			} else {
+				e.itl.observe(g)
+			}
+			s.lastTok = atN
+		}
+		e.itl.observeN(pl.dur, uint64(same+(bulk-1)*len(e.running)))
 		if pl.streamers {
 			for k := 1; k <= bulk; k++ {
 				at := pl.start.Add(time.Duration(pl.applied+k) * pl.dur)
@@ -713,14 +758,21 @@ func (e *Engine) sample(s *seq, t time.Time, emit func(Event)) {
 	switch {
 	case s.outputs == 1:
 		e.st.PromptTokens += uint64(s.req.Prompt.Tokens)
-		e.ttft.observe(t.Sub(s.arrival).Seconds())
+		e.ttft.observe(t.Sub(s.arrival))
+		s.firstTok = t
 		emit(Event{Kind: FirstToken, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: 1})
 	case s.req.StreamTokens:
+		e.itl.observe(t.Sub(s.lastTok))
 		emit(Event{Kind: Token, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
+	default:
+		e.itl.observe(t.Sub(s.lastTok))
 	}
+	s.lastTok = t
 	if s.outputs >= s.req.MaxTokens {
 		e.st.Finished++
-		e.e2e.observe(t.Sub(s.arrival).Seconds())
+		e.e2e.observe(t.Sub(s.arrival))
+		e.queue.observe(s.scheduled.Sub(s.arrival))
+		e.prefill.observe(s.firstTok.Sub(s.scheduled))
 		e.freeBlocks(s)
 		s.done = true
 		emit(Event{Kind: Finished, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})

@@ -667,7 +667,7 @@ func TestStatsCounters(t *testing.T) {
 func TestHistogramQuantile(t *testing.T) {
 	h := newHist([]float64{1, 2, 4})
 	for _, v := range []float64{0.5, 1.5, 1.5, 3, 100} {
-		h.observe(v)
+		h.observe(time.Duration(v * float64(time.Second)))
 	}
 	s := h.snapshot()
 	tests := []struct {
@@ -704,5 +704,79 @@ func TestSlowdown(t *testing.T) {
 		if got := float64(e2e(tt.factor)) / float64(base); math.Abs(got-tt.want) > 0.01 {
 			t.Errorf("slowdown %v: ratio %v, want %v", tt.factor, got, tt.want)
 		}
+	}
+}
+
+// TestPhaseHistograms: queue, prefill and inter-token histograms follow
+// vLLM's definitions on a script whose timing is known.
+func TestPhaseHistograms(t *testing.T) {
+	p := testProfile()
+	p.MaxNumSeqs = 1 // the second request queues behind the first
+	e := New(p)
+	evs := drive(t, e, []op{
+		{at: 0, add: &Request{ID: 1, Prompt: prompt(1, 2000), MaxTokens: 20}},
+		{at: 0, add: &Request{ID: 2, Prompt: prompt(2, 100), MaxTokens: 5, StreamTokens: true}},
+	})
+	first1, _ := byID(evs, 1, FirstToken)
+	fin1, _ := byID(evs, 1, Finished)
+	first2, _ := byID(evs, 2, FirstToken)
+	fin2, _ := byID(evs, 2, Finished)
+	st := e.Stats()
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+	// Request 2 waits for request 1's slot: it is scheduled at 1's finish.
+	if st.QueueTime.Count != 2 || !near(st.QueueTime.Sum, secs(fin1.At.Sub(t0))) {
+		t.Errorf("queue time: count %d sum %v, want 2 and %v", st.QueueTime.Count, st.QueueTime.Sum, secs(fin1.At.Sub(t0)))
+	}
+	// Prefill time: first scheduling -> first token.
+	wantPrefill := secs(first1.At.Sub(t0)) + secs(first2.At.Sub(fin1.At))
+	if st.PrefillTime.Count != 2 || !near(st.PrefillTime.Sum, wantPrefill) {
+		t.Errorf("prefill time: count %d sum %v, want 2 and %v", st.PrefillTime.Count, st.PrefillTime.Sum, wantPrefill)
+	}
+	// One gap per token after the first; the gaps add up to first -> last token.
+	wantITL := secs(fin1.At.Sub(first1.At)) + secs(fin2.At.Sub(first2.At))
+	if st.InterTokenLatency.Count != 19+4 || !near(st.InterTokenLatency.Sum, wantITL) {
+		t.Errorf("inter-token: count %d sum %v, want 23 and %v", st.InterTokenLatency.Count, st.InterTokenLatency.Sum, wantITL)
+	}
+	for _, h := range []Histogram{st.QueueTime, st.PrefillTime} {
+		if len(h.Bounds) != len(RequestLatencyBuckets) {
+			t.Errorf("bounds %v, want vLLM's request_latency_buckets", h.Bounds)
+		}
+	}
+	if len(st.InterTokenLatency.Bounds) != len(InterTokenBuckets) {
+		t.Errorf("inter-token bounds %v", st.InterTokenLatency.Bounds)
+	}
+}
+
+// TestHistogramBulk: observeN and observeRamp equal as many single
+// observations, bucket by bucket and in the sum.
+func TestHistogramBulk(t *testing.T) {
+	bounds := []float64{0.01, 0.02, 0.05}
+	tests := []struct {
+		name     string
+		d0, step time.Duration
+		k        int
+		mult     uint64
+	}{
+		{"constant", 15 * time.Millisecond, 0, 7, 3},
+		{"ramp across buckets", 9 * time.Millisecond, 3 * time.Millisecond, 20, 2},
+		{"ramp onto a bound", 8 * time.Millisecond, 2 * time.Millisecond, 3, 1},
+		{"beyond the last bound", 40 * time.Millisecond, 7 * time.Millisecond, 5, 4},
+		{"empty", time.Millisecond, time.Millisecond, 0, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bulk, single := newHist(bounds), newHist(bounds)
+			bulk.observeRamp(tt.d0, tt.step, tt.k, tt.mult)
+			for i := range tt.k {
+				for range tt.mult {
+					single.observe(tt.d0 + time.Duration(i)*tt.step)
+				}
+			}
+			if d := cmp.Diff(single.snapshot(), bulk.snapshot()); d != "" {
+				t.Errorf("(-single +bulk):\n%s", d)
+			}
+		})
 	}
 }

@@ -29,9 +29,9 @@ func TestGoldenBehaviour(t *testing.T) {
 		blocks int
 		want   uint64
 	}{
-		{21, 150, 0x6bf9e508509d56ff},
-		{22, 300, 0x58cb0012e3fa0af2},
-		{23, 1000, 0xf4acf8f056168be8},
+		{21, 150, 0x023b999403a1ab00},
+		{22, 300, 0x565f9f227ed6b140},
+		{23, 1000, 0xa2c25061b0f05022},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("seed%d/blocks%d", tt.seed, tt.blocks), func(t *testing.T) {
@@ -55,7 +55,7 @@ func TestGoldenBehaviour(t *testing.T) {
 	t.Run("agentic-10min", func(t *testing.T) {
 		p, _ := Lookup(DefaultProfile)
 		e := agenticHour(t, p, 48, 10*time.Minute)
-		if got, want := eventDigest(nil, e.Stats()), uint64(0xf2c7eaf847614503); got != want {
+		if got, want := eventDigest(nil, e.Stats()), uint64(0x38e991f6e85420e5); got != want {
 			t.Errorf("digest %#x, want %#x", got, want)
 		}
 	})

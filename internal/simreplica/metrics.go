@@ -1,6 +1,8 @@
 package simreplica
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmlb/llmlb/internal/engine"
@@ -10,18 +12,23 @@ import (
 // V1 from 0.12 on, and the pre-0.12 "gpu_" names that real fleets still run.
 type metricNames struct {
 	kvUsage, prefixQueries, prefixHits string
+	interToken, interTokenHelp         string
 }
 
 var (
 	currentNames = metricNames{
-		kvUsage:       "vllm:kv_cache_usage_perc",
-		prefixQueries: "vllm:prefix_cache_queries_total",
-		prefixHits:    "vllm:prefix_cache_hits_total",
+		kvUsage:        "vllm:kv_cache_usage_perc",
+		prefixQueries:  "vllm:prefix_cache_queries_total",
+		prefixHits:     "vllm:prefix_cache_hits_total",
+		interToken:     "vllm:inter_token_latency_seconds",
+		interTokenHelp: "Histogram of inter-token latency in seconds.",
 	}
 	legacyNames = metricNames{
-		kvUsage:       "vllm:gpu_cache_usage_perc",
-		prefixQueries: "vllm:gpu_prefix_cache_queries_total",
-		prefixHits:    "vllm:gpu_prefix_cache_hits_total",
+		kvUsage:        "vllm:gpu_cache_usage_perc",
+		prefixQueries:  "vllm:gpu_prefix_cache_queries_total",
+		prefixHits:     "vllm:gpu_prefix_cache_hits_total",
+		interToken:     "vllm:time_per_output_token_seconds",
+		interTokenHelp: "Histogram of time per output token in seconds.",
 	}
 )
 
@@ -39,6 +46,40 @@ type collector struct {
 	prefixQueries, prefixHits                   *prometheus.Desc
 	promptTokens, generationTokens, preemptions *prometheus.Desc
 	requestSuccess, ttft, e2e                   *prometheus.Desc
+	queueTime, prefillTime, interToken          *prometheus.Desc
+	cacheConfig                                 *prometheus.Desc
+}
+
+// cacheConfigLabels are the labels of vllm:cache_config_info: vLLM exports
+// every field of its CacheConfig as a string label (CacheConfig.metrics_info,
+// Python's str() of each value) plus engine, and no model_name. The values
+// are vLLM's defaults except the two a router reads: block_size and
+// num_gpu_blocks (the profile's KV capacity in blocks).
+func cacheConfigLabels(p engine.Profile) prometheus.Labels {
+	return prometheus.Labels{
+		"block_size":               "16",
+		"gpu_memory_utilization":   "0.9",
+		"swap_space":               "4",
+		"cache_dtype":              "auto",
+		"is_attention_free":        "False",
+		"num_gpu_blocks_override":  "None",
+		"sliding_window":           "None",
+		"enable_prefix_caching":    "True",
+		"prefix_caching_hash_algo": "sha256",
+		"cpu_offload_gb":           "0",
+		"calculate_kv_scales":      "False",
+		"kv_sharing_fast_prefill":  "False",
+		"mamba_page_size_padded":   "None",
+		"mamba_block_size":         "None",
+		"mamba_cache_dtype":        "auto",
+		"mamba_ssm_cache_dtype":    "auto",
+		"kv_cache_memory_bytes":    "None",
+		"kv_offloading_size":       "None",
+		"kv_offloading_backend":    "native",
+		"num_gpu_blocks":           strconv.Itoa(p.Blocks()),
+		"num_cpu_blocks":           "0",
+		"engine":                   "0",
+	}
 }
 
 func newCollector(r *Replica, legacy bool) *collector {
@@ -63,6 +104,11 @@ func newCollector(r *Replica, legacy bool) *collector {
 		requestSuccess:   desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
 		ttft:             desc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
 		e2e:              desc("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+		queueTime:        desc("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
+		prefillTime:      desc("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
+		interToken:       desc(names.interToken, names.interTokenHelp),
+		cacheConfig: prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+			nil, cacheConfigLabels(r.profile)),
 	}
 }
 
@@ -71,6 +117,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.running, c.waiting, c.kvUsage, c.prefixQueries, c.prefixHits, c.promptTokens,
 		c.generationTokens, c.preemptions, c.requestSuccess, c.ttft, c.e2e,
+		c.queueTime, c.prefillTime, c.interToken, c.cacheConfig,
 	} {
 		ch <- d
 	}
@@ -98,6 +145,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- constHistogram(c.ttft, st.TTFT)
 	ch <- constHistogram(c.e2e, st.E2E)
+	ch <- constHistogram(c.queueTime, st.QueueTime)
+	ch <- constHistogram(c.prefillTime, st.PrefillTime)
+	ch <- constHistogram(c.interToken, st.InterTokenLatency)
+	gauge(c.cacheConfig, 1)
 }
 
 // constHistogram converts the engine's cumulative histogram.

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +22,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/llmlb/llmlb/internal/engine"
 )
 
 // testProfile is the fast profile: small prompts finish in well under a second.
@@ -289,9 +294,11 @@ func TestMetrics(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		name := "current"
 		kv, queries, hits := "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
+		itl, otherITL := "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"
 		if legacy {
 			name = "legacy"
 			kv, queries, hits = "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"
+			itl, otherITL = otherITL, itl
 		}
 		t.Run(name, func(t *testing.T) {
 			r := startReplica(t, Options{LegacyMetrics: legacy})
@@ -312,6 +319,9 @@ func TestMetrics(t *testing.T) {
 					t.Errorf("%s exposed in %s mode", other, name)
 				}
 			}
+			if _, ok := fams[otherITL]; ok {
+				t.Errorf("%s exposed in %s mode", otherITL, name)
+			}
 			checks := []struct {
 				metric string
 				ok     func(float64) bool
@@ -326,6 +336,9 @@ func TestMetrics(t *testing.T) {
 				{"vllm:num_preemptions_total", func(v float64) bool { return v == 0 }},
 				{"vllm:time_to_first_token_seconds", func(v float64) bool { return v == 2 }},
 				{"vllm:e2e_request_latency_seconds", func(v float64) bool { return v == 2 }},
+				{"vllm:request_queue_time_seconds", func(v float64) bool { return v == 2 }},
+				{"vllm:request_prefill_time_seconds", func(v float64) bool { return v == 2 }},
+				{itl, func(v float64) bool { return v == 6 }}, // 3 gaps per 4-token request
 			}
 			for _, c := range checks {
 				if v := metricValue(t, fams, c.metric); !c.ok(v) {
@@ -343,10 +356,31 @@ func TestMetrics(t *testing.T) {
 			if success != 2 {
 				t.Errorf("vllm:request_success_total{finished_reason=length} = %v, want 2", success)
 			}
-			if fams["vllm:time_to_first_token_seconds"].GetType() != dto.MetricType_HISTOGRAM ||
-				len(fams["vllm:time_to_first_token_seconds"].GetMetric()[0].GetHistogram().GetBucket()) == 0 {
-				t.Errorf("TTFT is not a histogram with buckets")
+			for _, h := range []struct {
+				name    string
+				buckets []float64
+			}{
+				{"vllm:time_to_first_token_seconds", engine.TTFTBuckets},
+				{"vllm:request_queue_time_seconds", engine.RequestLatencyBuckets},
+				{"vllm:request_prefill_time_seconds", engine.RequestLatencyBuckets},
+				{itl, engine.InterTokenBuckets},
+			} {
+				f := fams[h.name]
+				if f.GetType() != dto.MetricType_HISTOGRAM {
+					t.Errorf("%s is %v, want a histogram", h.name, f.GetType())
+					continue
+				}
+				var got []float64
+				for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+					if !math.IsInf(b.GetUpperBound(), 1) {
+						got = append(got, b.GetUpperBound())
+					}
+				}
+				if !slices.Equal(got, h.buckets) {
+					t.Errorf("%s buckets %v, want vLLM's %v", h.name, got, h.buckets)
+				}
 			}
+			checkCacheConfigInfo(t, fams)
 		})
 	}
 }
@@ -817,5 +851,39 @@ func TestSlowConsumerDoesNotBlockOthers(t *testing.T) {
 		if err != nil || got.Usage.CompletionTokens != 4 {
 			t.Fatalf("request beside a stalled stream: %v %+v", err, got)
 		}
+	}
+}
+
+// checkCacheConfigInfo: vllm:cache_config_info is a gauge of 1 whose labels
+// are vLLM's CacheConfig fields; a router reads block_size and num_gpu_blocks.
+func checkCacheConfigInfo(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	f, ok := fams["vllm:cache_config_info"]
+	if !ok || f.GetType() != dto.MetricType_GAUGE || len(f.GetMetric()) != 1 {
+		t.Fatalf("vllm:cache_config_info missing or not one gauge: %v", f)
+	}
+	m := f.GetMetric()[0]
+	if m.GetGauge().GetValue() != 1 {
+		t.Errorf("vllm:cache_config_info = %v, want 1", m.GetGauge().GetValue())
+	}
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	p, _ := engine.Lookup(testProfile)
+	want := map[string]string{
+		"block_size":            "16",
+		"num_gpu_blocks":        strconv.Itoa(p.Blocks()),
+		"enable_prefix_caching": "True",
+		"cache_dtype":           "auto",
+		"engine":                "0",
+	}
+	for k, v := range want {
+		if labels[k] != v {
+			t.Errorf("vllm:cache_config_info{%s=%q}, want %q (labels %v)", k, labels[k], v, labels)
+		}
+	}
+	if _, ok := labels["model_name"]; ok {
+		t.Errorf("vllm:cache_config_info has model_name; vLLM's has only CacheConfig fields and engine")
 	}
 }
