@@ -169,6 +169,9 @@ type Balancer struct {
 	cands    []policy.Candidate
 	candReps []*replica
 	expl     Explanation
+
+	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
+	fleetDecode  float64      // median of the replicas' decode steps
 }
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
@@ -464,12 +467,13 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	if err != nil {
 		return b.named(r, r.health.ObserveScrape(false, err.Error(), now), nil)
 	}
-	if r.rates.observe(snap) {
+	if r.rates.observe(snap, &b.fleetPrefill) {
 		// The replica's counters went back: it restarted with an empty cache.
 		if f, ok := b.policy.(policy.CacheForgetter); ok {
 			f.ForgetCache(r.name)
 		}
 	}
+	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		KVCacheTokens: sane(snap.KVCacheTokens)}
 	b.alerts.lastGoodScrape = now

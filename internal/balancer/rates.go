@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/policy"
@@ -15,18 +16,44 @@ import (
 // averages of the learned rates.
 const rateSmoothing = 0.2
 
-// learnedRates holds one replica's measured rates; zero until measured.
+// learnedRates holds one replica's measured decode step, zero until
+// measured, and the counters of its last scrape.
 type learnedRates struct {
-	prefill float64 // prompt tokens computed per second of prefill
-	decode  float64 // seconds between two output tokens
-	prev    Snapshot
-	seen    bool
+	decode float64 // seconds between two output tokens
+	prev   Snapshot
+	seen   bool
 }
 
-// observe folds a successful scrape into the rates. It reports whether the
-// replica's counters went back (a restart), which also resets the rates'
-// baseline.
-func (l *learnedRates) observe(s Snapshot) (restarted bool) {
+// fleetPrefill pools every replica's prefill counters into one throughput:
+// computed prompt tokens over prefill seconds, both decayed per sample. It
+// is pooled because a single replica's ratio depends on the prompts it
+// happened to get (short ones pay a whole step each): priced per replica, a
+// replica that once served short prompts looks slow, gets no traffic and
+// never corrects it. Decode steps, well measured per token, stay per replica.
+type fleetPrefill struct {
+	tokens, seconds float64
+}
+
+// fleetDecay is the weight the pooled sums keep at each new sample.
+const fleetDecay = 0.98
+
+func (f *fleetPrefill) add(tokens, seconds float64) {
+	f.tokens = f.tokens*fleetDecay + tokens
+	f.seconds = f.seconds*fleetDecay + seconds
+}
+
+// rate is the pooled prefill throughput, 0 until measured.
+func (f *fleetPrefill) rate() float64 {
+	if f.seconds <= 0 || f.tokens <= 0 {
+		return 0
+	}
+	return f.tokens / f.seconds
+}
+
+// observe folds a successful scrape into the rates and the fleet's pooled
+// prefill. It reports whether the replica's counters went back (a
+// restart), which also resets the baseline.
+func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill) (restarted bool) {
 	p := l.prev
 	l.prev = s
 	if !l.seen {
@@ -36,14 +63,13 @@ func (l *learnedRates) observe(s Snapshot) (restarted bool) {
 	if s.PromptTokens < p.PromptTokens || s.PrefillCount < p.PrefillCount || s.DecodeCount < p.DecodeCount {
 		return true
 	}
-	if dn, dt := s.PrefillCount-p.PrefillCount, s.PrefillSeconds-p.PrefillSeconds; dn > 0 && dt > 0 {
-		computed := (s.PromptTokens - p.PromptTokens) - max(0, s.PrefixHits-p.PrefixHits)
-		if computed > 0 {
-			l.prefill = smooth(l.prefill, computed/dt)
-		}
-	}
 	if dn, dt := s.DecodeCount-p.DecodeCount, s.DecodeSeconds-p.DecodeSeconds; dn > 0 && dt > 0 {
 		l.decode = smooth(l.decode, dt/dn)
+	}
+	if dn, dt := s.PrefillCount-p.PrefillCount, s.PrefillSeconds-p.PrefillSeconds; dn > 0 && dt > 0 {
+		if computed := (s.PromptTokens - p.PromptTokens) - max(0, s.PrefixHits-p.PrefixHits); computed > 0 {
+			fleet.add(computed, dt)
+		}
 	}
 	return false
 }
@@ -68,20 +94,50 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// prefillRate is r's learned prefill throughput, or the configured prior.
-func (b *Balancer) prefillRate(r *replica) float64 {
-	if r.rates.prefill > 0 {
-		return r.rates.prefill
+// prefillRate is the fleet's pooled prefill throughput (fleetPrefill), or
+// the configured prior until measured.
+func (b *Balancer) prefillRate(*replica) float64 {
+	if r := b.fleetPrefill.rate(); r > 0 {
+		return r
 	}
 	return b.cfg.Cost.PrefillRate
 }
 
-// decodeStep is r's learned time per output token, or the configured prior.
+// decodeStep is r's learned time per output token; until then the fleet's
+// median, or the configured prior (a new replica priced at a pessimistic
+// prior would get no traffic to learn from).
 func (b *Balancer) decodeStep(r *replica) float64 {
-	if r.rates.decode > 0 {
+	switch {
+	case r.rates.decode > 0:
 		return r.rates.decode
+	case b.fleetDecode > 0:
+		return b.fleetDecode
 	}
 	return b.cfg.Cost.DecodeStep.Seconds()
+}
+
+// updateFleetDecode recomputes the median of the replicas' decode steps.
+func (b *Balancer) updateFleetDecode() {
+	var dec []float64
+	for _, r := range b.replicas {
+		if r.rates.decode > 0 {
+			dec = append(dec, r.rates.decode)
+		}
+	}
+	b.fleetDecode = median(dec)
+}
+
+// median of xs (0 for none); sorts xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return (xs[m-1] + xs[m]) / 2
 }
 
 // pending is the prefill r still owes our requests: what is not past its

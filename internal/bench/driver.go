@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"os"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +38,6 @@ type run struct {
 	srcMark, srcScrape0, srcTick, srcArrival int
 
 	acc accumulator
-	dbgLast map[string]int
-	dbgMoves, dbgMovesCached int
-	dbgMiss, dbgFalse int
 }
 
 // simEngine is what the driver needs of an engine; *engine.Engine is the
@@ -172,7 +168,6 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("bench: the core holds %d reservations but %d requests are in flight", held, len(r.flights))
 	}
 	r.finished.Store(true)
-	fmt.Fprintf(os.Stderr, "%s moves=%d cached=%d miss=%d falsehit=%d\n", r.policy, r.dbgMoves, r.dbgMovesCached, r.dbgMiss, r.dbgFalse)
 	return r.result(end, time.Since(wall)), nil
 }
 
@@ -305,18 +300,6 @@ func (r *run) arrival() {
 			return
 		}
 		r.flights[id] = &flight{req: req, res: res, replica: i, arrived: r.now, firstToken: -1}
-		if k := req.Profile.SessionKey; k != "" {
-			if r.dbgLast == nil {
-				r.dbgLast = map[string]int{}
-			}
-			if last, ok := r.dbgLast[k]; ok && last != i {
-				r.dbgMoves++
-				if res.Explanation.CachedTokens > 0 {
-					r.dbgMovesCached++
-				}
-			}
-			r.dbgLast[k] = i
-		}
 		r.acc.routed(i, r.now, req, res)
 		r.rekeyEngine(i)
 		r.rekeyArrival()
@@ -346,12 +329,6 @@ func (r *run) onEvent(ev engine.Event) {
 			f.firstToken = at - f.arrived
 		}
 		delete(r.flights, ev.ID)
-		if f.req.Turn >= 2 && ev.CachedTokens*2 < f.req.Prompt.Tokens {
-			r.dbgMiss++
-			if f.res.Explanation.CachedTokens*2 >= f.req.Prompt.Tokens {
-				r.dbgFalse++
-			}
-		}
 		r.bal.Release(f.res, balancer.OutcomeOK, ev.At)
 		r.acc.done(f, at, ev, r.opts.Duration)
 		r.wl.Complete(f.req, at)
@@ -362,11 +339,15 @@ func (r *run) onEvent(ev engine.Event) {
 // /metrics, taken from the engine's counters.
 func snapshotOf(st engine.Stats, p engine.Profile) balancer.Snapshot {
 	return balancer.Snapshot{
-		Running:       float64(st.Running),
-		Waiting:       float64(st.Waiting),
-		KVCacheUsage:  st.KVCacheUsage,
-		PromptTokens:  float64(st.PromptTokens),
-		PrefixHits:    float64(st.PrefixHitTokens),
-		KVCacheTokens: float64(p.Blocks() * tokenize.BlockSize),
+		Running:        float64(st.Running),
+		Waiting:        float64(st.Waiting),
+		KVCacheUsage:   st.KVCacheUsage,
+		PromptTokens:   float64(st.PromptTokens),
+		PrefixHits:     float64(st.PrefixHitTokens),
+		PrefillSeconds: st.PrefillTime.Sum,
+		PrefillCount:   float64(st.PrefillTime.Count),
+		DecodeSeconds:  st.InterTokenLatency.Sum,
+		DecodeCount:    float64(st.InterTokenLatency.Count),
+		KVCacheTokens:  float64(p.Blocks() * tokenize.BlockSize),
 	}
 }

@@ -33,7 +33,7 @@ type CostConfig struct {
 	// requests to max(ceil(bounded_load x the mean including this request),
 	// the least-loaded candidate's + slack): consistent hashing with bounded
 	// loads, so a prefix every request shares cannot pull all traffic to
-	// one replica (cost.bounded_load 1.5, cost.bounded_load_slack 4).
+	// one replica (cost.bounded_load 2, cost.bounded_load_slack 4).
 	BoundedLoad      float64
 	BoundedLoadSlack int
 	// TieSteps is the margin, in decode steps of the fastest candidate,
@@ -59,7 +59,7 @@ func DefaultCostConfig() CostConfig {
 	return CostConfig{
 		PrefillRate:      10_000,
 		DecodeStep:       30 * time.Millisecond,
-		BoundedLoad:      1.5,
+		BoundedLoad:      2,
 		BoundedLoadSlack: 4,
 		TieSteps:         1,
 		Sessions:         65_536,
