@@ -41,10 +41,6 @@ type CostConfig struct {
 	// (cost.tie_steps, 1): a step computes a whole token budget, so smaller
 	// differences are below the model's resolution.
 	TieSteps float64
-	// EvictionWeight prices the prefill that a replica with a full cache
-	// must do as this many times its time, for the cached blocks it evicts
-	// (cost.eviction_weight).
-	EvictionWeight float64
 	// Sessions bounds the table of session keys remembered for requests
 	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
 	Sessions int
@@ -219,11 +215,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
 		est := (ahead+prefill)/c.PrefillRate + c.DecodeStep
-		if p.cfg.EvictionWeight > 0 && p.index.Len(id) >= p.index.Capacity(id) {
-			// A full cache evicts a block for every block computed: what
-			// was evicted may be asked for again.
-			est += p.cfg.EvictionWeight * prefill / c.PrefillRate
-		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue
