@@ -19,5 +19,14 @@ func (e Explanation) LogAttrs() []slog.Attr {
 			slog.String("pin_replica", e.PinReplica),
 			slog.String("pin_decision", e.PinDecision))
 	}
+	if e.Estimate > 0 {
+		attrs = append(attrs,
+			slog.Float64("estimate_seconds", e.Estimate),
+			slog.Int("cached_tokens", e.CachedTokens),
+			slog.Int("prefill_tokens", e.PrefillTokens))
+	}
+	if e.Detail != "" {
+		attrs = append(attrs, slog.String("candidates_detail", e.Detail))
+	}
 	return attrs
 }

@@ -15,13 +15,19 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestPrefixTreeGetsPromptBlocks: with routing.policy prefix-tree, serve
-// hashes prompts into blocks by itself (request.prompt_blocks left false),
-// so a repeated long prompt follows its longest match (reason affinity)
-// instead of every request looking like a cache miss.
+// TestPrefixTreeGetsPromptBlocks: with routing.policy prefix-tree or cost,
+// serve hashes prompts into blocks by itself (request.prompt_blocks left
+// false), so a repeated long prompt follows its longest match (reason
+// affinity) instead of every request looking like a cache miss.
 func TestPrefixTreeGetsPromptBlocks(t *testing.T) {
+	for _, policy := range []string{"prefix-tree", "cost"} {
+		t.Run(policy, func(t *testing.T) { testPromptBlocks(t, policy) })
+	}
+}
+
+func testPromptBlocks(t *testing.T, policy string) {
 	cfg := testConfig("http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000")
-	cfg.Routing.Policy = "prefix-tree"
+	cfg.Routing.Policy = policy
 	cfg.Request.PromptBlocks = false
 	upstream := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, r.Body)

@@ -92,6 +92,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	// Debug logs explain every decision, with each candidate's estimate.
+	bal.SetExplain(logger.Enabled(context.Background(), slog.LevelDebug))
 	s := &Server{
 		cfg:     cfg,
 		log:     logger,
@@ -102,9 +104,9 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
-	// prefix-tree matches prompts by their block hashes, which the request
-	// parser computes only when asked (docs/POLICIES.md).
-	if cfg.Routing.Policy == "prefix-tree" {
+	// prefix-tree and cost match prompts by their block hashes, which the
+	// request parser computes only when asked (docs/POLICIES.md).
+	if cfg.Routing.Policy == "prefix-tree" || cfg.Routing.Policy == "cost" {
 		cfg.Request.PromptBlocks = true
 	}
 	s.proxy, err = proxy.New(proxy.Options{

@@ -1,0 +1,143 @@
+package balancer
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// costProfile is a request of n blocks: shared of family, then own ones.
+func costProfile(family string, shared, own int) *Profile {
+	keys := make([]uint64, 0, shared+own)
+	for i := range shared {
+		keys = append(keys, tokenize.KeyOfText(family+string(rune('A'+i))))
+	}
+	for i := range own {
+		keys = append(keys, tokenize.KeyOfText(family+"/own/"+string(rune('a'+i))))
+	}
+	p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+	return &Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks}
+}
+
+func costFleet(t *testing.T, n int) *Balancer {
+	return newFleet(t, n, func(c *Config) { c.Policy = "cost" })
+}
+
+func TestCostPendingPrefillUntilFirstToken(t *testing.T) {
+	b := costFleet(t, 2)
+	res, err := b.Select(costProfile("x", 100, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Explanation.PrefillTokens != 1600 {
+		t.Fatalf("prefill = %d, want 1600", res.Explanation.PrefillTokens)
+	}
+	pending := func(at time.Time) float64 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.pending(res.rep, at)
+	}
+	if got := pending(t0); got != 1600 {
+		t.Fatalf("pending at once = %v, want 1600", got)
+	}
+	// The fluid bound: at the prior 10K tokens/s, 1,600 tokens take 160 ms.
+	if got := pending(t0.Add(80 * time.Millisecond)); got < 790 || got > 810 {
+		t.Fatalf("pending after 80 ms = %v, want ~800", got)
+	}
+	if got := pending(t0.Add(time.Second)); got != 0 {
+		t.Fatalf("pending after 1 s = %v, want 0", got)
+	}
+	b.FirstToken(res)
+	b.FirstToken(res) // twice is harmless
+	if got := pending(t0); got != 0 {
+		t.Fatalf("pending after the first token = %v, want 0", got)
+	}
+	b.Release(res, OutcomeOK, t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := res.rep; r.pendingRequests != 0 || r.pendingPrefill != 0 {
+		t.Fatalf("after release: %d requests, %v tokens pending", r.pendingRequests, r.pendingPrefill)
+	}
+}
+
+func TestCostReleaseRetiresPending(t *testing.T) {
+	b := costFleet(t, 1)
+	res, _ := b.Select(costProfile("x", 10, 0), t0)
+	b.Release(res, OutcomeCanceled, t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if res.rep.pendingRequests != 0 || res.rep.pendingPrefill != 0 {
+		t.Fatal("a released request still counts as pending prefill")
+	}
+}
+
+func TestLearnedRates(t *testing.T) {
+	b := costFleet(t, 2)
+	snap := Snapshot{KVCacheTokens: 160_000}
+	b.ObserveScrape("a", snap, nil, t0)
+	// 3 s later: 40,000 prompt tokens of which 10,000 hit, in 1.5 s of
+	// prefill; 1,000 output tokens 25 s apart in all.
+	snap.PromptTokens, snap.PrefixHits, snap.PrefillSeconds, snap.PrefillCount = 40_000, 10_000, 1.5, 10
+	snap.DecodeSeconds, snap.DecodeCount = 25, 1000
+	b.ObserveScrape("a", snap, nil, t0.Add(3*time.Second))
+	b.mu.Lock()
+	ra, rb := b.byName["a"], b.byName["b"]
+	rate, stepA, stepB := b.prefillRate(ra), b.decodeStep(ra), b.decodeStep(rb)
+	b.mu.Unlock()
+	if rate != 20_000 {
+		t.Fatalf("prefill rate = %v, want 30,000 computed / 1.5 s = 20,000", rate)
+	}
+	if stepA != 0.025 || stepB != 0.025 {
+		t.Fatalf("decode steps = %v, %v; want a's 25 ms, and the fleet median for b", stepA, stepB)
+	}
+	res, _ := b.Select(costProfile("y", 4, 0), t0.Add(3*time.Second))
+	if res.Explanation.Estimate <= 0 {
+		t.Fatal("no estimate in the explanation")
+	}
+}
+
+func TestCostRestartForgetsTheCache(t *testing.T) {
+	b := costFleet(t, 2)
+	snap := Snapshot{PromptTokens: 5000, PrefillCount: 5, PrefillSeconds: 1}
+	for _, n := range []string{"a", "b"} {
+		b.ObserveScrape(n, snap, nil, t0)
+		b.ObserveScrape(n, snap, nil, t0)
+	}
+	first, _ := b.Select(costProfile("x", 50, 0), t0)
+	b.Release(first, OutcomeOK, t0)
+	again, _ := b.Select(costProfile("x", 50, 1), t0)
+	b.Release(again, OutcomeOK, t0)
+	if again.Replica != first.Replica || again.Explanation.CachedTokens == 0 {
+		t.Fatalf("the second request did not follow the cache: %+v", again.Explanation)
+	}
+	// The replica restarts: its counters start again from 0.
+	b.ObserveScrape(first.Replica, Snapshot{}, nil, t0.Add(time.Second))
+	after, _ := b.Select(costProfile("x", 50, 2), t0.Add(time.Second))
+	if after.Explanation.CachedTokens != 0 {
+		t.Fatalf("matched %d tokens on a replica whose counters went back", after.Explanation.CachedTokens)
+	}
+}
+
+func TestCostExplainDetail(t *testing.T) {
+	b := costFleet(t, 3)
+	res, _ := b.Select(costProfile("x", 5, 0), t0)
+	if res.Explanation.Detail != "" {
+		t.Fatal("detail without SetExplain")
+	}
+	b.SetExplain(true)
+	res, _ = b.Select(costProfile("x", 5, 1), t0)
+	for _, name := range []string{"a est=", "b est=", "c est="} {
+		if !strings.Contains(res.Explanation.Detail, name) {
+			t.Fatalf("detail %q lacks %q", res.Explanation.Detail, name)
+		}
+	}
+	var keys []string
+	for _, a := range res.Explanation.LogAttrs() {
+		keys = append(keys, a.Key)
+	}
+	if !strings.Contains(strings.Join(keys, ","), "estimate") || !strings.Contains(strings.Join(keys, ","), "candidates_detail") {
+		t.Fatalf("log attributes %v lack the estimate and the candidates' detail", keys)
+	}
+}

@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// costCands returns n idle, identical candidates with known rates.
+func costCands(n int) []Candidate {
+	cs := make([]Candidate, n)
+	for i := range cs {
+		cs[i] = Candidate{Name: string(rune('a' + i)), Live: true, KVCacheTokens: 1 << 20,
+			PrefillRate: 10_000, DecodeStep: 0.02}
+	}
+	return cs
+}
+
+// prompt returns a request of n blocks whose first shared blocks come from
+// root (equal roots and counts give equal leading hashes).
+func costPrompt(root string, shared, own int, session string) *Request {
+	keys := make([]uint64, 0, shared+own)
+	for i := range shared {
+		keys = append(keys, tokenize.KeyOfText(root+string(rune('A'+i))))
+	}
+	for i := range own {
+		keys = append(keys, tokenize.KeyOfText(session+"/"+string(rune('a'+i))))
+	}
+	p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+	return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: session}
+}
+
+func newCost(t *testing.T, mutate func(*CostConfig)) *Cost {
+	t.Helper()
+	cfg := DefaultCostConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := NewCost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+
+func TestCostFollowsTheCache(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(4)
+	first := p.Choose(costPrompt("sys", 100, 10, "s1"), cands, t0)
+	if first.CachedTokens != 0 || first.Reason != ReasonLoad {
+		t.Fatalf("cold start: %+v", first)
+	}
+	// The next turn (same 110 blocks and more) finds its blocks there.
+	next := p.Choose(costPrompt("sys", 100, 12, "s1"), cands, t0)
+	if next.Index != first.Index || next.Reason != ReasonAffinity {
+		t.Fatalf("next turn went to %d (%s), want %d by affinity", next.Index, next.Reason, first.Index)
+	}
+	if want := 110 * tokenize.BlockSize; next.CachedTokens != want || next.PrefillTokens != 2*tokenize.BlockSize {
+		t.Fatalf("cached %d prefill %d, want %d and %d", next.CachedTokens, next.PrefillTokens, want, 2*tokenize.BlockSize)
+	}
+}
+
+func TestCostLeavesAQueueWorseThanTheSaving(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(2)
+	first := p.Choose(costPrompt("sys", 20, 0, "s1"), cands, t0)
+	// 320 cached tokens save 32 ms at 10K tokens/s; 10,000 tokens of prefill
+	// still owed by the cached replica cost a second.
+	cands[first.Index].PendingPrefill = 10_000
+	cands[first.Index].PendingRequests = 1
+	c := p.Choose(costPrompt("sys", 20, 2, "s2"), cands, t0)
+	if c.Index == first.Index {
+		t.Fatalf("followed the cache behind a 1 s queue: %+v", c)
+	}
+	// A small queue (under one decode step at this rate) does not move it.
+	p = newCost(t, nil)
+	cands = costCands(2)
+	first = p.Choose(costPrompt("sys", 20, 0, "s1"), cands, t0)
+	cands[first.Index].PendingPrefill = 100
+	cands[first.Index].PendingRequests = 1
+	c = p.Choose(costPrompt("sys", 20, 3, "s3"), cands, t0)
+	if c.Index != first.Index {
+		t.Fatalf("left the cache for a queue of 100 tokens: %+v", c)
+	}
+}
+
+func TestCostBoundedLoad(t *testing.T) {
+	p := newCost(t, func(c *CostConfig) { c.BoundedLoad, c.BoundedLoadSlack = 1.5, 2 })
+	cands := costCands(4)
+	// Everyone shares one prefix cached on a; a holds 20 in flight, the
+	// others 2: a's limit is max(ceil(1.5*27/4), 2+2) = 11.
+	first := p.Choose(costPrompt("shared", 50, 0, ""), cands, t0)
+	for i := range cands {
+		cands[i].InFlight = 2
+	}
+	cands[first.Index].InFlight = 20
+	c := p.Choose(costPrompt("shared", 50, 1, ""), cands, t0)
+	if c.Index == first.Index {
+		t.Fatal("the bounded-load rule let a replica at 20 in flight take more while the others hold 2")
+	}
+	if !strings.Contains((&Cost{}).Name(), "cost") {
+		t.Fatal("name")
+	}
+}
+
+func TestCostSessionWithoutBlocks(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(3)
+	r := &request.Profile{SessionKey: "s1", PromptTokens: 8000}
+	first := p.Choose(r, cands, t0)
+	r2 := &request.Profile{SessionKey: "s1", PromptTokens: 8500}
+	next := p.Choose(r2, cands, t0)
+	if next.Index != first.Index || next.CachedTokens != 8000 {
+		t.Fatalf("a session without prompt blocks: %+v after %+v", next, first)
+	}
+}
+
+func TestCostSpreadsIdenticalColdRequests(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(4)
+	seen := map[int]int{}
+	for i := range 8 {
+		c := p.Choose(costPrompt("x", 0, 4, string(rune('a'+i))), cands, t0)
+		cands[c.Index].InFlight++
+		cands[c.Index].PendingPrefill += float64(c.PrefillTokens)
+		cands[c.Index].PendingRequests++
+		seen[c.Index]++
+	}
+	for i := range 4 {
+		if seen[i] != 2 {
+			t.Fatalf("8 cold requests on 4 idle replicas spread %v, want 2 each", seen)
+		}
+	}
+}
+
+func TestCostExplainsEveryCandidate(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(3)
+	if c := p.Choose(costPrompt("x", 2, 0, ""), cands, t0); c.Detail != "" {
+		t.Fatalf("detail without SetExplain: %q", c.Detail)
+	}
+	p.SetExplain(true)
+	c := p.Choose(costPrompt("x", 2, 0, ""), cands, t0)
+	for _, want := range []string{"a est=", "b est=", "c est=", "limit="} {
+		if !strings.Contains(c.Detail, want) {
+			t.Fatalf("detail %q lacks %q", c.Detail, want)
+		}
+	}
+}
+
+func TestCostForgetsARestartedReplica(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(2)
+	first := p.Choose(costPrompt("sys", 30, 0, ""), cands, t0)
+	p.ForgetCache(cands[first.Index].Name)
+	c := p.Choose(costPrompt("sys", 30, 1, ""), cands, t0)
+	if c.CachedTokens != 0 {
+		t.Fatalf("matched %d tokens on a replica that restarted", c.CachedTokens)
+	}
+}
+
+func TestCostIndexSizedToCapacity(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(1)
+	cands[0].KVCacheTokens = 10 * tokenize.BlockSize // 10 blocks
+	p.Choose(costPrompt("a", 8, 0, ""), cands, t0)
+	p.Choose(costPrompt("b", 8, 0, ""), cands, t0) // evicts most of a
+	c := p.Choose(costPrompt("a", 8, 1, ""), cands, t0)
+	if c.CachedTokens >= 8*tokenize.BlockSize {
+		t.Fatalf("matched %d tokens of a prompt the 10-block cache had to evict", c.CachedTokens)
+	}
+}
+
+func TestSettingsApply(t *testing.T) {
+	s := DefaultSettings()
+	name, params, err := ParseSpec("prefix-tree:cache_threshold=0.5,balance_abs=32,balance_rel=1.0001")
+	if err != nil || name != NamePrefixTree {
+		t.Fatal(name, err)
+	}
+	if err := s.Apply(name, params); err != nil {
+		t.Fatal(err)
+	}
+	if s.PrefixTree.CacheThreshold != 0.5 || s.PrefixTree.BalanceAbsThreshold != 32 || s.PrefixTree.BalanceRelThreshold != 1.0001 {
+		t.Fatalf("applied: %+v", s.PrefixTree)
+	}
+	for _, bad := range []string{"prefix-tree:cache_threshold=2", "prefix-tree:nope=1", "rr:x=1", "cost:decode_step=fast", "prefix-tree:cache_threshold"} {
+		s := DefaultSettings()
+		name, params, err := ParseSpec(bad)
+		if err == nil {
+			err = s.Apply(name, params)
+		}
+		if err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	got := SplitSpecs("rr, prefix-tree:cache_threshold=0.5,balance_abs=32,cost:tie_steps=0,bounded_load=3,llmlb")
+	want := []string{"rr", "prefix-tree:cache_threshold=0.5,balance_abs=32", "cost:tie_steps=0,bounded_load=3", "llmlb"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("SplitSpecs = %q, want %q", got, want)
+	}
+}
