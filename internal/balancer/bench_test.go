@@ -3,10 +3,13 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/policy"
+	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // BenchmarkSelectRelease measures one Select + Release on the llmlb policy
@@ -54,6 +57,95 @@ func BenchmarkSelectRelease(b *testing.B) {
 			if got := bal.pins.Len(); got < livePins*8/10 { // repeated prefix spills drop some
 				b.Fatalf("%d pins left, want >= %d", got, livePins*8/10)
 			}
+		})
+	}
+}
+
+// BenchmarkSelectReleaseCost measures one Select + Release with policy cost
+// whose index holds 100,000 blocks per replica (KV capacity 1.6M tokens):
+// each replica's blocks from 64-block conversations that 1 in 10 replicas
+// share (at 1,000 replicas a conversation's blocks have 100 holders); 9 in
+// 10 requests continue a held conversation with 4 new blocks, 1 in 10
+// starts a new one (64 new blocks).
+// It reports the index's memory per (block, replica) entry. Results:
+// BENCHMARKS.md "Routing core".
+func BenchmarkSelectReleaseCost(b *testing.B) {
+	const perReplica, promptBlocks = 100_000, 64
+	for _, n := range []int{4, 1000} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			cost, err := policy.NewCost(policy.DefaultCostConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			bal, err := NewWithPolicy(DefaultConfig(), cost)
+			if err != nil {
+				b.Fatal(err)
+			}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("replica-%04d", i)
+				if err := bal.AddReplica(ReplicaSpec{Name: names[i], URL: "http://" + names[i]}, t0); err != nil {
+					b.Fatal(err)
+				}
+				bal.ObserveScrape(names[i], Snapshot{KVCacheTokens: perReplica * tokenize.BlockSize}, nil, t0)
+			}
+			// Conversation c is promptBlocks blocks; the replicas of group
+			// r % 10 hold the group's convs conversations, 100K blocks.
+			convs := perReplica / promptBlocks
+			conv := func(c int) []uint64 {
+				keys := make([]uint64, promptBlocks)
+				for i := range keys {
+					keys[i] = uint64(c)<<20 | uint64(i)
+				}
+				return tokenize.FromBlockKeys(promptBlocks*tokenize.BlockSize, keys).Blocks
+			}
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for r := range n {
+				group := r % 10
+				for k := range convs {
+					cost.Record(names[r], conv(group*convs+k), perReplica*tokenize.BlockSize)
+				}
+			}
+			var after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			entries := float64(n) * float64(convs*promptBlocks)
+			rng := rand.New(rand.NewPCG(3, 3))
+			profiles := make([]Profile, 4096)
+			for i := range profiles {
+				// 9 in 10 continue a held conversation with 4 new blocks
+				// (a chat or agent turn); 1 in 10 is a new conversation.
+				c := rng.IntN(10 * convs)
+				keys := make([]uint64, promptBlocks, promptBlocks+4)
+				for k := range keys {
+					keys[k] = uint64(c)<<20 | uint64(k)
+				}
+				if i%10 == 0 {
+					for k := range keys {
+						keys[k] |= 1 << 62
+					}
+				} else {
+					for k := range 4 {
+						keys = append(keys, uint64(i)<<32|1<<63|uint64(k))
+					}
+				}
+				profiles[i] = Profile{PromptTokens: len(keys) * tokenize.BlockSize, OutputTokens: 200,
+					PromptBlocks: tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys).Blocks}
+			}
+			now := t0.Add(time.Second)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				res, err := bal.Select(&profiles[i%len(profiles)], now)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bal.Release(res, OutcomeOK, now)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/entries, "index-B/entry")
 		})
 	}
 }

@@ -5,7 +5,7 @@
 // capacity and evicted least-recently-used first, like vLLM's free-block
 // queue, so the index stops matching what the replica has evicted.
 //
-// One map from block hash to node serves all replicas: each node lists the
+// One hash table from block hash to node serves all replicas: each node lists the
 // replicas that hold the block, so matching a prompt against the whole fleet
 // is one map lookup per block plus one step per holder, and stops at the
 // first block nobody holds. Each (block, replica) pair is an entry in one
@@ -22,7 +22,7 @@ const none int32 = -1
 // Index maps prompt block hashes to the replicas believed to hold them.
 // Replicas are small dense ids chosen by the caller (0, 1, 2, ...).
 type Index struct {
-	nodes    map[uint64]int32 // block hash -> node
+	nodes    table // block hash -> node
 	node     []node
 	freeNode int32
 
@@ -31,7 +31,13 @@ type Index struct {
 
 	reps []replicaLRU // by replica id
 
-	clock uint32 // Touch calls so far
+	clock     uint32 // Touch calls so far
+	freed     uint64 // nodes freed so far (their indices may be reused)
+
+	// path holds the nodes of the last Match's blocks (path[d] for block
+	// d), so that a Touch of the same blocks right after skips the lookups.
+	path       []int32
+	pathBlocks []uint64
 }
 
 // node is one block hash and the replicas holding it.
@@ -60,7 +66,7 @@ type replicaLRU struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{nodes: make(map[uint64]int32), freeNode: none, freeEnt: none}
+	return &Index{nodes: newTable(), freeNode: none, freeEnt: none}
 }
 
 // grow makes sure replica id rep exists (capacity 0 until SetCapacity).
@@ -103,11 +109,13 @@ func (x *Index) Len(rep int32) int {
 // zeroed by the caller; replicas without a match keep 0. It returns the
 // deepest match. The walk stops at the first block no replica continues.
 func (x *Index) Match(blocks []uint64, depth []int32) (deepest int) {
+	x.path, x.pathBlocks = x.path[:0], blocks
 	for d, h := range blocks {
-		ni, ok := x.nodes[h]
+		ni, ok := x.nodes.get(h)
 		if !ok {
 			break
 		}
+		x.path = append(x.path, ni)
 		advanced := false
 		for _, hd := range x.node[ni].holders {
 			if int(hd.rep) < len(depth) && depth[hd.rep] == int32(d) {
@@ -134,15 +142,30 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 		return
 	}
 	x.clock++
+	// Nodes the last Match found for these very blocks need no lookup, as
+	// long as no node was freed in between (its index may be reused).
+	known := 0
+	if len(x.pathBlocks) == len(blocks) && len(blocks) > 0 && &x.pathBlocks[0] == &blocks[0] {
+		known = len(x.path)
+	}
+	path := x.path
+	x.path, x.pathBlocks = x.path[:0], nil
+	freedBefore := x.freed
 	for i := len(blocks) - 1; i >= 0; i-- {
-		x.touch(rep, blocks[i])
+		ni := none
+		if i < known && x.freed == freedBefore {
+			ni = path[i]
+		}
+		x.touch(rep, blocks[i], ni)
 	}
 }
 
-func (x *Index) touch(rep int32, h uint64) {
-	ni, ok := x.nodes[h]
-	if !ok {
-		ni = x.newNode(h)
+func (x *Index) touch(rep int32, h uint64, ni int32) {
+	if ni == none {
+		var ok bool
+		if ni, ok = x.nodes.get(h); !ok {
+			ni = x.newNode(h)
+		}
 	}
 	n := &x.node[ni]
 	for _, hd := range n.holders {
@@ -188,7 +211,7 @@ func (x *Index) Idle(rep int32) int64 {
 }
 
 // Nodes returns the number of distinct blocks in the index.
-func (x *Index) Nodes() int { return len(x.nodes) }
+func (x *Index) Nodes() int { return x.nodes.n }
 
 func (x *Index) newNode(h uint64) int32 {
 	var ni int32
@@ -200,13 +223,14 @@ func (x *Index) newNode(h uint64) int32 {
 		ni = int32(len(x.node))
 		x.node = append(x.node, node{hash: h})
 	}
-	x.nodes[h] = ni
+	x.nodes.put(h, ni)
 	return ni
 }
 
 func (x *Index) freeNodeAt(ni int32) {
+	x.freed++
 	n := &x.node[ni]
-	delete(x.nodes, n.hash)
+	x.nodes.del(n.hash)
 	n.holders = append(n.holders[:0], holder{rep: x.freeNode})
 	x.freeNode = ni
 }
@@ -229,6 +253,7 @@ func (x *Index) evict(rep int32) {
 	if ei == none {
 		return
 	}
+
 	x.unlink(rep, ei)
 	ni := x.ent[ei].node
 	n := &x.node[ni]

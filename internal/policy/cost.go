@@ -118,6 +118,7 @@ type Cost struct {
 	// Scratch reused by Choose (it runs under the balancer's lock).
 	depth      []int32
 	candID     []int32
+	lastNames  []string // candidate names of the last call, index-aligned with candID
 	estimates  []float64
 	prefills   []float64
 	meanPrompt float64 // running mean of routed prefill tokens: prices a foreign queue
@@ -149,6 +150,17 @@ func (p *Cost) RemoveReplica(name string) {
 	if id, ok := p.ids[name]; ok {
 		p.index.RemoveReplica(id)
 	}
+}
+
+// Record notes that the named replica holds the blocks (a prompt sent there
+// by another route: a warm start, a peer balancer), as if it had chosen it.
+// capacityTokens sizes the replica's share of the index when it is new.
+func (p *Cost) Record(name string, blocks []uint64, capacityTokens int) {
+	id := p.id(name)
+	if p.index.Capacity(id) == 0 {
+		p.index.SetCapacity(id, capacityTokens/tokenize.BlockSize)
+	}
+	p.index.Touch(id, blocks)
 }
 
 // ForgetCache forgets what a replica holds (it restarted: its counters went
@@ -293,9 +305,17 @@ func (p *Cost) preferred(i, best int, cands []Candidate) bool {
 }
 
 func (p *Cost) mapCandidates(cands []Candidate) {
+	// The fleet rarely changes between two requests: reuse the last
+	// mapping where the name at the same position is the same string.
+	reuse := p.candID
 	p.candID = p.candID[:0]
-	for _, c := range cands {
-		id := p.id(c.Name)
+	for i, c := range cands {
+		var id int32
+		if i < len(reuse) && i < len(p.lastNames) && p.lastNames[i] == c.Name {
+			id = reuse[i]
+		} else {
+			id = p.id(c.Name)
+		}
 		p.candID = append(p.candID, id)
 		capTokens := c.KVCacheTokens
 		if p.cfg.KVCacheTokens > 0 {
@@ -307,6 +327,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		if blocks := capTokens / tokenize.BlockSize; p.index.Capacity(id) != blocks {
 			p.index.SetCapacity(id, blocks)
 		}
+	}
+	p.lastNames = p.lastNames[:0]
+	for _, c := range cands {
+		p.lastNames = append(p.lastNames, c.Name)
 	}
 	if len(p.depth) < len(p.names) {
 		p.depth = make([]int32, len(p.names))
