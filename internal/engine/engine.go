@@ -154,8 +154,8 @@ type seq struct {
 	promptBlocks int       // full prompt blocks that have a hash
 	cached       int       // prompt tokens hit at first admission; -1 before
 	scheduled    time.Time // first admission into the running batch; zero before
-	firstTok     time.Time // first output token
-	lastTok      time.Time // latest output token
+	firstTok     int64     // first output token (Unix ns)
+	lastTok      int64     // latest output token (Unix ns: decode runs compare it per request per step)
 	state        seqState
 	preempted    bool // preempted at least once (prefix stats count first admissions only)
 	done         bool // finished in the step being applied
@@ -336,7 +336,7 @@ func (e *Engine) Advance(now time.Time, emit func(Event)) {
 	for e.plan.active {
 		pl := &e.plan
 		if pl.run {
-			if done := pl.stepsBy(now, pl.steps); done > pl.applied {
+			if done := pl.stepsDone(now); done > pl.applied {
 				e.applyRun(done-pl.applied, emit)
 			}
 			if pl.applied < pl.steps {
@@ -718,12 +718,13 @@ func (e *Engine) applyRun(j int, emit func(Event)) {
 		// Inter-token gaps: a request's first step in this call may follow
 		// an older token (a request skipped by an earlier step's budget);
 		// every later step is one step duration for every request.
-		at1 := pl.start.Add(pl.offset(pl.applied + 1))
-		atN := pl.start.Add(pl.offset(pl.applied + bulk))
+		start := pl.start.UnixNano()
+		at1 := start + int64(pl.offset(pl.applied+1))
+		atN := start + int64(pl.offset(pl.applied+bulk))
 		d1 := pl.dur + time.Duration(pl.applied)*pl.delta // step applied+1
 		same := 0
 		for _, s := range e.running {
-			if g := at1.Sub(s.lastTok); g == d1 {
+			if g := time.Duration(at1 - s.lastTok); g == d1 {
 				same++
 			} else {
 				e.itl.observe(g)
@@ -773,24 +774,25 @@ func (e *Engine) sample(s *seq, t time.Time, emit func(Event)) {
 	s.outputs++
 	e.st.GenerationTokens++
 	cached := max(s.cached, 0)
+	tn := t.UnixNano()
 	switch {
 	case s.outputs == 1:
 		e.st.PromptTokens += uint64(s.req.Prompt.Tokens)
 		e.ttft.observe(t.Sub(s.arrival))
-		s.firstTok = t
+		s.firstTok = tn
 		emit(Event{Kind: FirstToken, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: 1})
 	case s.req.StreamTokens:
-		e.itl.observe(t.Sub(s.lastTok))
+		e.itl.observe(time.Duration(tn - s.lastTok))
 		emit(Event{Kind: Token, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
 	default:
-		e.itl.observe(t.Sub(s.lastTok))
+		e.itl.observe(time.Duration(tn - s.lastTok))
 	}
-	s.lastTok = t
+	s.lastTok = tn
 	if s.outputs >= s.req.MaxTokens {
 		e.st.Finished++
 		e.e2e.observe(t.Sub(s.arrival))
 		e.queue.observe(s.scheduled.Sub(s.arrival))
-		e.prefill.observe(s.firstTok.Sub(s.scheduled))
+		e.prefill.observe(time.Duration(s.firstTok - s.scheduled.UnixNano()))
 		e.freeBlocks(s)
 		s.done = true
 		emit(Event{Kind: Finished, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
@@ -897,6 +899,23 @@ func (pl *plan) stepsBy(t time.Time, limit int) int {
 		j++
 	}
 	return j
+}
+
+// stepsDone is stepsBy(t, steps) with a fast path for the common call: a
+// driver advancing to the next step boundary (or not yet reaching it).
+func (pl *plan) stepsDone(t time.Time) int {
+	if pl.applied >= pl.steps {
+		return pl.steps
+	}
+	d := t.Sub(pl.start)
+	next := pl.applied + 1
+	if pl.offset(next) > d {
+		return pl.applied
+	}
+	if next == pl.steps || pl.offset(next+1) > d {
+		return next
+	}
+	return pl.stepsBy(t, pl.steps)
 }
 
 // stepsUntil is the fewest steps whose end is at least d (> 0) after the

@@ -117,7 +117,7 @@ func (p Profile) Validate() error {
 // stepTime is the step-time model (no slowdown) for a step with seqs
 // requests, tokens batched tokens, halfPairs = Σ n*(2c+n) over its prefill
 // chunks and ctx context tokens read by its decoding requests.
-func (p Profile) stepTime(seqs, tokens int, halfPairs, ctx int64) time.Duration {
+func (p *Profile) stepTime(seqs, tokens int, halfPairs, ctx int64) time.Duration {
 	return p.StepBase + time.Duration(seqs)*p.StepPerSeq + time.Duration(tokens)*p.StepPerToken +
 		time.Duration(int64(p.StepPerAttention)*halfPairs/2000) + time.Duration(ctx)*p.StepPerContextToken
 }
