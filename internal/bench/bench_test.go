@@ -178,3 +178,45 @@ func BenchmarkRun(b *testing.B) {
 		})
 	}
 }
+
+// TestReportMetrics: on an open-loop workload every policy is offered the
+// same requests, so the cache ceiling is the same for all and no policy's
+// hit rate exceeds it; on longshort the TTFT classes add up, short requests
+// are faster than long ones and the slowdown quantiles are ordered.
+func TestReportMetrics(t *testing.T) {
+	run := func(wl string) *Report {
+		rep, err := Run(context.Background(), testOptions(t, wl, 3, 2*time.Minute, "rr", "sticky", "prefix-tree"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	t.Run("cache ceiling", func(t *testing.T) {
+		rep := run("oneshot")
+		ceiling := rep.Results[0].CacheCeiling
+		if ceiling <= 0 || ceiling > 1 {
+			t.Fatalf("cache ceiling %v", ceiling)
+		}
+		for _, r := range rep.Results {
+			if r.CacheCeiling != ceiling {
+				t.Errorf("%s: ceiling %v, %s's %v: the same requests must give the same ceiling", r.Policy, r.CacheCeiling, rep.Results[0].Policy, ceiling)
+			}
+			if r.PrefixHitRate > r.CacheCeiling {
+				t.Errorf("%s: hit rate %v above the ceiling %v", r.Policy, r.PrefixHitRate, r.CacheCeiling)
+			}
+		}
+	})
+	t.Run("classes and slowdown", func(t *testing.T) {
+		for _, r := range run("longshort").Results {
+			if r.ShortRequests+r.LongRequests != r.Requests-r.Failed-r.Rejected || r.ShortRequests == 0 || r.LongRequests == 0 {
+				t.Errorf("%s: %d short + %d long, %d requests", r.Policy, r.ShortRequests, r.LongRequests, r.Requests)
+			}
+			if r.TTFTShort.P50 >= r.TTFTLong.P50 {
+				t.Errorf("%s: short TTFT p50 %v not below long %v", r.Policy, r.TTFTShort.P50, r.TTFTLong.P50)
+			}
+			if s := r.TTFTSlowdown; s.P50 < 0.5 || s.P50 > s.P90 || s.P90 > s.P99 {
+				t.Errorf("%s: slowdown %+v", r.Policy, s)
+			}
+		}
+	})
+}

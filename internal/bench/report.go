@@ -59,11 +59,26 @@ type Result struct {
 	E2E                Percentiles `json:"e2e_seconds"`
 	OutputTokensPerSec float64     `json:"output_tokens_per_second"`
 	PrefixHitRate      float64     `json:"prefix_cache_hit_rate"`
-	PrefillTokens      uint64      `json:"prefill_tokens_computed"`
-	Preemptions        uint64      `json:"preemptions"`
-	ImbalanceIndex     float64     `json:"imbalance_index"`
-	MaxReplicaShare    float64     `json:"max_replica_share"`
-	Turns2             *TurnStats  `json:"turns_2plus,omitempty"`
+	// CacheCeiling is the hit rate of one LRU cache as large as the whole
+	// fleet's KV cache, fed this run's routed prompts in arrival order: the
+	// most any routing could reach on this traffic.
+	CacheCeiling    float64    `json:"cache_ceiling_hit_rate"`
+	PrefillTokens   uint64     `json:"prefill_tokens_computed"`
+	Preemptions     uint64     `json:"preemptions"`
+	ImbalanceIndex  float64    `json:"imbalance_index"`
+	MaxReplicaShare float64    `json:"max_replica_share"`
+	Turns2          *TurnStats `json:"turns_2plus,omitempty"`
+
+	// TTFTSlowdown is each request's TTFT divided by its TTFT alone on an
+	// idle replica with an empty cache (engine.Profile.IsolatedTTFT): how
+	// much routing and queueing added. A ratio, not seconds; below 1 when a
+	// cache hit beat the cold prefill.
+	TTFTSlowdown Percentiles `json:"ttft_slowdown"`
+	// TTFTShort and TTFTLong split TTFT by prompt size (LongPromptTokens).
+	TTFTShort     Percentiles `json:"ttft_short_seconds"`
+	TTFTLong      Percentiles `json:"ttft_long_seconds"`
+	ShortRequests int         `json:"short_requests"`
+	LongRequests  int         `json:"long_requests"`
 
 	RouteAffinity int    `json:"route_affinity"`
 	RouteLoad     int    `json:"route_load"`
@@ -111,13 +126,25 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tTTFT p50\tp90\tp99\te2e p50\tp99\tout tok/s\tcompleted\thit rate\tprefill tok\tpreempt\timbalance\tmax share\t")
+	fmt.Fprintln(tw, "policy\tTTFT p50\tp90\tp99\te2e p50\tp99\tout tok/s\tcompleted\thit rate\tceiling\tprefill tok\tpreempt\timbalance\tmax share\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%.1f%%\t%s\t%d\t%.2f\t%.1f%%\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%.1f%%\t%.1f%%\t%s\t%d\t%.2f\t%.1f%%\t\n",
 			r.Policy, fmtSec(r.TTFT.P50), fmtSec(r.TTFT.P90), fmtSec(r.TTFT.P99),
 			fmtSec(r.E2E.P50), fmtSec(r.E2E.P99), r.OutputTokensPerSec, r.Completed,
-			100*r.PrefixHitRate, fmtTokens(r.PrefillTokens), r.Preemptions,
+			100*r.PrefixHitRate, 100*r.CacheCeiling, fmtTokens(r.PrefillTokens), r.Preemptions,
 			r.ImbalanceIndex, 100*r.MaxReplicaShare)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nTTFT by prompt size (short < %d tokens) and slowdown (TTFT / TTFT alone on an idle replica):\n", LongPromptTokens)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tshort\tTTFT p50\tp99\tlong\tTTFT p50\tp99\tslowdown p50\tp90\tp99\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Policy,
+			r.ShortRequests, fmtClass(r.ShortRequests, r.TTFTShort.P50), fmtClass(r.ShortRequests, r.TTFTShort.P99),
+			r.LongRequests, fmtClass(r.LongRequests, r.TTFTLong.P50), fmtClass(r.LongRequests, r.TTFTLong.P99),
+			fmtRatio(r.TTFTSlowdown.P50), fmtRatio(r.TTFTSlowdown.P90), fmtRatio(r.TTFTSlowdown.P99))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -171,6 +198,22 @@ func fmtSec(s float64) string {
 	default:
 		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
 	}
+}
+
+// fmtClass formats a class's latency, "-" for an empty class.
+func fmtClass(n int, s float64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmtSec(s)
+}
+
+// fmtRatio formats a slowdown: 1.0x, 12x, 1234x.
+func fmtRatio(x float64) string {
+	if x < 10 {
+		return fmt.Sprintf("%.1fx", x)
+	}
+	return fmt.Sprintf("%.0fx", x)
 }
 
 func fmtDur(s float64) string {

@@ -16,7 +16,10 @@ func sampleReport() *Report {
 			Policy: policy, Requests: 100, Completed: 98, Finished: 100,
 			TTFT: Percentiles{P50: 0.2, P90: 0.8, P99: p99}, E2E: Percentiles{P50: 1.5, P90: 3, P99: 9},
 			OutputTokensPerSec: 1234.5, PrefixHitRate: hit, PrefillTokens: 1_234_567, Preemptions: 3,
-			ImbalanceIndex: 1.7, MaxReplicaShare: 0.31,
+			ImbalanceIndex: 1.7, MaxReplicaShare: 0.31, CacheCeiling: 0.75,
+			TTFTSlowdown: Percentiles{P50: 1.2, P90: 3, P99: 15},
+			TTFTShort:    Percentiles{P50: 0.1, P90: 0.3, P99: 0.9}, ShortRequests: 90,
+			TTFTLong: Percentiles{P50: 5, P90: 7, P99: 9}, LongRequests: 10,
 			Turns2:             &TurnStats{Requests: 40, TTFT: Percentiles{P50: 0.1, P90: 0.2, P99: 0.3}, PromptTokens: 1000, CachedTokens: 800, PrefillTokens: 200},
 			TTFTQuantiles:      []Quantile{{0.5, 0.2}, {0.9, 0.8}, {0.99, p99}, {1, p99 * 2}},
 			ShareWindowSeconds: 10,
@@ -57,7 +60,8 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"policy", "rr", "llmlb", "4.20s", "650ms", "turns 2+", "80.0%"} {
+	for _, want := range []string{"policy", "rr", "llmlb", "4.20s", "650ms", "turns 2+", "80.0%",
+		"ceiling", "75.0%", "short < 8192 tokens", "1.2x", "15x", "900ms", "9.00s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -13,6 +13,11 @@ import (
 // chartPoints bounds the number of windows kept for the traffic-share chart.
 const chartPoints = 120
 
+// LongPromptTokens splits requests into classes for ttft_short_seconds and
+// ttft_long_seconds: a prompt of at least this many tokens is long (seed
+// 000's picture: short requests stuck behind long prefills).
+const LongPromptTokens = 8192
+
 // accumulator collects one run's measurements as events happen.
 type accumulator struct {
 	replicas int
@@ -25,6 +30,12 @@ type accumulator struct {
 	pinDecisions                     map[string]int
 
 	ttft, e2e, ttft2 []float64 // seconds
+	ttftShort        []float64 // seconds, prompts under LongPromptTokens
+	ttftLong         []float64 // seconds, the others
+	slowdown         []float64 // TTFT / the prompt's TTFT alone on an idle, empty replica
+
+	profile engine.Profile // for the isolated TTFT
+	ceiling *ceilingCache  // the cache ceiling, fed every routed request
 
 	turn2Prompt, turn2Cached uint64 // prompt / cached tokens of finished turns 2+
 
@@ -41,6 +52,8 @@ func (a *accumulator) init(n int, o *Options) {
 	a.perReplica = make([]float64, n)
 	a.reasons = map[balancer.Reason]int{}
 	a.pinDecisions = map[string]int{}
+	a.profile = o.Profile
+	a.ceiling = newCeilingCache(n * o.Profile.Blocks())
 	windows := int((o.Duration + o.ShareWindow - 1) / o.ShareWindow)
 	a.routedTokens = make([][]float64, 0, windows)
 }
@@ -54,6 +67,7 @@ func (a *accumulator) routed(i int, at time.Duration, req *workload.Request, res
 	a.routedTokens[w][i] += tok
 	a.perReplica[i] += tok
 	a.reasons[res.Reason]++
+	a.ceiling.feed(req.Prompt)
 	if ex := &res.Explanation; ex.PinKind != "" || ex.PinDecision != "" {
 		a.pinDecisions[ex.PinKind+": "+ex.PinDecision]++
 	}
@@ -64,12 +78,26 @@ func (a *accumulator) done(f *flight, at time.Duration, ev engine.Event, duratio
 	if at <= duration {
 		a.completedInDuration++
 	}
-	a.ttft = append(a.ttft, f.firstToken.Seconds())
+	a.firstToken(f.req, f.firstToken)
 	a.e2e = append(a.e2e, (at - f.arrived).Seconds())
 	if f.req.Turn >= 2 {
 		a.ttft2 = append(a.ttft2, f.firstToken.Seconds())
 		a.turn2Prompt += uint64(f.req.Prompt.Tokens)
 		a.turn2Cached += uint64(min(ev.CachedTokens, f.req.Prompt.Tokens))
+	}
+}
+
+// firstToken records a request's TTFT in the overall, per-class and
+// slowdown distributions.
+func (a *accumulator) firstToken(req *workload.Request, ttft time.Duration) {
+	a.ttft = append(a.ttft, ttft.Seconds())
+	if req.Prompt.Tokens < LongPromptTokens {
+		a.ttftShort = append(a.ttftShort, ttft.Seconds())
+	} else {
+		a.ttftLong = append(a.ttftLong, ttft.Seconds())
+	}
+	if alone := a.profile.IsolatedTTFT(req.Prompt.Tokens); alone > 0 {
+		a.slowdown = append(a.slowdown, float64(ttft)/float64(alone))
 	}
 }
 
@@ -86,7 +114,7 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		if ttft < 0 {
 			ttft = end - f.arrived
 		}
-		a.ttft = append(a.ttft, ttft.Seconds())
+		a.firstToken(f.req, ttft)
 		a.e2e = append(a.e2e, (end - f.arrived).Seconds())
 		if f.req.Turn >= 2 {
 			a.ttft2 = append(a.ttft2, ttft.Seconds())
@@ -95,6 +123,9 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 	slices.Sort(a.ttft)
 	slices.Sort(a.e2e)
 	slices.Sort(a.ttft2)
+	slices.Sort(a.ttftShort)
+	slices.Sort(a.ttftLong)
+	slices.Sort(a.slowdown)
 
 	var hit, query, prefill, preempt uint64
 	for _, e := range r.eng {
@@ -118,6 +149,12 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		E2E:                percentiles(a.e2e),
 		OutputTokensPerSec: float64(a.generatedAtEnd) / r.opts.Duration.Seconds(),
 		PrefixHitRate:      ratio(float64(hit), float64(query)),
+		CacheCeiling:       a.ceiling.hitRate(),
+		TTFTSlowdown:       percentiles(a.slowdown),
+		TTFTShort:          percentiles(a.ttftShort),
+		TTFTLong:           percentiles(a.ttftLong),
+		ShortRequests:      len(a.ttftShort),
+		LongRequests:       len(a.ttftLong),
 		PrefillTokens:      prefill,
 		Preemptions:        preempt,
 		ImbalanceIndex:     imbalanceIndex(a.routedTokens, a.replicas),

@@ -168,7 +168,7 @@ func BenchmarkEngineDecodeStep(b *testing.B) {
 			refill()
 			continue
 		}
-		e.Advance(pl.start.Add(time.Duration(pl.applied+1)*pl.dur), emit)
+		e.Advance(pl.start.Add(pl.offset(pl.applied+1)), emit)
 	}
 }
 

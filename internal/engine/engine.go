@@ -14,14 +14,19 @@
 //
 // Time: the engine's clock is the end of the last completed step. A step's
 // composition is fixed when it starts; a request added while a step runs
-// joins at the next step boundary. Runs of identical pure-decode steps are
-// fast-forwarded in one go; the events they produce are exactly those of
-// the step-by-step simulation.
+// joins at the next step boundary. A step's duration grows with its batched
+// tokens, with the attention work of its prefill chunks (quadratic in the
+// context) and with the context its decoding requests read (see Profile).
+// Runs of pure-decode steps over the same requests are fast-forwarded in one
+// go: their durations grow by a constant each step (every request's context
+// grows by one token), so the run's timing has a closed form and the events
+// are exactly those of the step-by-step simulation.
 package engine
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -149,8 +154,8 @@ type seq struct {
 	promptBlocks int       // full prompt blocks that have a hash
 	cached       int       // prompt tokens hit at first admission; -1 before
 	scheduled    time.Time // first admission into the running batch; zero before
-	firstTok     time.Time // first output token
-	lastTok      time.Time // latest output token
+	firstTok     int64     // first output token (Unix ns)
+	lastTok      int64     // latest output token (Unix ns: decode runs compare it per request per step)
 	state        seqState
 	preempted    bool // preempted at least once (prefix stats count first admissions only)
 	done         bool // finished in the step being applied
@@ -169,7 +174,8 @@ type entry struct {
 type plan struct {
 	active bool
 	start  time.Time
-	dur    time.Duration // of one step
+	dur    time.Duration // of the first step
+	delta  time.Duration // each later step of a run lasts delta more than the one before
 	// steps is the number of steps in the plan; more than one only for a
 	// run of pure-decode steps over all running requests.
 	steps     int
@@ -184,7 +190,8 @@ type plan struct {
 // owner serialises calls.
 type Engine struct {
 	profile  Profile
-	err      error // the profile's validation error, returned by Add
+	coef     Profile // profile with its step times scaled by the slowdown
+	err      error   // the profile's validation error, returned by Add
 	kv       *kvCache
 	slowdown float64
 
@@ -224,6 +231,7 @@ type Engine struct {
 func New(p Profile) *Engine {
 	e := &Engine{
 		profile:  p,
+		coef:     p,
 		slowdown: 1,
 		seqs:     make(map[uint64]*seq),
 		ttft:     newHist(TTFTBuckets),
@@ -328,7 +336,7 @@ func (e *Engine) Advance(now time.Time, emit func(Event)) {
 	for e.plan.active {
 		pl := &e.plan
 		if pl.run {
-			if done := stepsBy(pl.start, pl.dur, now, pl.steps); done > pl.applied {
+			if done := pl.stepsDone(now); done > pl.applied {
 				e.applyRun(done-pl.applied, emit)
 			}
 			if pl.applied < pl.steps {
@@ -341,7 +349,7 @@ func (e *Engine) Advance(now time.Time, emit func(Event)) {
 			}
 			e.applyStep(end, emit)
 		}
-		end := pl.start.Add(time.Duration(pl.steps) * pl.dur)
+		end := pl.start.Add(pl.offset(pl.steps))
 		e.steps += uint64(pl.steps)
 		pl.active = false
 		e.clock = end
@@ -363,9 +371,9 @@ func (e *Engine) NextEvent() (t time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	if pl.run && !pl.streamers {
-		return pl.start.Add(time.Duration(pl.steps) * pl.dur), true
+		return pl.start.Add(pl.offset(pl.steps)), true
 	}
-	return pl.start.Add(time.Duration(pl.applied+1) * pl.dur), true
+	return pl.start.Add(pl.offset(pl.applied + 1)), true
 }
 
 // SetSlowdown multiplies every step's duration by factor (>= 1; fault injection).
@@ -376,6 +384,7 @@ func (e *Engine) SetSlowdown(factor float64) {
 	}
 	e.truncate(e.lastNow)
 	e.slowdown = factor
+	e.coef = e.profile.scaled(factor)
 }
 
 // Stats returns the counters as of the last Advance.
@@ -411,7 +420,7 @@ func (e *Engine) truncate(t time.Time) {
 	}
 	m := pl.applied + 1
 	if d := t.Sub(pl.start); d > 0 {
-		m = max(m, int((d+pl.dur-1)/pl.dur))
+		m = max(m, pl.stepsUntil(d, pl.steps))
 	}
 	if m < pl.steps {
 		pl.steps = m
@@ -444,6 +453,7 @@ func (e *Engine) planStep(b time.Time) bool {
 	budget := e.profile.MaxNumBatchedTokens
 	ents := pl.entries[:0]
 	tokens := 0
+	var w work
 	preempted := false
 	decodeOnly := true
 
@@ -469,6 +479,7 @@ func (e *Engine) planStep(b time.Time) bool {
 			decodeOnly = false
 		}
 		e.commit(s, n)
+		w.add(s, n)
 		ents = append(ents, entry{s, n})
 		budget -= n
 		tokens += n
@@ -496,6 +507,7 @@ func (e *Engine) planStep(b time.Time) bool {
 			e.whead++
 			s.state = stRunning
 			e.running = append(e.running, s)
+			w.add(s, n)
 			ents = append(ents, entry{s, n})
 			budget -= n
 			tokens += n
@@ -510,11 +522,15 @@ func (e *Engine) planStep(b time.Time) bool {
 	e.plans++
 	pl.active = true
 	pl.start = b
-	pl.dur = e.stepTime(len(ents), tokens)
+	pl.dur = e.stepTime(len(ents), tokens, w)
+	pl.delta = 0
 	pl.steps, pl.applied, pl.scheduled = 1, 0, 1
 	pl.run = false
 	if decodeOnly && allRunning && !preempted && !admitted && !e.noRuns {
-		if k := e.runLength(b, pl.dur, blocked); k > 1 {
+		// Every later step of the run reads one more token of context per
+		// request: its duration is exactly delta more (integer arithmetic).
+		pl.delta = time.Duration(len(ents)) * e.coef.StepPerContextToken
+		if k := e.runLength(b, blocked); k > 1 {
 			pl.steps = k
 			pl.run = true
 			pl.streamers = false
@@ -532,7 +548,7 @@ func (e *Engine) planStep(b time.Time) bool {
 // a known pending arrival joins. blocked says the waiting head was refused at
 // b; it stays refused during the run (free blocks only shrink, slots and
 // budget stay the same), so it does not limit the run.
-func (e *Engine) runLength(b time.Time, dur time.Duration, blocked bool) int {
+func (e *Engine) runLength(b time.Time, blocked bool) int {
 	k := e.profile.MaxModelLen
 	for _, s := range e.running {
 		k = min(k, s.req.MaxTokens-s.outputs)
@@ -540,7 +556,7 @@ func (e *Engine) runLength(b time.Time, dur time.Duration, blocked bool) int {
 	if !blocked {
 		for i := e.whead; i < len(e.waiting); i++ {
 			if a := e.waiting[i].arrival; a.After(b) {
-				k = min(k, max(1, int((a.Sub(b)+dur-1)/dur)))
+				k = min(k, e.plan.stepsUntil(a.Sub(b), k))
 				break
 			}
 		}
@@ -702,21 +718,24 @@ func (e *Engine) applyRun(j int, emit func(Event)) {
 		// Inter-token gaps: a request's first step in this call may follow
 		// an older token (a request skipped by an earlier step's budget);
 		// every later step is one step duration for every request.
-		at1 := pl.start.Add(time.Duration(pl.applied+1) * pl.dur)
-		atN := pl.start.Add(time.Duration(pl.applied+bulk) * pl.dur)
+		start := pl.start.UnixNano()
+		at1 := start + int64(pl.offset(pl.applied+1))
+		atN := start + int64(pl.offset(pl.applied+bulk))
+		d1 := pl.dur + time.Duration(pl.applied)*pl.delta // step applied+1
 		same := 0
 		for _, s := range e.running {
-			if g := at1.Sub(s.lastTok); g == pl.dur {
+			if g := time.Duration(at1 - s.lastTok); g == d1 {
 				same++
 			} else {
 				e.itl.observe(g)
 			}
 			s.lastTok = atN
 		}
-		e.itl.observeN(pl.dur, uint64(same+(bulk-1)*len(e.running)))
+		e.itl.observeN(d1, uint64(same))
+		e.itl.observeRamp(d1+pl.delta, pl.delta, bulk-1, uint64(len(e.running)))
 		if pl.streamers {
 			for k := 1; k <= bulk; k++ {
-				at := pl.start.Add(time.Duration(pl.applied+k) * pl.dur)
+				at := pl.start.Add(pl.offset(pl.applied + k))
 				for _, s := range e.running {
 					s.outputs++
 					if s.req.StreamTokens {
@@ -743,7 +762,7 @@ func (e *Engine) applyRun(j int, emit func(Event)) {
 	}
 	pl.applied = target
 	if last {
-		at := pl.start.Add(time.Duration(pl.steps) * pl.dur)
+		at := pl.start.Add(pl.offset(pl.steps))
 		for _, s := range e.running {
 			e.sample(s, at, emit)
 		}
@@ -755,24 +774,25 @@ func (e *Engine) sample(s *seq, t time.Time, emit func(Event)) {
 	s.outputs++
 	e.st.GenerationTokens++
 	cached := max(s.cached, 0)
+	tn := t.UnixNano()
 	switch {
 	case s.outputs == 1:
 		e.st.PromptTokens += uint64(s.req.Prompt.Tokens)
 		e.ttft.observe(t.Sub(s.arrival))
-		s.firstTok = t
+		s.firstTok = tn
 		emit(Event{Kind: FirstToken, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: 1})
 	case s.req.StreamTokens:
-		e.itl.observe(t.Sub(s.lastTok))
+		e.itl.observe(time.Duration(tn - s.lastTok))
 		emit(Event{Kind: Token, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
 	default:
-		e.itl.observe(t.Sub(s.lastTok))
+		e.itl.observe(time.Duration(tn - s.lastTok))
 	}
-	s.lastTok = t
+	s.lastTok = tn
 	if s.outputs >= s.req.MaxTokens {
 		e.st.Finished++
 		e.e2e.observe(t.Sub(s.arrival))
 		e.queue.observe(s.scheduled.Sub(s.arrival))
-		e.prefill.observe(s.firstTok.Sub(s.scheduled))
+		e.prefill.observe(time.Duration(s.firstTok - s.scheduled.UnixNano()))
 		e.freeBlocks(s)
 		s.done = true
 		emit(Event{Kind: Finished, ID: s.req.ID, At: t, CachedTokens: cached, OutputTokens: s.outputs})
@@ -825,24 +845,84 @@ func (e *Engine) compactWaiting() {
 	}
 }
 
-// stepTime is the model's duration of a step with seqs requests and tokens
-// batched tokens.
-func (e *Engine) stepTime(seqs, tokens int) time.Duration {
-	p := e.profile
-	d := p.StepBase + time.Duration(seqs)*p.StepPerSeq + time.Duration(tokens)*p.StepPerToken
-	if e.slowdown != 1 {
-		d = time.Duration(float64(d) * e.slowdown)
-	}
-	return max(d, time.Nanosecond)
+// work is a step's attention work beyond its token count.
+type work struct {
+	halfPairs int64 // twice the (query, key) pairs its prefill chunks attend
+	ctx       int64 // context tokens its decoding requests read
 }
 
-// stepsBy is how many of a plan's steps (at most limit) end at or before t.
-func stepsBy(start time.Time, dur time.Duration, t time.Time, limit int) int {
-	d := t.Sub(start)
-	if d < dur {
+// add counts s's share of n tokens, already committed: a decode token reads
+// the request's whole context (KV bytes / memory bandwidth); a prefill chunk
+// of n tokens after c computed ones attends n*(c + n/2) pairs (causal), so a
+// chunk after a cached prefix pays for attending to it.
+func (w *work) add(s *seq, n int) {
+	if n == 1 && s.outputs > 0 && s.computed == s.tokens() {
+		w.ctx += int64(s.computed)
+		return
+	}
+	c := int64(s.computed - n)
+	w.halfPairs += int64(n) * (2*c + int64(n))
+}
+
+// stepTime is the model's duration of a step with seqs requests, tokens
+// batched tokens and work w, at the current slowdown.
+func (e *Engine) stepTime(seqs, tokens int, w work) time.Duration {
+	return max(e.coef.stepTime(seqs, tokens, w.halfPairs, w.ctx), time.Nanosecond)
+}
+
+// offset is the time from the plan's start to the end of its j-th step: a
+// run's steps last dur, dur+delta, dur+2*delta, ...
+func (pl *plan) offset(j int) time.Duration {
+	jj := time.Duration(j)
+	return jj*pl.dur + pl.delta*(jj*(jj-1)/2)
+}
+
+// stepsBy is how many of the plan's steps (at most limit) end at or before t.
+func (pl *plan) stepsBy(t time.Time, limit int) int {
+	d := t.Sub(pl.start)
+	if d < pl.dur {
 		return 0
 	}
-	return int(min(int64(d/dur), int64(limit)))
+	if pl.delta == 0 {
+		return int(min(int64(d/pl.dur), int64(limit)))
+	}
+	// Solve j*dur + delta*j*(j-1)/2 = d for j, then correct the float
+	// estimate with exact integer comparisons.
+	a := float64(pl.delta) / 2
+	b := float64(pl.dur) - a
+	est := (-b + math.Sqrt(b*b+4*a*float64(d))) / (2 * a)
+	j := int(min(max(est, 0), float64(limit)))
+	for j > 0 && pl.offset(j) > d {
+		j--
+	}
+	for j < limit && pl.offset(j+1) <= d {
+		j++
+	}
+	return j
+}
+
+// stepsDone is stepsBy(t, steps) with a fast path for the common call: a
+// driver advancing to the next step boundary (or not yet reaching it).
+func (pl *plan) stepsDone(t time.Time) int {
+	if pl.applied >= pl.steps {
+		return pl.steps
+	}
+	d := t.Sub(pl.start)
+	next := pl.applied + 1
+	if pl.offset(next) > d {
+		return pl.applied
+	}
+	if next == pl.steps || pl.offset(next+1) > d {
+		return next
+	}
+	return pl.stepsBy(t, pl.steps)
+}
+
+// stepsUntil is the fewest steps whose end is at least d (> 0) after the
+// plan's start: the step boundary at which something happening at start+d
+// takes effect. It is at most limit+1.
+func (pl *plan) stepsUntil(d time.Duration, limit int) int {
+	return pl.stepsBy(pl.start.Add(d-1), limit) + 1
 }
 
 // blocksFor is the number of blocks that hold n tokens.

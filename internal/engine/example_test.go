@@ -41,7 +41,7 @@ func Example() {
 	st := e.Stats()
 	fmt.Printf("finished %d, prefix cache hits %d of %d tokens\n", st.Finished, st.PrefixHitTokens, st.PrefixQueryTokens)
 	// Output:
-	// request 1: TTFT 104.238ms, 0 of 2018 prompt tokens cached
-	// request 2: TTFT 21.582ms, 2016 of 2018 prompt tokens cached
+	// request 1: TTFT 48.559826ms, 0 of 2018 prompt tokens cached
+	// request 2: TTFT 22.526653ms, 2016 of 2018 prompt tokens cached
 	// finished 2, prefix cache hits 2016 of 4036 tokens
 }

@@ -29,9 +29,9 @@ func TestGoldenBehaviour(t *testing.T) {
 		blocks int
 		want   uint64
 	}{
-		{21, 150, 0x023b999403a1ab00},
-		{22, 300, 0x565f9f227ed6b140},
-		{23, 1000, 0xa2c25061b0f05022},
+		{21, 150, 0x330819d9a75b6da5},
+		{22, 300, 0xa31fb25af9b2f0b0},
+		{23, 1000, 0xd9386b502d677b8e},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("seed%d/blocks%d", tt.seed, tt.blocks), func(t *testing.T) {
@@ -39,6 +39,8 @@ func TestGoldenBehaviour(t *testing.T) {
 			p.MaxNumSeqs = 6
 			p.KVCacheTokens = tt.blocks * tokenize.BlockSize
 			p.MaxNumBatchedTokens = 512
+			p.StepPerAttention = 333 * time.Nanosecond
+			p.StepPerContextToken = 41 * time.Nanosecond
 			e := New(p)
 			var ops []op
 			for _, o := range randomOps(tt.seed, 300) {
@@ -55,7 +57,7 @@ func TestGoldenBehaviour(t *testing.T) {
 	t.Run("agentic-10min", func(t *testing.T) {
 		p, _ := Lookup(DefaultProfile)
 		e := agenticHour(t, p, 48, 10*time.Minute)
-		if got, want := eventDigest(nil, e.Stats()), uint64(0x38e991f6e85420e5); got != want {
+		if got, want := eventDigest(nil, e.Stats()), uint64(0x4351e7a910a74197); got != want {
 			t.Errorf("digest %#x, want %#x", got, want)
 		}
 	})
