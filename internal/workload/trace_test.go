@@ -11,17 +11,17 @@ import (
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
-// tracePath finds a shared sample trace ($LLMLB_TRACES or ../../../shared/traces)
-// and skips the test when the file is absent.
+// tracePath finds a sample trace in the repository's traces/ (or
+// $LLMLB_TRACES, to try others); the repository's are always there.
 func tracePath(t testing.TB, name string) string {
 	t.Helper()
 	dir := os.Getenv("LLMLB_TRACES")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "traces")
+		dir = filepath.Join("..", "..", "traces")
 	}
 	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("sample trace %s absent (set LLMLB_TRACES to its directory): %v", p, err)
+		t.Fatalf("sample trace %s: %v", p, err)
 	}
 	return p
 }
@@ -35,7 +35,7 @@ func TestSampleTraces(t *testing.T) {
 		span       time.Duration // last arrival, roughly
 		sharing    bool
 	}{
-		// Figures from ../shared/traces/README.md.
+		// Figures from traces/README.md.
 		{"mooncake_synthetic_trace.jsonl", 3993, 15325.48, 149.12, 17 * time.Minute, true},
 		{"azure_llm_inference_2023_code.csv", 8819, 2047.85, 27.88, 57 * time.Minute, false},
 	}
