@@ -77,11 +77,11 @@ type Dashboard struct {
 	decisions   decisionRing
 	ttft        []ttftSample // ring of ttftSamples
 	ttftNext    int
-	seconds     [60]secondSlot    // per-second counters (requests/s, 5xx)
-	share       []shareBucket     // traffic-share history ring
-	transitions []Transition      // ring of the latest health transitions
-	transNext   int               // next slot of transitions
-	transSeen   int               // transitions recorded (to know the ring's fill)
+	seconds     [60]secondSlot // per-second counters (requests/s, 5xx)
+	share       []shareBucket  // traffic-share history ring
+	transitions []Transition   // ring of the latest health transitions
+	transNext   int            // next slot of transitions
+	transSeen   int            // transitions recorded (to know the ring's fill)
 	prefix      map[string][]hitSample
 
 	pub         sync.Mutex // guards latest
