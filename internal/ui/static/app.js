@@ -98,9 +98,9 @@ function renderKPIs(f) {
   $('k-samples').textContent = f.ttft_samples + ' first bytes';
   $('k-imb').textContent = f.imbalance_index ? f.imbalance_index.toFixed(2) : '-';
   $('k-states').innerHTML = `<span class="badge st-LIVE">${SYMBOL.LIVE} ${f.live} LIVE</span> ` +
-    `<span class="badge st-PROBING">${SYMBOL.PROBING} ${f.probing}</span> ` +
-    `<span class="badge st-EJECTED">${SYMBOL.EJECTED} ${f.ejected}</span>`;
-  $('k-draining').textContent = f.draining ? f.draining + ' draining' : 'live · probing · ejected';
+    `<span class="badge st-PROBING">${SYMBOL.PROBING} ${f.probing} PROBING</span> ` +
+    `<span class="badge st-EJECTED">${SYMBOL.EJECTED} ${f.ejected} EJECTED</span>`;
+  $('k-draining').textContent = f.draining ? f.draining + ' draining (no new traffic)' : 'none draining';
   $('k-errors').textContent = f.server_errors_per_minute + f.stream_errors_per_minute;
   $('k-answered').textContent = `${f.server_errors_per_minute} 5xx, ${f.stream_errors_per_minute} broken streams of ${f.answered_per_minute}`;
 }
