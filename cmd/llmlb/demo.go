@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
@@ -33,53 +33,105 @@ type demoOptions struct {
 	flapFor     time.Duration
 	flapPeriod  time.Duration
 	logLevel    string
+	logFile     string
 	policy      string
+	plain       bool
+	serveHealth bool
 }
 
-func runDemo(ctx context.Context, args []string) error {
-	var o demoOptions
+// The demo's health timings: faster than serve's defaults so that the flap
+// episode, from ejection back to LIVE, fits in the first minute.
+const (
+	demoScrapeInterval = time.Second      // serve: 3 s
+	demoBaseCooldown   = 10 * time.Second // serve: 30 s
+	demoProbingWindow  = 10 * time.Second // serve: 15 s
+)
+
+const demoUsage = `usage: llmlb demo [flags]
+
+A zero-configuration first run: a simulated fleet of vLLM replicas in this
+process, the balancer in front of it (with its live dashboard at /ui), and
+agent-like traffic (users with sessions, shared system prompts, bursts of
+streaming requests). On a terminal it redraws one screen in place: the
+replica table, decisions per second, and the current episode; part-way
+through one replica flaps and you watch it go EJECTED -> PROBING -> LIVE.
+--plain (the default when stdout is not a terminal) prints one line per tick.
+The balancer's logs go to a file whose name is printed. Ctrl-C stops it.
+
+The demo scrapes every %s and cools an ejected replica down for %s with a
+%s probing window (serve's defaults: 3s, 30s, 15s; --serve-health uses them).
+
+examples:
+  llmlb demo
+  llmlb demo --policy llmlb-warm --users 20
+  llmlb demo --plain --duration 2m > demo.txt
+
+flags:
+`
+
+// demoFlags defines the flags of `llmlb demo` on o, with its help on out.
+func demoFlags(o *demoOptions, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, demoUsage, demoScrapeInterval, demoBaseCooldown, demoProbingWindow)
+		fs.PrintDefaults()
+	}
 	fs.IntVar(&o.replicas, "replicas", 4, "simulated replicas")
 	fs.StringVar(&o.profile, "profile", "2x3090-tp2", "simulated GPU profile (see docs/SIMULATOR.md)")
 	fs.StringVar(&o.model, "model", "sim-model", "model name the fleet serves")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "balancer address (a free port is taken if this one is busy)")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "admin address (a free port is taken if this one is busy)")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "admin and dashboard address (a free port is taken if this one is busy)")
 	fs.IntVar(&o.users, "users", 12, "simulated agent users")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
-	fs.DurationVar(&o.every, "every", 3*time.Second, "interval of the live summary")
-	fs.DurationVar(&o.flapAfter, "flap-after", 30*time.Second, "when the last replica starts to flap (0: never)")
-	fs.DurationVar(&o.flapFor, "flap-for", 45*time.Second, "how long it flaps before it recovers")
-	fs.DurationVar(&o.flapPeriod, "flap-period", 15*time.Second, "one down+up cycle of the flap")
-	fs.StringVar(&o.logLevel, "log-level", "info", "balancer log level on stderr: debug|info|warn|error")
+	fs.DurationVar(&o.every, "every", time.Second, "interval between redraws (or lines with --plain)")
+	fs.DurationVar(&o.flapAfter, "flap-after", 10*time.Second, "when the last replica starts to flap (0: never)")
+	fs.DurationVar(&o.flapFor, "flap-for", 10*time.Second, "how long it flaps before it recovers")
+	fs.DurationVar(&o.flapPeriod, "flap-period", 8*time.Second, "one down+up cycle of the flap")
+	fs.StringVar(&o.logLevel, "log-level", "info", "balancer log level: debug|info|warn|error")
+	fs.StringVar(&o.logFile, "log-file", "", "file for the balancer's logs (default: a new file in the temporary directory)")
 	fs.StringVar(&o.policy, "policy", "llmlb", "routing policy: llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree")
+	fs.BoolVar(&o.plain, "plain", !isTerminal(os.Stdout), "one line per tick instead of a redrawn screen (default when stdout is not a terminal)")
+	fs.BoolVar(&o.serveHealth, "serve-health", false, "use serve's default health timings (the flap episode then takes about 1.5 minutes)")
+	return fs
+}
+
+func runDemo(ctx context.Context, args []string) error {
+	var o demoOptions
+	fs := demoFlags(&o, os.Stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	return demo(ctx, o, os.Stdout)
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// demo runs the fleet, the balancer, the traffic and the screen (or the
+// plain lines) until ctx ends.
+func demo(ctx context.Context, o demoOptions, out io.Writer) error {
 	if o.replicas < 1 {
 		return errors.New("--replicas must be at least 1")
 	}
 	if o.every <= 0 {
 		return errors.New("--every must be positive")
 	}
-	if o.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.duration)
-		defer cancel()
-	}
-	return demo(ctx, o, os.Stdout, os.Stderr)
-}
-
-// demo runs the fleet, the balancer, the traffic and the summary until ctx ends.
-func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
-
 	cfg := config.Default()
 	if o.policy != "" {
 		cfg.Routing.Policy = o.policy
@@ -87,11 +139,23 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	if !o.serveHealth {
+		cfg.Scrape.Interval = demoScrapeInterval
+		cfg.Routing.Health.BaseCooldown = demoBaseCooldown
+		cfg.Routing.Health.ProbingWindow = demoProbingWindow
+	}
+
+	logFile, err := openDemoLog(o.logFile)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
 
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFleet()
 	fleet, err := simreplica.StartFleet(fleetCtx, simreplica.FleetOptions{
-		Replicas: o.replicas, Profile: o.profile, Model: o.model, Seed: 1,
+		Replicas: o.replicas, Profile: o.profile, Model: o.model, Seed: 1, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -120,24 +184,23 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	serverDone := make(chan error, 1)
 	go func() { serverDone <- srv.Run(serverCtx) }()
 
-	proxyURL := "http://" + proxyLn.Addr().String()
-	adminURL := "http://" + adminLn.Addr().String()
-	fmt.Fprintf(out, `llmlb demo: %d simulated %s replicas (model %q) behind the balancer (policy %s).
-  proxy:  %s   (OpenAI-compatible; try the curl below)
-  admin:  %s/admin/replicas   %s/admin/pins   %s/metrics
-  curl %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: me' \
-       -d '{"model":%q,"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
-%d agent users send bursts of streaming requests with shared system prompts.
-`, o.replicas, o.profile, o.model, srv.Balancer().Policy(), proxyURL, adminURL, adminURL, adminURL, proxyURL, o.model, o.users)
-	victim := fleet.Replicas[len(fleet.Replicas)-1]
-	if o.flapAfter > 0 && len(fleet.Replicas) > 1 {
-		fmt.Fprintf(out, "At %s replica %s starts to flap (down/up every %s) for %s: watch it get EJECTED, then PROBING, then LIVE.\n",
-			o.flapAfter, victim.Name(), o.flapPeriod, o.flapFor)
+	sc := &demoScreen{
+		ui: "http://" + adminLn.Addr().String() + "/ui", proxy: "http://" + proxyLn.Addr().String(),
+		admin: "http://" + adminLn.Addr().String(), logPath: logFile.Name(),
+		policy: srv.Balancer().Policy(), profile: o.profile, model: o.model, users: o.users,
+		replicas: o.replicas, ansi: !o.plain,
 	}
-	fmt.Fprintln(out, "Ctrl-C stops the demo.")
+	victim := fleet.Replicas[len(fleet.Replicas)-1]
+	flaps := o.flapAfter > 0 && len(fleet.Replicas) > 1
+	if flaps {
+		sc.episode = &episode{victim: victim.Name(), after: o.flapAfter, period: o.flapPeriod, length: o.flapFor}
+	}
+	if o.plain {
+		sc.writeHeader(out)
+	}
 
 	gen := traffic.New(traffic.Options{
-		BaseURL: proxyURL, Model: o.model, Users: o.users, Projects: 3,
+		BaseURL: sc.proxy, Model: o.model, Users: o.users, Projects: 3,
 		BurstMin: 1, BurstMax: 5, Turns: 8, Think: 2 * time.Second, MaxTokens: 64,
 		SystemPromptChars: 12000, Seed: 1,
 	})
@@ -147,9 +210,27 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	go func() { gen.Run(trafficCtx); close(trafficDone) }()
 
 	start := time.Now()
+	sc.start = start
 	tick := time.NewTicker(o.every)
 	defer tick.Stop()
 	flapping, recovered := false, false
+	draw := func() {
+		now := time.Now()
+		f := frame{elapsed: now.Sub(start), snap: srv.Dashboard().Snapshot(now), traffic: gen.Stats().Snapshot()}
+		if sc.episode != nil {
+			sc.episode.observe(start, f.snap.Transitions)
+		}
+		if o.plain {
+			sc.writeLine(out, f)
+		} else {
+			sc.writeScreen(out, f)
+		}
+	}
+	if !o.plain {
+		fmt.Fprint(out, ansiClear+ansiHideCursor)
+		defer fmt.Fprint(out, ansiShowCursor)
+		draw()
+	}
 loop:
 	for {
 		select {
@@ -162,25 +243,25 @@ loop:
 		case <-tick.C:
 		}
 		elapsed := time.Since(start)
-		if o.flapAfter > 0 && len(fleet.Replicas) > 1 {
+		if flaps {
 			if !flapping && elapsed >= o.flapAfter {
 				flapping = true
-				fmt.Fprintf(out, "\n>>> %s: replica %s starts to flap; streams in flight on it are cut and end with an SSE error event\n"+
-					"    (llmlb retries only before the first byte), requests not yet started fail over to other replicas\n",
-					elapsed.Round(time.Second), victim.Name())
+				sc.episode.flapping(elapsed)
+				logger.Info("demo: replica starts to flap", slog.String("replica", victim.Name()), slog.Duration("period", o.flapPeriod))
 				if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Flap, Period: o.flapPeriod}); err != nil {
 					return err
 				}
 			}
 			if flapping && !recovered && elapsed >= o.flapAfter+o.flapFor {
 				recovered = true
-				fmt.Fprintf(out, "\n>>> %s: replica %s recovers; it returns only through scrapes, PROBING and a clean window\n", elapsed.Round(time.Second), victim.Name())
+				sc.episode.recovered(elapsed)
+				logger.Info("demo: replica recovers", slog.String("replica", victim.Name()))
 				if err := victim.SetFault(simreplica.Fault{Mode: simreplica.None}); err != nil {
 					return err
 				}
 			}
 		}
-		printSummary(out, elapsed, srv, fleet, gen.Stats().Snapshot())
+		draw()
 	}
 
 	fmt.Fprintln(out, "\nstopping: letting in-flight requests finish...")
@@ -193,39 +274,25 @@ loop:
 		err = ferr
 	}
 	s := gen.Stats().Snapshot()
-	fmt.Fprintf(out, "done: %d requests, %d ok, %d failed\n", s.Requests, s.OK, s.Failed)
+	fmt.Fprintf(out, "done: %d requests, %d ok, %d failed; logs in %s\n", s.Requests, s.OK, s.Failed, logFile.Name())
 	return err
 }
 
-// printSummary writes one block of the live summary.
-func printSummary(out io.Writer, elapsed time.Duration, srv *server.Server, fleet *simreplica.Fleet, s traffic.Summary) {
-	now := time.Now()
-	reps := srv.Balancer().Replicas(now)
-	var total uint64
-	for _, r := range reps {
-		total += r.Requests
-	}
-	fmt.Fprintf(out, "\n[%s] requests %d (ok %d, failed %d)  ttfb p50 %s p99 %s  alerts %d\n",
-		elapsed.Round(time.Second), s.Requests, s.OK, s.Failed,
-		s.TTFBp50.Round(time.Millisecond), s.TTFBp99.Round(time.Millisecond), len(srv.Balancer().Alerts(now)))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "replica\tstate\teff.running\teff.waiting\tin-flight\tshare\tcache hit\tejections")
-	for _, r := range reps {
-		share := 0.0
-		if total > 0 {
-			share = float64(r.Requests) / float64(total)
+// openDemoLog opens the demo's log file: path, or a new file in the
+// temporary directory.
+func openDemoLog(path string) (*os.File, error) {
+	if path == "" {
+		f, err := os.CreateTemp("", "llmlb-demo-*.log")
+		if err != nil {
+			return nil, fmt.Errorf("log file: %w", err)
 		}
-		hit := "-"
-		if rep := fleet.Replica(r.Name); rep != nil {
-			st := rep.Stats()
-			if st.PrefixQueryTokens > 0 {
-				hit = fmt.Sprintf("%.0f%%", 100*float64(st.PrefixHitTokens)/float64(st.PrefixQueryTokens))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%d\t%.0f%%\t%s\t%d\n", r.Name, r.State,
-			r.EffectiveRunning, r.EffectiveWaiting, r.InFlight, 100*share, hit, r.Ejections)
+		return f, nil
 	}
-	tw.Flush()
+	f, err := os.OpenFile(filepath.Clean(path), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--log-file: %w", err)
+	}
+	return f, nil
 }
 
 // listenOrFree listens on addr, or on a free port of the same host if addr is

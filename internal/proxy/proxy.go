@@ -74,6 +74,10 @@ type Options struct {
 	Transitions func([]balancer.Transition)
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// Decisions receives every routing decision (attempt counts from 1),
+	// for the dashboard's list of recent decisions; nil ignores them. It is
+	// called on the request's goroutine and must return quickly.
+	Decisions func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int)
 	// ReadBodyTimeout bounds reading a request body (slow clients get 408);
 	// 0 means DefaultReadBodyTimeout. It is a wall-clock I/O deadline.
 	ReadBodyTimeout time.Duration
@@ -87,6 +91,7 @@ type Proxy struct {
 	apiKey      func(string) string
 	metrics     Recorder
 	transitions func([]balancer.Transition)
+	decisions   func(time.Time, *balancer.Reservation, *request.Profile, int)
 	log         *slog.Logger
 	now         func() time.Time
 	rp          *httputil.ReverseProxy
@@ -112,6 +117,7 @@ func New(opts Options) (*Proxy, error) {
 		apiKey:      opts.APIKey,
 		metrics:     opts.Metrics,
 		transitions: opts.Transitions,
+		decisions:   opts.Decisions,
 		log:         opts.Logger,
 		now:         opts.Now,
 		bodyTimeout: opts.ReadBodyTimeout,
@@ -278,6 +284,9 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof 
 			return
 		}
 		p.logDecision(ctx, res, prof, n)
+		if p.decisions != nil {
+			p.decisions(p.now(), res, prof, n+1)
+		}
 		a := p.try(w, r, body, res)
 		if !a.retry() {
 			return

@@ -38,6 +38,12 @@ type Result struct {
 	// Legacy is true when the KV cache usage came from vLLM's pre-0.12 name
 	// (vllm:gpu_cache_usage_perc).
 	Legacy bool
+	// PrefixCacheQueries and PrefixCacheHits are vLLM's prefix-cache
+	// counters (tokens queried and found cached since the replica started),
+	// for the dashboard's hit rate; PrefixCacheKnown is false when the
+	// replica exports neither.
+	PrefixCacheQueries, PrefixCacheHits float64
+	PrefixCacheKnown                    bool
 }
 
 // Fetcher reads one replica's load. It is the seam between the scraper loop
@@ -60,6 +66,10 @@ const (
 	metricWaiting      = "vllm:num_requests_waiting"
 	metricKVUsage      = "vllm:kv_cache_usage_perc"
 	metricKVUsageOld   = "vllm:gpu_cache_usage_perc" // before vLLM 0.12
+	metricPrefixQ      = "vllm:prefix_cache_queries_total"
+	metricPrefixH      = "vllm:prefix_cache_hits_total"
+	metricPrefixQOld   = "vllm:gpu_prefix_cache_queries_total" // before vLLM 0.12
+	metricPrefixHOld   = "vllm:gpu_prefix_cache_hits_total"
 	defaultTimeout     = time.Second
 	defaultMaxBodySize = 4 << 20
 )
@@ -196,6 +206,13 @@ func ParseMetrics(r io.Reader) (Result, error) {
 	} else if kv, n := sumCount(families[metricKVUsageOld]); n > 0 {
 		res.Snapshot.KVCacheUsage = kv / float64(n)
 		res.Legacy = true
+	}
+	if q, n := sumCount(families[metricPrefixQ]); n > 0 {
+		h, _ := sumCount(families[metricPrefixH])
+		res.PrefixCacheQueries, res.PrefixCacheHits, res.PrefixCacheKnown = q, h, true
+	} else if q, n := sumCount(families[metricPrefixQOld]); n > 0 {
+		h, _ := sumCount(families[metricPrefixHOld])
+		res.PrefixCacheQueries, res.PrefixCacheHits, res.PrefixCacheKnown = q, h, true
 	}
 	for _, v := range []float64{res.Snapshot.Running, res.Snapshot.Waiting, res.Snapshot.KVCacheUsage} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {

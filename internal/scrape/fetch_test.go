@@ -108,7 +108,15 @@ func TestFetch(t *testing.T) {
 		models  []string // when set, FetchModels is checked instead
 	}{
 		{name: "current names", handler: text(metricsCurrent),
-			want: Result{Snapshot: balancer.Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.25}}},
+			want: Result{Snapshot: balancer.Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.25},
+				PrefixCacheQueries: 12345, PrefixCacheKnown: true}},
+		{name: "prefix-cache counters", handler: text("vllm:num_requests_running 1\n" +
+			"vllm:prefix_cache_queries_total{engine=\"0\"} 800\nvllm:prefix_cache_queries_total{engine=\"1\"} 200\n" +
+			"vllm:prefix_cache_hits_total{engine=\"0\"} 600\nvllm:prefix_cache_hits_total{engine=\"1\"} 150\n"),
+			want: Result{Snapshot: balancer.Snapshot{Running: 1}, PrefixCacheQueries: 1000, PrefixCacheHits: 750, PrefixCacheKnown: true}},
+		{name: "prefix-cache counters, legacy names", handler: text("vllm:num_requests_running 1\n" +
+			"vllm:gpu_prefix_cache_queries_total 40\nvllm:gpu_prefix_cache_hits_total 10\n"),
+			want: Result{Snapshot: balancer.Snapshot{Running: 1}, PrefixCacheQueries: 40, PrefixCacheHits: 10, PrefixCacheKnown: true}},
 		{name: "prometheus_client output", handler: text(metricsPython),
 			want: Result{Snapshot: balancer.Snapshot{Running: 5, Waiting: 2, KVCacheUsage: 0.8125}}},
 		{name: "legacy names", handler: text(metricsLegacy),

@@ -46,6 +46,9 @@ type Options struct {
 	// OnScrape is called after every scrape with its error (nil = ok) and
 	// duration, for metrics.
 	OnScrape func(name string, err error, took time.Duration)
+	// OnResult is called after every successful scrape with its result
+	// (the dashboard reads the prefix-cache counters from it).
+	OnResult func(name string, res Result, at time.Time)
 	// OnModels is called when a replica's learned model list changes.
 	OnModels func(name string, models []string)
 
@@ -236,6 +239,9 @@ func (s *Scraper) once(ctx context.Context, t Target, st *loopState) {
 	now := s.opt.Now()
 	if s.opt.OnScrape != nil {
 		s.opt.OnScrape(t.Name, err, now.Sub(start))
+	}
+	if err == nil && s.opt.OnResult != nil {
+		s.opt.OnResult(t.Name, res, now)
 	}
 	trs := s.sink.ObserveScrape(t.Name, res.Snapshot, err, now)
 	if len(trs) > 0 && s.opt.OnTransitions != nil {

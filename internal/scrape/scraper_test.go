@@ -106,6 +106,7 @@ func TestScraperLoop(t *testing.T) {
 	var gotTrs []balancer.Transition
 	scrapes := map[string]int{}
 	failures := map[string]int{}
+	results := map[string]int{}
 	s := New(fake, sink, Options{
 		Interval: time.Millisecond,
 		Logger:   quiet,
@@ -121,6 +122,11 @@ func TestScraperLoop(t *testing.T) {
 			if err != nil {
 				failures[name]++
 			}
+		},
+		OnResult: func(name string, _ Result, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			results[name]++
 		},
 	})
 	for _, tg := range []Target{
@@ -199,6 +205,10 @@ func TestScraperLoop(t *testing.T) {
 	}
 	if scrapes["a"] < 6 || failures["a"] != 0 || failures["b"] != scrapes["b"] || scrapes["b"] < 3 {
 		t.Errorf("OnScrape counts: scrapes %v, failures %v", scrapes, failures)
+	}
+	// OnResult sees successful scrapes only.
+	if results["a"] < 6 || results["b"] != 0 {
+		t.Errorf("OnResult counts %v, want a's successes and none of b's failures", results)
 	}
 	if got := s.Targets(); len(got) != 3 || got[0].Name != "a" || got[2].Name != "d" {
 		t.Errorf("Targets() = %+v, want a, c, d", got)

@@ -22,6 +22,7 @@ import (
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/scrape"
+	"github.com/llmlb/llmlb/internal/ui"
 )
 
 // Defaults applied when the corresponding config field is empty.
@@ -62,6 +63,7 @@ type Server struct {
 	proxy   *proxy.Proxy
 	admin   http.Handler
 	scraper *scrape.Scraper
+	dash    *ui.Dashboard
 
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
@@ -101,6 +103,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		bal:     bal,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
+		dash:    ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, Logger: logger, Now: o.now}),
 
 		configured: make(map[string]config.Replica),
 	}
@@ -115,7 +118,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Proxy:       cfg.Proxy,
 		APIKey:      s.apiKey,
 		Transport:   o.transport,
-		Metrics:     s.metrics,
+		Metrics:     recorders{s.metrics, s.dash},
+		Decisions:   s.dash.Decision,
 		Transitions: s.onTransitions,
 		Logger:      logger,
 		Now:         o.now,
@@ -125,7 +129,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.admin, err = admin.NewHandler(admin.Options{
+	adminAPI, err := admin.NewHandler(admin.Options{
 		Balancer: bal,
 		Fleet:    fleet{s},
 		Metrics:  s.metrics,
@@ -137,6 +141,11 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	// The dashboard (GET /ui, GET /admin/events) beside the admin API.
+	adminMux := http.NewServeMux()
+	s.dash.Register(adminMux)
+	adminMux.Handle("/", adminAPI)
+	s.admin = adminMux
 	fetcher := o.fetcher
 	if fetcher == nil {
 		fetcher = scrape.NewHTTPFetcher(scrape.HTTPOptions{
@@ -150,6 +159,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		ModelsInterval: cfg.Scrape.ModelsInterval,
 		OnTransitions:  s.onTransitions,
 		OnScrape:       func(name string, err error, _ time.Duration) { s.metrics.Scrape(name, err == nil) },
+		OnResult:       s.dash.ScrapeResult,
 		Logger:         logger,
 		Now:            o.now,
 	})
@@ -222,6 +232,9 @@ func defaultName(raw string) string {
 
 // Balancer returns the routing core (for the demo's summary and tests).
 func (s *Server) Balancer() *balancer.Balancer { return s.bal }
+
+// Dashboard returns the live dashboard (the demo's screen reads its snapshots).
+func (s *Server) Dashboard() *ui.Dashboard { return s.dash }
 
 // Metrics returns llmlb's own metrics.
 func (s *Server) Metrics() *admin.Metrics { return s.metrics }
@@ -303,10 +316,12 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	proxySrv, adminSrv := newHTTP(s.proxy), newHTTP(s.admin)
+	// Event streams are never idle: end them when the admin listener shuts down.
+	adminSrv.RegisterOnShutdown(s.dash.Close)
 
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(2)
+	bg.Add(3)
 	go func() {
 		defer bg.Done()
 		if err := s.scraper.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
@@ -316,6 +331,10 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		defer bg.Done()
 		s.tick(bgCtx)
+	}()
+	go func() {
+		defer bg.Done()
+		s.dash.Run(bgCtx)
 	}()
 
 	serveErr := make(chan error, 2)
@@ -377,6 +396,7 @@ func (s *Server) tick(ctx context.Context) {
 // onTransitions logs every health transition once, at info, and counts it.
 func (s *Server) onTransitions(ts []balancer.Transition) {
 	s.metrics.Transitions(ts)
+	s.dash.Transitions(ts)
 	for _, t := range ts {
 		attrs := []slog.Attr{
 			slog.String("replica", t.Replica),

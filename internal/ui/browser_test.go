@@ -1,0 +1,301 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/server"
+	"github.com/llmlb/llmlb/internal/simreplica"
+	"github.com/llmlb/llmlb/internal/traffic"
+)
+
+const (
+	model      = "sim-model"
+	adminToken = "ui-test-token"
+	// waitFor bounds waits for asynchronous states (the first scrapes, a
+	// drain): generous deadlines, not timing assertions.
+	waitFor = 30 * time.Second
+	// ejectionShownWithin is the issue's bar: the page reflects an ejection
+	// within 2 s of the admin API reporting it.
+	ejectionShownWithin = 2 * time.Second
+)
+
+// chromium returns the browser's path. It skips the test when there is none,
+// except in CI (CI=true), where .ci/run installs it and its absence fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (CI=true): .ci/run must install it (apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium); this test drives /ui in it")
+	return ""
+}
+
+// screenshotDir is where the screenshots go: $LLMLB_UI_SCREENSHOTS (docs/img
+// when refreshing the docs) or the test's artifact directory.
+func screenshotDir(t *testing.T) string {
+	if dir := os.Getenv("LLMLB_UI_SCREENSHOTS"); dir != "" {
+		return dir
+	}
+	return t.ArtifactDir()
+}
+
+// fleetWithBalancer starts 4 simulated replicas, llmlb in front of them and
+// agent-like traffic; it returns the admin URL.
+func fleetWithBalancer(t *testing.T) (fleet *simreplica.Fleet, admin string) {
+	t.Helper()
+	fleet, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: 4, Model: model, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	cfg := config.Default()
+	cfg.AdminToken = adminToken
+	cfg.Scrape.Interval, cfg.Scrape.Timeout = 300*time.Millisecond, time.Second
+	// A long cooldown keeps the ejected replica EJECTED while the page is
+	// looked at (and a slow scrape on a busy machine would only cost that
+	// replica, not the test: the checks name sim-4 and sim-1 only).
+	cfg.Routing.Health.BaseCooldown = 2 * time.Minute
+	for _, r := range fleet.Replicas {
+		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: r.Name(), URL: r.URL(), Models: []string{model}})
+	}
+	srv, err := server.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.UseListeners(proxyLn, adminLn)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+
+	gen := traffic.New(traffic.Options{
+		BaseURL: "http://" + proxyLn.Addr().String(), Model: model, Users: 6, Projects: 2,
+		BurstMin: 1, BurstMax: 3, Turns: 6, Think: 300 * time.Millisecond, MaxTokens: 16,
+		SystemPromptChars: 2000, Seed: 1,
+	})
+	trafficCtx, stopTraffic := context.WithCancel(context.Background())
+	trafficDone := make(chan struct{})
+	go func() { gen.Run(trafficCtx); close(trafficDone) }()
+	t.Cleanup(func() {
+		stopTraffic()
+		<-trafficDone
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	return fleet, "http://" + adminLn.Addr().String()
+}
+
+// replicas reads GET /admin/replicas.
+func replicas(t *testing.T, admin string) map[string]balancer.ReplicaStatus {
+	t.Helper()
+	resp, err := http.Get(admin + "/admin/replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []balancer.ReplicaStatus
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]balancer.ReplicaStatus{}
+	for _, r := range list {
+		out[r.Name] = r
+	}
+	return out
+}
+
+// waitAdmin polls the admin API until ok holds and returns when it did.
+func waitAdmin(t *testing.T, admin, what string, ok func(map[string]balancer.ReplicaStatus) bool) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		if ok(replicas(t, admin)) {
+			return time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the admin API never reported %s", what)
+	return time.Time{}
+}
+
+// pageText evaluates a JavaScript string expression in the page.
+func pageText(t *testing.T, ctx context.Context, expr string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return s
+}
+
+// waitPage polls a JavaScript predicate in the page.
+func waitPage(t *testing.T, ctx context.Context, what, predicate string, timeout time.Duration) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	if err != nil {
+		t.Fatalf("the page never showed %s: %v\nreplica rows: %s", what, err,
+			pageText(t, ctx, `[...document.querySelectorAll('#replicas tbody tr')].map(r => r.innerText.replace(/\s+/g, ' ')).join('\n')`))
+	}
+}
+
+// screenshot saves the viewport at width x height as a PNG.
+func screenshot(t *testing.T, ctx context.Context, name string, width, height int64) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // let the layout settle at the new width (a picture, not an assertion)
+	buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refreshing docs/img: re-encoded at the best compression (slow under
+	// -race, so only then).
+	if os.Getenv("LLMLB_UI_SCREENSHOTS") != "" {
+		img, err := png.Decode(bytes.NewReader(buf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+			t.Fatal(err)
+		}
+		buf = out.Bytes()
+	}
+	path := filepath.Join(screenshotDir(t), name)
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d KiB)", path, len(buf)/1024)
+}
+
+// TestDashboardInChromium drives /ui in headless Chromium against a running
+// balancer and simulated fleet: every replica and its state is shown,
+// routing decisions come with their explanation (session keys hidden until
+// the admin token is given), an ejection shows within 2 s of the admin API
+// reporting it, the session filter works, and drain goes through the admin
+// API with the token.
+func TestDashboardInChromium(t *testing.T) {
+	exe := chromium(t)
+	start := time.Now()
+	fleet, admin := fleetWithBalancer(t)
+	t.Logf("%v: fleet and balancer up", time.Since(start).Round(time.Millisecond))
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1366, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelTimeout()
+
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 900), chromedp.Navigate(admin+"/ui")); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Logf("%v: page loaded", time.Since(start).Round(time.Millisecond))
+	// Every replica with its state, and decisions with their explanation.
+	waitPage(t, ctx, "four LIVE replicas and explained decisions",
+		`document.querySelectorAll('#replicas tbody tr[data-state="LIVE"]').length === 4 &&
+		 document.querySelectorAll('#decisions tbody td.why').length >= 3`, waitFor)
+	for _, r := range fleet.Replicas {
+		got := pageText(t, ctx, fmt.Sprintf(`document.querySelector('#replicas tr[data-replica=%q] td.state').innerText`, r.Name()))
+		if !strings.Contains(got, "LIVE") {
+			t.Errorf("%s state cell = %q, want LIVE in words", r.Name(), got)
+		}
+	}
+	why := pageText(t, ctx, `document.querySelector('#decisions tbody td.why').innerText`)
+	if !strings.Contains(why, "had running") || !(strings.Contains(why, "least loaded") || strings.Contains(why, "pin")) {
+		t.Errorf("decision explanation = %q, want why the replica was chosen", why)
+	}
+	// The admin token is configured and not given yet: session keys are
+	// fingerprints.
+	if s := pageText(t, ctx, `[...document.querySelectorAll('#decisions td.sess')].map(td => td.innerText).find(s => s !== '-') || ''`); !strings.HasPrefix(s, "#") {
+		t.Errorf("session shown without the token = %q, want a fingerprint", s)
+	}
+
+	// An ejection: the page shows it within 2 s of the admin API.
+	if err := fleet.Replica("sim-4").SetFault(simreplica.Fault{Mode: simreplica.Refuse}); err != nil {
+		t.Fatal(err)
+	}
+	reported := waitAdmin(t, admin, "sim-4 EJECTED", func(m map[string]balancer.ReplicaStatus) bool {
+		return m["sim-4"].State == "EJECTED"
+	})
+	waitPage(t, ctx, "sim-4 EJECTED", `document.querySelector('#replicas tr[data-replica="sim-4"]').dataset.state === "EJECTED"`, 10*time.Second)
+	if lag := time.Since(reported); lag > ejectionShownWithin {
+		t.Errorf("the page showed the ejection %v after the admin API, want at most %v", lag, ejectionShownWithin)
+	} else {
+		t.Logf("ejection shown %v after the admin API reported it", lag.Round(time.Millisecond))
+	}
+	waitPage(t, ctx, "the ejection in the health events",
+		`[...document.querySelectorAll('#events li')].some(li => li.innerText.includes('sim-4') && li.innerText.includes('EJECTED'))`, 5*time.Second)
+
+	// The token: session keys in full, then drain through the admin API.
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("token"), adminToken),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, "the token accepted", `document.getElementById('token-state').innerText === 'token accepted'`, 10*time.Second)
+	waitPage(t, ctx, "session keys in full",
+		`[...document.querySelectorAll('#decisions td.sess')].some(td => td.innerText.startsWith('user'))`, waitFor)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="drain"][data-name="sim-1"]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitAdmin(t, admin, "sim-1 draining", func(m map[string]balancer.ReplicaStatus) bool { return m["sim-1"].Draining })
+	waitPage(t, ctx, "sim-1 draining",
+		`!!document.querySelector('#replicas tr[data-replica="sim-1"] .st-draining') &&
+		 !!document.querySelector('button[data-action="undrain"][data-name="sim-1"]')`, 10*time.Second)
+
+	t.Logf("%v: drained", time.Since(start).Round(time.Millisecond))
+	screenshot(t, ctx, "ui-1366.png", 1366, 900)
+	screenshot(t, ctx, "ui-1920.png", 1920, 1080)
+
+	// The session filter keeps only that session's decisions.
+	session := pageText(t, ctx, `[...document.querySelectorAll('#decisions td.sess')].map(td => td.title).find(s => s) || ''`)
+	if session == "" {
+		t.Fatal("no decision with a session key")
+	}
+	t.Logf("%v: screenshots taken", time.Since(start).Round(time.Millisecond))
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("filter"), session)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%v: filter typed", time.Since(start).Round(time.Millisecond))
+	waitPage(t, ctx, "only "+session+"'s decisions", fmt.Sprintf(
+		`(() => { const s = [...document.querySelectorAll('#decisions tbody td.sess')].map(td => td.title);
+		          return s.length > 0 && s.every(k => k.toLowerCase().includes(%q)); })()`, strings.ToLower(session)), 5*time.Second)
+	screenshot(t, ctx, "ui-filter.png", 1366, 900)
+}
