@@ -368,7 +368,7 @@ func TestMetricsGather(t *testing.T) {
 		"llmlb_requests_total", "llmlb_time_to_first_byte_seconds", "llmlb_stream_errors_total",
 		"llmlb_failovers_total", "llmlb_scrapes_total", "llmlb_health_transitions_total",
 		"llmlb_replica_in_flight", "llmlb_replica_effective_running", "llmlb_replica_effective_waiting",
-		"llmlb_replica_state", "llmlb_pins", "llmlb_spills_total", "llmlb_rebinds_total", "llmlb_ejections_total",
+		"llmlb_replica_state", "llmlb_pins", "llmlb_pin_bytes", "llmlb_pin_evictions_total", "llmlb_spills_total", "llmlb_rebinds_total", "llmlb_ejections_total",
 		"llmlb_alerts_firing",
 	} {
 		if !have[name] {

@@ -471,6 +471,7 @@ func b2i(b bool) int {
 // was used or deleted, the walk resumes after the pins used no later than it
 // (scanning from the front within the same budget).
 func (t *Table) Page(now time.Time, after Cursor, limit, budget int) (out []Pin, next Cursor, done bool) {
+	limit, budget = max(limit, 1), max(budget, 1) // every call makes progress
 	c := t.clock(now)
 	li := after.list()
 	if li >= int(numKinds)*int(numSegs) {
