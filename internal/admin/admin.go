@@ -158,10 +158,15 @@ func (h *Handler) SetAccess(a Access) {
 	h.acc.Store(acc)
 }
 
-// ServeHTTP checks the Host header of every request but the probes
-// (/healthz, /readyz) against the allowed names (DNS rebinding), then serves.
+// anyHostPaths answer whatever the Host header says: monitoring (probes and
+// Prometheus, often pointed at a service name) reads no session id, no URL
+// and changes nothing, so a rebinding page gains nothing there.
+var anyHostPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// ServeHTTP checks the Host header of every request but monitoring's
+// (anyHostPaths) against the allowed names (DNS rebinding), then serves.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !h.hostAllowed(r.Host) {
+	if !anyHostPaths[r.URL.Path] && !h.hostAllowed(r.Host) {
 		writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf(
 			"admin: Host %q is not an address of this admin listener; add the name to admin.allowed_hosts", r.Host))
 		return

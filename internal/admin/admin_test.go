@@ -157,7 +157,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 		// DNS rebinding: the page's own name arrives in Host.
 		{"rebinding name on a read", "GET", "/admin/replicas", "", map[string]string{"Host": "evil.example:9090"}, 421},
 		{"rebinding name on pins", "GET", "/admin/pins", "", map[string]string{"Host": "evil.example"}, 421},
-		{"rebinding name on metrics", "GET", "/metrics", "", map[string]string{"Host": "evil.example"}, 421},
+		{"rebinding name on alerts", "GET", "/admin/alerts", "", map[string]string{"Host": "evil.example"}, 421},
 		{"rebinding name on a mutation", "POST", "/admin/replicas/a/drain", "", map[string]string{"Host": "rebind.evil.example:9090"}, 421},
 		{"localhost", "GET", "/admin/replicas", "", map[string]string{"Host": "localhost:9090"}, 200},
 		{"LOCALHOST.", "GET", "/admin/replicas", "", map[string]string{"Host": "LOCALHOST.:9090"}, 200},
@@ -165,6 +165,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 		{"an IP literal", "GET", "/admin/replicas", "", map[string]string{"Host": "10.1.2.3:9090"}, 200},
 		{"a configured name", "GET", "/admin/replicas", "", map[string]string{"Host": "llmlb.internal:9090"}, 200},
 		{"probes answer any Host", "GET", "/healthz", "", map[string]string{"Host": "evil.example"}, 200},
+		{"Prometheus by a service name", "GET", "/metrics", "", map[string]string{"Host": "llmlb:9090"}, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
