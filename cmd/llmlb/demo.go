@@ -133,6 +133,11 @@ func demo(ctx context.Context, o demoOptions, out io.Writer) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	cfg := config.Default()
+	// The demo has no token: on a loopback admin address (the default) its
+	// mutations are open so that curl can add, drain and remove replicas;
+	// elsewhere they stay disabled (config.Admin).
+	cfg.AdminListen = o.adminListen
+	cfg.Admin.AllowUnauthenticatedMutations = config.IsLoopback(o.adminListen)
 	if o.policy != "" {
 		cfg.Routing.Policy = o.policy
 		if err := cfg.Routing.Validate(); err != nil {

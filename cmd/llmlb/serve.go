@@ -29,6 +29,7 @@ func runServe(ctx context.Context, args []string) error {
 	if len(cfg.Replicas) == 0 {
 		logger.Warn("no replicas configured: every request gets 503 until one is added with POST /admin/replicas")
 	}
+	logWarnings(cfg, logger)
 	srv, err := server.New(cfg, logger)
 	if err != nil {
 		return err
@@ -46,8 +47,8 @@ func runServe(ctx context.Context, args []string) error {
 	return srv.Run(ctx)
 }
 
-// reloadOnHUP applies the replica list of the re-read configuration on each
-// SIGHUP until ctx ends; an invalid file is logged and changes nothing.
+// reloadOnHUP applies the re-read configuration on each SIGHUP until ctx
+// ends: see reload.
 func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, srv *server.Server, logger *slog.Logger) {
 	for {
 		select {
@@ -55,18 +56,43 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, srv *
 			return
 		case <-hup:
 		}
-		cfg, err := serveConfig(args, io.Discard)
-		if err != nil {
-			logger.Error("reload: configuration rejected, keeping the current replicas", slog.String("error", err.Error()))
-			continue
-		}
-		added, removed, err := srv.Reload(cfg.Replicas)
-		attrs := []any{slog.Any("added", added), slog.Any("removed", removed)}
-		if err != nil {
-			logger.Error("reload: replicas partly applied", append(attrs, slog.String("error", err.Error()))...)
-			continue
-		}
-		logger.Info("reload: replicas applied (other settings need a restart)", attrs...)
+		reload(args, srv, logger)
+	}
+}
+
+// reload re-reads the file (and flags) and applies the replica list and the
+// admin access (admin_token, admin.allowed_hosts,
+// admin.allow_unauthenticated_mutations; issue 10, attack 13: a token added
+// by SIGHUP used to be ignored). An invalid file is logged at ERROR and
+// changes nothing. Each reload is counted in llmlb_config_reloads_total.
+func reload(args []string, srv *server.Server, logger *slog.Logger) {
+	cfg, err := serveConfig(args, io.Discard)
+	if err != nil {
+		srv.Metrics().Reload("rejected")
+		logger.Error("reload: configuration rejected, keeping the current replicas and admin access", slog.String("error", err.Error()))
+		return
+	}
+	srv.SetAdminAccess(cfg)
+	logger.Info("reload: admin access applied", slog.Bool("admin_token_set", cfg.AdminToken != ""),
+		slog.Any("allowed_hosts", cfg.Admin.AllowedHosts),
+		slog.Bool("allow_unauthenticated_mutations", cfg.Admin.AllowUnauthenticatedMutations))
+	logWarnings(cfg, logger)
+	added, removed, err := srv.Reload(cfg.Replicas)
+	attrs := []any{slog.Any("added", added), slog.Any("removed", removed)}
+	if err != nil {
+		srv.Metrics().Reload("partial")
+		logger.Error("reload: replicas partly applied", append(attrs, slog.String("error", err.Error()))...)
+		return
+	}
+	srv.Metrics().Reload("applied")
+	logger.Info("reload: replicas applied (listen addresses and other settings need a restart)", attrs...)
+}
+
+// logWarnings logs what is valid but risky in cfg at WARN (an admin
+// listener on the network without a token, first of all).
+func logWarnings(cfg config.Config, logger *slog.Logger) {
+	for _, w := range cfg.Warnings() {
+		logger.Warn("SECURITY: " + w)
 	}
 }
 

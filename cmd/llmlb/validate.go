@@ -78,6 +78,9 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 	if len(cfg.Replicas) == 0 {
 		fmt.Fprintln(stderr, "warning: no replicas configured; add them with --replica or through the admin API")
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	prefix := ""
 	if *printCfg {
 		prefix = "# " // keep the printed YAML valid

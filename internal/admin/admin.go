@@ -11,16 +11,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/proxy"
 )
 
@@ -39,9 +44,24 @@ type Options struct {
 	Fleet Fleet
 	// Metrics is served on /metrics; nil serves 404 there.
 	Metrics *Metrics
-	// Token guards the mutations when non-empty (Authorization: Bearer).
+	// Token guards the mutations and /admin/pins when non-empty
+	// (Authorization: Bearer). Without it mutations are refused unless
+	// AllowUnauthenticatedMutations is set and Listen is a loopback address.
 	Token string
-	// PinsLimit bounds /admin/pins unless ?limit= is given (default 1000).
+	// Listen is the admin listener's address (admin_listen). Its host is an
+	// allowed Host name, and only a loopback Listen lets
+	// AllowUnauthenticatedMutations open the mutations.
+	Listen string
+	// AllowedHosts are the Host header names, besides IP literals,
+	// "localhost" and Listen's host, that the admin listener answers
+	// (admin.allowed_hosts; "*" = any). Other names are refused: a DNS
+	// rebinding page carries its own name in Host.
+	AllowedHosts []string
+	// AllowUnauthenticatedMutations opens the mutations without a token
+	// (admin.allow_unauthenticated_mutations); honoured only on loopback.
+	AllowUnauthenticatedMutations bool
+	// PinsLimit is the page size of /admin/pins unless ?limit= is given
+	// (default 1000, at most MaxPinsPage).
 	PinsLimit int
 	// Draining reports that the server is shutting down: /readyz then
 	// answers 503 so load balancers in front stop sending. nil: never.
@@ -50,32 +70,57 @@ type Options struct {
 	Now      func() time.Time
 }
 
+// Access is the part of Options that a configuration reload may change
+// (SIGHUP): see Handler.SetAccess.
+type Access struct {
+	Token                         string
+	AllowedHosts                  []string
+	AllowUnauthenticatedMutations bool
+}
+
 // maxMutationBody bounds the body of POST /admin/replicas.
 const maxMutationBody = 1 << 20
 
-type handler struct {
+// access is the compiled Access the handler checks each request against.
+type access struct {
+	token        string
+	tokenSum     [sha256.Size]byte
+	anyHost      bool
+	hosts        map[string]bool // lower-case names without port
+	openMutation bool            // no token, opted in, loopback listener
+}
+
+// Handler is the admin listener's handler. Its access rules (token, allowed
+// hosts, the unauthenticated opt-in) can be replaced at run time.
+type Handler struct {
 	opts     Options
-	tokenSum [sha256.Size]byte
+	mux      *http.ServeMux
+	acc      atomic.Pointer[access]
+	cop      *http.CrossOriginProtection
+	loopback bool
 	log      *slog.Logger
 	now      func() time.Time
 }
 
-// NewHandler returns the admin listener's mux.
-func NewHandler(opts Options) (http.Handler, error) {
+// NewHandler returns the admin listener's handler.
+func NewHandler(opts Options) (*Handler, error) {
 	if opts.Balancer == nil {
 		return nil, errors.New("admin: balancer is required")
 	}
 	if opts.PinsLimit <= 0 {
-		opts.PinsLimit = 1000
+		opts.PinsLimit = defaultPinsPage
 	}
-	h := &handler{opts: opts, log: opts.Logger, now: opts.Now}
+	opts.PinsLimit = min(opts.PinsLimit, MaxPinsPage)
+	h := &Handler{opts: opts, log: opts.Logger, now: opts.Now, cop: http.NewCrossOriginProtection(),
+		loopback: config.IsLoopback(opts.Listen)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.tokenSum = sha256.Sum256([]byte(opts.Token))
+	h.SetAccess(Access{Token: opts.Token, AllowedHosts: opts.AllowedHosts,
+		AllowUnauthenticatedMutations: opts.AllowUnauthenticatedMutations})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/replicas", h.replicas)
@@ -91,37 +136,112 @@ func NewHandler(opts Options) (http.Handler, error) {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry(), promhttp.HandlerOpts{}))
 	}
 	// GET /ui is the dashboard's own issue; until it lands the mux answers 404.
-	return mux, nil
+	h.mux = mux
+	return h, nil
 }
 
-func (h *handler) replicas(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, nonNil(h.opts.Balancer.Replicas(h.now())))
-}
-
-func (h *handler) pins(w http.ResponseWriter, r *http.Request) {
-	limit := h.opts.PinsLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit must be a non-negative integer (0 = all)")
-			return
-		}
-		limit = n
+// SetAccess replaces the token, the allowed hosts and the unauthenticated
+// opt-in, for the next request on (a SIGHUP that adds admin_token takes
+// effect at once; issue 10, attack 13).
+func (h *Handler) SetAccess(a Access) {
+	acc := &access{token: a.Token, tokenSum: sha256.Sum256([]byte(a.Token)), hosts: map[string]bool{"localhost": true}}
+	if host := listenHost(h.opts.Listen); host != "" {
+		acc.hosts[host] = true
 	}
-	writeJSON(w, http.StatusOK, nonNil(h.opts.Balancer.Pins(h.now(), limit)))
+	for _, name := range a.AllowedHosts {
+		if name == "*" {
+			acc.anyHost = true
+		}
+		acc.hosts[hostOnly(name)] = true
+	}
+	acc.openMutation = a.Token == "" && a.AllowUnauthenticatedMutations && h.loopback
+	h.acc.Store(acc)
 }
 
-func (h *handler) alerts(w http.ResponseWriter, _ *http.Request) {
+// anyHostPaths answer whatever the Host header says: monitoring (probes and
+// Prometheus, often pointed at a service name) reads no session id, no URL
+// and changes nothing, so a rebinding page gains nothing there.
+var anyHostPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// ServeHTTP checks the Host header of every request but monitoring's
+// (anyHostPaths) against the allowed names (DNS rebinding), then serves.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !anyHostPaths[r.URL.Path] && !h.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf(
+			"admin: Host %q is not an address of this admin listener; add the name to admin.allowed_hosts", r.Host))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether a Host header may reach the admin API: an IP
+// literal (a rebinding page's Host is always its own DNS name), localhost,
+// the listen address's host, or a configured name.
+func (h *Handler) hostAllowed(hostport string) bool {
+	acc := h.acc.Load()
+	if acc.anyHost || hostport == "" {
+		return true
+	}
+	host := hostOnly(hostport)
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return acc.hosts[host]
+}
+
+// hostOnly returns a Host header's name, lower-case, without port, brackets
+// or a trailing dot.
+func hostOnly(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	return strings.ToLower(host)
+}
+
+// listenHost is the host of a listen address ("" for ":9090").
+func listenHost(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	return hostOnly(host)
+}
+
+func (h *Handler) replicas(w http.ResponseWriter, _ *http.Request) {
+	list := h.opts.Balancer.Replicas(h.now())
+	for i := range list {
+		list[i].URL = safeURL(list[i].URL)
+	}
+	writeJSON(w, http.StatusOK, nonNil(list))
+}
+
+// safeURL drops credentials from a URL before it is shown: validation
+// refuses them, this is defence in depth (attack 11).
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	if u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return u.String()
+}
+
+func (h *Handler) alerts(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, nonNil(h.opts.Balancer.Alerts(h.now())))
 }
 
-func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // readyz is 200 when at least one replica is LIVE (and not draining), 503
 // otherwise and while the server drains.
-func (h *handler) readyz(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if h.opts.Draining != nil && h.opts.Draining() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
@@ -139,19 +259,45 @@ func (h *handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "live_replicas": live})
 }
 
-// guard requires `Authorization: Bearer <token>` when a token is configured;
-// the comparison is constant-time (on SHA-256 sums, so the length leaks
-// nothing either).
-func (h *handler) guard(next http.HandlerFunc) http.HandlerFunc {
+// authorized reports whether r carries the configured token (false when
+// none is configured). The comparison is constant-time, on SHA-256 sums so
+// that the length leaks nothing either.
+func (acc *access) authorized(r *http.Request) bool {
+	if acc.token == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	return ok && subtle.ConstantTimeCompare(sum[:], acc.tokenSum[:]) == 1
+}
+
+func unauthorized(w http.ResponseWriter, what string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="llmlb admin"`)
+	writeError(w, http.StatusUnauthorized, what+" need Authorization: Bearer <admin_token>")
+}
+
+// guard admits a mutation only if it is not a cross-site browser request
+// (Sec-Fetch-Site / Origin against Host) and is authorized: the token when
+// one is configured; without one, only when the operator opted in with
+// admin.allow_unauthenticated_mutations on a loopback listener.
+func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenSum[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="llmlb admin"`)
-				writeError(w, http.StatusUnauthorized, "admin mutations need Authorization: Bearer <admin_token>")
+		if err := h.cop.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "admin: cross-origin request refused (Origin "+strconv.Quote(r.Header.Get("Origin"))+
+				" is not this admin listener); send mutations from curl or scripts, not from web pages")
+			return
+		}
+		acc := h.acc.Load()
+		switch {
+		case acc.token != "":
+			if !acc.authorized(r) {
+				unauthorized(w, "admin mutations")
 				return
 			}
+		case !acc.openMutation:
+			writeError(w, http.StatusForbidden, "admin: mutations are disabled without admin_token; set admin_token "+
+				"(or admin.allow_unauthenticated_mutations: true with admin_listen on loopback)")
+			return
 		}
 		if h.opts.Fleet == nil {
 			writeError(w, http.StatusNotImplemented, "fleet mutations are not available")
@@ -168,7 +314,13 @@ type addRequest struct {
 	Models []string `json:"models"`
 }
 
-func (h *handler) addReplica(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
+	// A CORS-simple request (text/plain, form) never reaches the body: a
+	// browser can send those cross-site without a preflight.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "admin: POST /admin/replicas needs Content-Type: application/json")
+		return
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMutationBody))
 	dec.DisallowUnknownFields()
 	var req addRequest
@@ -185,6 +337,13 @@ func (h *handler) addReplica(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("replica %q already exists", spec.Name))
 		return
 	}
+	key := config.ReplicaURLKey(spec.URL)
+	for _, other := range h.opts.Balancer.Replicas(h.now()) {
+		if config.ReplicaURLKey(other.URL) == key {
+			writeError(w, http.StatusConflict, fmt.Sprintf("url %q is already replica %q; list each server once", spec.URL, other.Name))
+			return
+		}
+	}
 	if err := h.opts.Fleet.AddReplica(spec); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -197,26 +356,30 @@ func (h *handler) addReplica(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, spec)
 }
 
-// specOf checks an add request; the name defaults to the URL's host:port.
+// specOf checks an add request with the configuration's rules (a strict
+// name charset, a root http(s) URL without credentials, query or fragment);
+// the name defaults to the URL's host:port.
 func specOf(req addRequest) (balancer.ReplicaSpec, error) {
-	u, err := url.Parse(req.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return balancer.ReplicaSpec{}, fmt.Errorf("admin: url %q must be an absolute http(s) URL", req.URL)
-	}
-	if _, _, err := net.SplitHostPort(u.Host); err != nil && !strings.Contains(err.Error(), "missing port") {
-		return balancer.ReplicaSpec{}, fmt.Errorf("admin: url %q has a bad host: %w", req.URL, err)
+	if problems := config.CheckReplicaURL(req.URL); len(problems) > 0 {
+		return balancer.ReplicaSpec{}, fmt.Errorf("admin: url: %s", strings.Join(problems, "; "))
 	}
 	name := req.Name
 	if name == "" {
+		u, _ := url.Parse(req.URL)
 		name = u.Host
 	}
-	if strings.ContainsAny(name, "/ \t\n") {
-		return balancer.ReplicaSpec{}, fmt.Errorf("admin: replica name %q must not contain '/' or spaces", name)
+	if err := config.CheckReplicaName(name); err != nil {
+		return balancer.ReplicaSpec{}, fmt.Errorf("admin: name: %w", err)
+	}
+	for i, m := range req.Models {
+		if strings.TrimSpace(m) == "" || !utf8.ValidString(m) || len(m) > 1024 {
+			return balancer.ReplicaSpec{}, fmt.Errorf("admin: models[%d]: empty, too long or not UTF-8", i)
+		}
 	}
 	return balancer.ReplicaSpec{Name: name, URL: strings.TrimRight(req.URL, "/"), Models: req.Models}, nil
 }
 
-func (h *handler) removeReplica(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) removeReplica(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !h.opts.Fleet.RemoveReplica(name) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no replica %q", name))
@@ -226,7 +389,7 @@ func (h *handler) removeReplica(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
 }
 
-func (h *handler) drain(draining bool) http.HandlerFunc {
+func (h *Handler) drain(draining bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if !h.opts.Fleet.SetDraining(name, draining) {
@@ -242,7 +405,7 @@ func (h *handler) drain(draining bool) http.HandlerFunc {
 	}
 }
 
-func (h *handler) find(name string) *balancer.ReplicaStatus {
+func (h *Handler) find(name string) *balancer.ReplicaStatus {
 	for _, r := range h.opts.Balancer.Replicas(h.now()) {
 		if r.Name == name {
 			return &r

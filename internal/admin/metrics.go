@@ -2,7 +2,9 @@ package admin
 
 import (
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,6 +27,7 @@ type Metrics struct {
 	failovers   *prometheus.CounterVec
 	transitions *prometheus.CounterVec
 	scrapes     *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
 }
 
 // NewMetrics returns the metrics on a fresh registry (with the Go and
@@ -60,8 +63,12 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Name: "llmlb_scrapes_total",
 			Help: "Metrics scrapes of replicas, by result (ok|error).",
 		}, []string{"replica", "result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_config_reloads_total",
+			Help: "Configuration reloads (SIGHUP), by result: applied, partial (some replicas failed) or rejected (invalid file).",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes,
+	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads,
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -74,24 +81,24 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Request counts one answered client request.
 func (m *Metrics) Request(replica string, reason balancer.Reason, code int) {
-	m.requests.WithLabelValues(replica, string(reason), strconv.Itoa(code)).Inc()
+	m.requests.WithLabelValues(label(replica), label(string(reason)), strconv.Itoa(code)).Inc()
 }
 
 // FirstByte observes the time to first byte of a replica's response.
 func (m *Metrics) FirstByte(replica string, d time.Duration) {
-	m.firstByte.WithLabelValues(replica).Observe(d.Seconds())
+	m.firstByte.WithLabelValues(label(replica)).Observe(d.Seconds())
 }
 
 // StreamError counts a response broken after its first byte.
-func (m *Metrics) StreamError(replica string) { m.streamErrs.WithLabelValues(replica).Inc() }
+func (m *Metrics) StreamError(replica string) { m.streamErrs.WithLabelValues(label(replica)).Inc() }
 
 // Failover counts an attempt that failed before the first byte.
-func (m *Metrics) Failover(replica string) { m.failovers.WithLabelValues(replica).Inc() }
+func (m *Metrics) Failover(replica string) { m.failovers.WithLabelValues(label(replica)).Inc() }
 
 // Transitions counts health transitions.
 func (m *Metrics) Transitions(ts []balancer.Transition) {
 	for _, t := range ts {
-		m.transitions.WithLabelValues(t.Replica, t.From.String(), t.To.String()).Inc()
+		m.transitions.WithLabelValues(label(t.Replica), label(t.From.String()), label(t.To.String())).Inc()
 	}
 }
 
@@ -101,12 +108,26 @@ func (m *Metrics) Scrape(replica string, ok bool) {
 	if !ok {
 		result = "error"
 	}
-	m.scrapes.WithLabelValues(replica, result).Inc()
+	m.scrapes.WithLabelValues(label(replica), result).Inc()
+}
+
+// Reload counts one configuration reload by result (applied, partial,
+// rejected).
+func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(label(result)).Inc() }
+
+// label makes s a valid label value: the Prometheus client panics on
+// invalid UTF-8 (issue 10, attack 11). Names are validated before they get
+// here; this is defence in depth, and a no-op for valid strings.
+func label(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // ForgetReplica drops the per-replica event series of a removed replica.
 func (m *Metrics) ForgetReplica(replica string) {
-	l := prometheus.Labels{"replica": replica}
+	l := prometheus.Labels{"replica": label(replica)}
 	m.requests.DeletePartialMatch(l)
 	m.firstByte.DeletePartialMatch(l)
 	m.streamErrs.DeletePartialMatch(l)
@@ -134,6 +155,8 @@ var (
 	descCooldown       = prometheus.NewDesc("llmlb_replica_cooldown_seconds", "Current ejection cooldown of the replica.", []string{"replica"}, nil)
 	descRepEjections   = prometheus.NewDesc("llmlb_replica_ejections_total", "Ejections of the replica.", []string{"replica"}, nil)
 	descPins           = prometheus.NewDesc("llmlb_pins", "Pins in the table, by kind (session|prefix).", []string{"kind"}, nil)
+	descPinBytes       = prometheus.NewDesc("llmlb_pin_bytes", "Estimated memory of the pin table (bounded by routing.affinity.max_pin_bytes).", nil, nil)
+	descPinEvictions   = prometheus.NewDesc("llmlb_pin_evictions_total", "Pins evicted at the table's bounds, by whether they had been reused (reused pins are evicted only by other reused pins).", []string{"reused"}, nil)
 	descSpills         = prometheus.NewDesc("llmlb_spills_total", "Pinned requests routed elsewhere (SPEC s3 step 4).", nil, nil)
 	descRebinds        = prometheus.NewDesc("llmlb_rebinds_total", "Session pins rebound after repeated spills.", nil, nil)
 	descForceRebinds   = prometheus.NewDesc("llmlb_force_rebinds_total", "Pins moved at once because running(pin) - min_r reached the gap.", nil, nil)
@@ -149,7 +172,7 @@ var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
 		descScrRunning, descScrWaiting, descKV, descState, descDraining, descCooldown, descRepEjections,
-		descPins, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
+		descPins, descPinBytes, descPinEvictions, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
 		ch <- d
 	}
 }
@@ -157,12 +180,20 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now()
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	// NewConstMetric, not MustNewConstMetric: a bad label value costs one
+	// series (reported by the registry), never the process.
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		for i := range labels {
+			labels[i] = label(labels[i])
+		}
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
 	}
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) { emit(d, prometheus.GaugeValue, v, labels...) }
+	counter := func(d *prometheus.Desc, v float64, labels ...string) { emit(d, prometheus.CounterValue, v, labels...) }
 	for _, r := range c.bal.Replicas(now) {
 		gauge(descInFlight, float64(r.InFlight), r.Name)
 		gauge(descInFlightWeight, r.InFlightWeight, r.Name)
@@ -181,6 +212,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	session, prefix := c.bal.PinCounts()
 	gauge(descPins, float64(session), "session")
 	gauge(descPins, float64(prefix), "prefix")
+	pinBytes, evOneShot, evReused := c.bal.PinMemory()
+	gauge(descPinBytes, float64(pinBytes))
+	counter(descPinEvictions, float64(evOneShot), "false")
+	counter(descPinEvictions, float64(evReused), "true")
 	k := c.bal.Counters()
 	counter(descSpills, float64(k.Spills))
 	counter(descRebinds, float64(k.Rebinds))

@@ -85,6 +85,7 @@ type PinStatus struct {
 	LastUsed  time.Time `json:"last_used"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Spills    int       `json:"spills"`
+	Reused    bool      `json:"reused"` // protected from eviction by new keys
 }
 
 // Alert is one alert of SPEC s5.
@@ -543,9 +544,39 @@ func (b *Balancer) Pins(now time.Time, limit int) []PinStatus {
 	out := make([]PinStatus, len(list))
 	for i, p := range list {
 		out[i] = PinStatus{Kind: p.Kind.String(), Key: p.Key, Replica: p.Replica,
-			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills}
+			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills, Reused: p.Reused}
 	}
 	return out
+}
+
+// PinsPage copies at most limit pins following after (the zero cursor is
+// the start), holding the lock for a bounded walk whatever the table's size
+// (issue 10, attack 3): it visits at most limit+pinsPageSlack entries, so it
+// may return fewer pins than limit and not done. Encoding the answer is the
+// caller's business, outside the lock.
+func (b *Balancer) PinsPage(now time.Time, after pins.Cursor, limit int) (page []PinStatus, next pins.Cursor, done bool) {
+	b.mu.Lock()
+	list, next, done := b.pins.Page(now, after, limit, limit+pinsPageSlack)
+	b.mu.Unlock()
+	page = make([]PinStatus, len(list))
+	for i, p := range list {
+		page[i] = PinStatus{Kind: p.Kind.String(), Key: p.Key, Replica: p.Replica,
+			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills, Reused: p.Reused}
+	}
+	return page, next, done
+}
+
+// pinsPageSlack is how many expired or skipped pins one PinsPage may visit
+// beyond its limit.
+const pinsPageSlack = 4096
+
+// PinMemory returns the pin table's estimated bytes and the pins its bounds
+// evicted (never-reused and reused ones), for metrics.
+func (b *Balancer) PinMemory() (bytes int64, evictedOneShot, evictedReused uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	oneShot, reused := b.pins.Evictions()
+	return b.pins.Bytes(), oneShot, reused
 }
 
 // PinCounts returns the number of session and prefix pins without copying

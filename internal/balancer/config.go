@@ -52,6 +52,10 @@ type AffinityConfig struct {
 	// affinity.rebind_ratio (1.5).
 	RebindRatio float64
 	MaxPins     int // affinity.max_pins: bound on the table (default 1,000,000)
+	// MaxPinBytes is affinity.max_pin_bytes (64 MiB): bound on the pin
+	// table's estimated memory; at the bound new pins evict pins never
+	// reused, not reused ones (package pins).
+	MaxPinBytes int64
 
 	// PrefixSpillsToDrop is affinity.prefix_spills_to_drop (2): consecutive
 	// spills that delete a prefix pin ("a repeated spill deletes the key").
@@ -94,6 +98,7 @@ func DefaultConfig() Config {
 			ForceRebindGap:     3,
 			RebindRatio:        1.5,
 			MaxPins:            1_000_000,
+			MaxPinBytes:        pins.DefaultMaxBytes,
 			PrefixSpillsToDrop: 2,
 			SweepBudget:        1024,
 		},
@@ -184,5 +189,5 @@ func (c Config) Validate() error {
 func (c Config) pins() pins.Config {
 	a := c.Affinity
 	return pins.Config{SessionTTL: a.SessionTTL, PrefixTTL: a.PrefixTTL, SpillsToRebind: a.SpillsToRebind,
-		PrefixSpills: a.PrefixSpillsToDrop, MaxPins: a.MaxPins}
+		PrefixSpills: a.PrefixSpillsToDrop, MaxPins: a.MaxPins, MaxBytes: a.MaxPinBytes}
 }

@@ -16,7 +16,8 @@ import (
 type Config struct {
 	Listen      string // listen (":8080")
 	AdminListen string // admin_listen ("127.0.0.1:9090")
-	AdminToken  string // admin_token: bearer token for admin mutations ("" = none); admin_token_env names an env var
+	AdminToken  string // admin_token: bearer token for admin mutations and /admin/pins ("" = none); admin_token_env names an env var
+	Admin       Admin  // admin: allowed_hosts, allow_unauthenticated_mutations
 
 	Replicas []Replica // replicas
 
@@ -26,6 +27,20 @@ type Config struct {
 	Proxy   Proxy           // proxy
 	Server  Server          // server
 	Log     Log             // log
+}
+
+// Admin decides who may use the admin listener besides the token holder
+// (docs/SECURITY.md).
+type Admin struct {
+	// AllowedHosts are extra Host header names the admin listener answers
+	// (admin.allowed_hosts). IP literals, "localhost" and admin_listen's own
+	// host are always allowed; any other name is refused, which defeats DNS
+	// rebinding. "*" allows every name.
+	AllowedHosts []string
+	// AllowUnauthenticatedMutations opens add/remove/drain without
+	// admin_token (admin.allow_unauthenticated_mutations, false). Only
+	// allowed with admin_listen on a loopback address.
+	AllowUnauthenticatedMutations bool
 }
 
 // Replica is one configured upstream.
@@ -75,6 +90,7 @@ func Default() Config {
 	return Config{
 		Listen:      ":8080",
 		AdminListen: "127.0.0.1:9090",
+		Admin:       Admin{AllowedHosts: []string{}},
 		Routing:     balancer.DefaultConfig(),
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{

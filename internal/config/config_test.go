@@ -186,7 +186,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "unknown key found elsewhere", yaml: "session_ttl: 5m\n",
 			want: []string{`config: test.yaml: line 1: session_ttl: unknown key (did you mean "routing.affinity.session_ttl"?)`}},
 		{name: "unknown top-level key lists the known ones", yaml: "\n\nfrobnicate: 1\n",
-			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, replicas, routing, request, scrape, proxy, server, log, admin_token_env)`}},
+			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, admin, replicas, routing, request, scrape, proxy, server, log, admin_token_env)`}},
 		{name: "x- keys only at the top", yaml: "routing:\n  x-note: 1\n",
 			want: []string{`config: test.yaml: line 2: routing.x-note: unknown key`}},
 		{name: "unknown replica key", yaml: "replicas:\n  - url: http://a:8000\n    apikey: x\n",
@@ -348,10 +348,73 @@ func TestValidate(t *testing.T) {
 		}, want: []string{
 			`config: replicas[1].name: "a" is also the name of replicas[0]; names must be unique`,
 			`config: replicas[2].name: empty name`,
-			`config: replicas[3].name: "b c" contains a space, slash or quote (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[3].name: "b c" has a forbidden character at byte 1: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
 			`config: replicas[3].models[1]: empty model name`,
 			`config: replicas[3].models[2]: "m" is listed twice`,
 			`config: replicas[4].api_key: contains a space, control or non-ASCII character at byte 6 (a stray newline from the environment?)`,
+		}},
+		// Attack 11: `--replica $'gpu\xff=http://...'` passed validation and
+		// panicked the metrics on the first scrape.
+		{name: "replica names: strict charset and length", modify: func(c *Config) {
+			c.Replicas = []Replica{
+				{Name: "gpu\xff", URL: "http://h1:8000"},
+				{Name: "gpu\x00", URL: "http://h2:8000"},
+				{Name: "gpu\"1", URL: "http://h3:8000"},
+				{Name: "gpu\n1", URL: "http://h4:8000"},
+				{Name: "gpu/1", URL: "http://h5:8000"},
+				{Name: "gpü", URL: "http://h6:8000"},
+				{Name: strings.Repeat("g", 64), URL: "http://h7:8000"},
+				{Name: strings.Repeat("g", 63), URL: "http://h8:8000"},
+				{Name: "gpu-1.rack_2:a", URL: "http://h9:8000"},
+				{Name: "[::1]:8000", URL: "http://[::1]:8000"},
+			}
+		}, want: []string{
+			`config: replicas[0].name: "gpu\xff" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[1].name: "gpu\x00" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[2].name: "gpu\"1" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[3].name: "gpu\n1" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[4].name: "gpu/1" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[5].name: "gpü" has a forbidden character at byte 2: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
+			`config: replicas[6].name: "` + strings.Repeat("g", 64) + `" is longer than 63 characters`,
+		}},
+		{name: "the same URL under two names", modify: func(c *Config) {
+			c.Replicas = []Replica{
+				{Name: "a", URL: "http://gpu1:8000"},
+				{Name: "b", URL: "http://GPU1:8000/"},
+				{Name: "c", URL: "http://gpu2"},
+				{Name: "d", URL: "http://gpu2:80"},
+				{Name: "e", URL: "https://gpu2"},
+				{Name: "f", URL: "http://gpu1:8001"},
+			}
+		}, want: []string{
+			`config: replicas[1].url: "http://GPU1:8000/" is also the URL of replicas[0] ("a"); list each server once`,
+			`config: replicas[3].url: "http://gpu2:80" is also the URL of replicas[2] ("c"); list each server once`,
+		}},
+		{name: "URL credentials never quoted", modify: func(c *Config) {
+			c.Replicas = []Replica{{Name: "a", URL: "http://u:hunter2@h:8000/?q#f"}, {Name: "b", URL: "http://u:hunter2@h:8000/x y%zz"}}
+		}, want: []string{
+			`config: replicas[0].url: "http://u:xxxxx@h:8000/?q#f" holds credentials; put the key in api_key_env instead`,
+			`config: replicas[0].url: "http://u:xxxxx@h:8000/?q#f" has a query or fragment; give the server's root URL`,
+			`config: replicas[1].url: "http://xxxxx@h:8000/x y%zz" is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)`,
+		}},
+		{name: "unauthenticated mutations only on loopback", modify: func(c *Config) {
+			c.AdminListen, c.Admin.AllowUnauthenticatedMutations = "0.0.0.0:9090", true
+		}, want: []string{
+			`config: admin.allow_unauthenticated_mutations: only allowed with admin_listen on a loopback address (127.0.0.1, ::1, localhost), got "0.0.0.0:9090": anyone on the network could add a replica and receive clients' keys; set admin_token`,
+		}},
+		{name: "unauthenticated mutations on loopback", modify: func(c *Config) {
+			c.AdminListen, c.Admin.AllowUnauthenticatedMutations = "[::1]:9090", true
+		}},
+		{name: "unauthenticated opt-in with a token on the network", modify: func(c *Config) {
+			c.AdminListen, c.AdminToken, c.Admin.AllowUnauthenticatedMutations = ":9090", "t0k", true
+		}},
+		{name: "allowed hosts", modify: func(c *Config) {
+			c.Admin.AllowedHosts = []string{"llmlb.internal", "llmlb.internal:9090", "*", "", "http://x", "a b", "h\xff"}
+		}, want: []string{
+			`config: admin.allowed_hosts[3]: empty host name`,
+			`config: admin.allowed_hosts[4]: "http://x" is not a host name (write e.g. llmlb.internal, without scheme or path)`,
+			`config: admin.allowed_hosts[5]: "a b" is not a host name (write e.g. llmlb.internal, without scheme or path)`,
+			`config: admin.allowed_hosts[6]: "h\xff" contains a control or non-ASCII character (write the punycode form)`,
 		}},
 		{name: "addresses", modify: func(c *Config) { c.Listen, c.AdminListen = "8080", "" }, want: []string{
 			`config: listen: "8080" is not host:port (write e.g. ":8080" or "127.0.0.1:9090")`,
@@ -390,6 +453,45 @@ func TestValidate(t *testing.T) {
 			tt.modify(&c)
 			if d := cmp.Diff(tt.want, messages(c.Validate())); d != "" {
 				t.Errorf("Validate mismatch (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9090": true, "127.1.2.3:9090": true, "[::1]:9090": true, "localhost:9090": true, "LOCALHOST:1": true,
+		":9090": false, "0.0.0.0:9090": false, "[::]:9090": false, "10.0.0.5:9090": false, "example.com:9090": false,
+		"127.0.0.1": false, "": false,
+	} {
+		if got := IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// Attack 13: an admin listener on the network without a token is reported
+// (serve logs it at WARN at start, validate prints it).
+func TestWarnings(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*Config)
+		want   int
+		substr string
+	}{
+		{"defaults", func(*Config) {}, 0, ""},
+		{"network without token", func(c *Config) { c.AdminListen = "0.0.0.0:9090" }, 1, "reachable from the network and admin_token is not set"},
+		{"all interfaces without token", func(c *Config) { c.AdminListen = ":9090" }, 1, "set admin_token"},
+		{"network with token", func(c *Config) { c.AdminListen, c.AdminToken = ":9090", "t0k" }, 0, ""},
+		{"opt-in with a token", func(c *Config) { c.AdminToken, c.Admin.AllowUnauthenticatedMutations = "t0k", true }, 1, "has no effect"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.modify(&c)
+			got := c.Warnings()
+			if len(got) != tt.want || (tt.want > 0 && !strings.Contains(got[0], tt.substr)) {
+				t.Errorf("Warnings() = %q, want %d containing %q", got, tt.want, tt.substr)
 			}
 		})
 	}

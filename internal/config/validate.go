@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ func (c Config) Validate() error {
 	}
 	v.replicas(c.Replicas)
 	v.secret("admin_token", c.AdminToken)
+	v.admin(c)
 
 	s := c.Scrape
 	v.positive("scrape.interval", s.Interval)
@@ -127,27 +127,37 @@ func (v *validator) address(key, addr string) {
 	}
 }
 
-// replicas checks names, URLs and model lists.
+// replicas checks names (CheckReplicaName), URLs (CheckReplicaURL), that
+// no two replicas share a name or a URL, and model lists.
 func (v *validator) replicas(rs []Replica) {
 	seen := make(map[string]int, len(rs))
+	urls := make(map[string]int, len(rs))
 	for i, r := range rs {
 		key := fmt.Sprintf("replicas[%d]", i)
 		switch {
 		case r.Name == "" && r.URL != "" && defaultName(r.URL) == "":
 			// the name would come from the URL, which is reported below
-		case r.Name == "":
-			v.add(key+".name", "empty name")
-		case strings.ContainsAny(r.Name, " \t\r\n/\"'"):
-			v.add(key+".name", "%q contains a space, slash or quote (it appears in headers, metrics and admin URLs)", r.Name)
-		case len(r.Name) > 128:
-			v.add(key+".name", "longer than 128 characters")
+		default:
+			if err := CheckReplicaName(r.Name); err != nil {
+				v.add(key+".name", "%s", err)
+			}
 		}
 		if first, dup := seen[r.Name]; dup && r.Name != "" {
 			v.add(key+".name", "%q is also the name of replicas[%d]; names must be unique", r.Name, first)
 		} else {
 			seen[r.Name] = i
 		}
-		v.replicaURL(key+".url", r.URL)
+		problems := CheckReplicaURL(r.URL)
+		for _, p := range problems {
+			v.add(key+".url", "%s", p)
+		}
+		if len(problems) == 0 {
+			if first, dup := urls[ReplicaURLKey(r.URL)]; dup {
+				v.add(key+".url", "%q is also the URL of replicas[%d] (%q); list each server once", r.URL, first, rs[first].Name)
+			} else {
+				urls[ReplicaURLKey(r.URL)] = i
+			}
+		}
 		v.secret(key+".api_key", r.APIKey)
 		models := make(map[string]bool, len(r.Models))
 		for j, m := range r.Models {
@@ -162,29 +172,22 @@ func (v *validator) replicas(rs []Replica) {
 	}
 }
 
-// replicaURL checks that raw is the root of an OpenAI-compatible server.
-func (v *validator) replicaURL(key, raw string) {
-	if raw == "" {
-		v.add(key, "empty URL (write e.g. http://10.0.0.5:8000)")
-		return
+// admin checks the admin section: host names without scheme, path or
+// spaces, and the unauthenticated opt-in only on a loopback listener.
+func (v *validator) admin(c Config) {
+	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken == "" && c.AdminListen != "" && !IsLoopback(c.AdminListen) {
+		v.add("admin.allow_unauthenticated_mutations", "only allowed with admin_listen on a loopback address "+
+			"(127.0.0.1, ::1, localhost), got %q: anyone on the network could add a replica and receive clients' keys; set admin_token", c.AdminListen)
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		v.add(key, "%q is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)", raw)
-		return
-	}
-	if u.User != nil {
-		v.add(key, "%q holds credentials; put the key in api_key_env instead", u.Redacted())
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		v.add(key, "%q has a query or fragment; give the server's root URL", raw)
-	}
-	if p := strings.TrimRight(u.Path, "/"); strings.HasSuffix(p, "/v1") {
-		v.add(key, "%q ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)", raw)
-	}
-	if port := u.Port(); port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			v.add(key, "%q: port %q is not a number in 1..65535", raw, port)
+	for i, h := range c.Admin.AllowedHosts {
+		key := fmt.Sprintf("admin.allowed_hosts[%d]", i)
+		switch {
+		case h == "":
+			v.add(key, "empty host name")
+		case strings.Contains(h, "://") || strings.ContainsAny(h, "/?#@ \"'") || len(h) > 255:
+			v.add(key, "%q is not a host name (write e.g. llmlb.internal, without scheme or path)", h)
+		case strings.IndexFunc(h, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0:
+			v.add(key, "%q contains a control or non-ASCII character (write the punycode form)", h)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package pins
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,187 @@ func TestValidateNamesKey(t *testing.T) {
 	c.SessionTTL = 0
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "affinity.session_ttl") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// Attack 9: a flood of one-shot session ids (one client inventing a new id
+// per request) fills the table; it must not evict a session that has been
+// pinned and reused, and the table's memory must stay under its byte bound
+// (checked on the real heap, not only on the table's own estimate).
+func TestFloodOfOneShotKeysKeepsReusedPins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1M pins")
+	}
+	cfg := DefaultConfig() // 64 MiB, 1M pins
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	tab := New(cfg)
+	now := t0
+	legit := []string{"user-alice-session", "user-bob-session"}
+	for _, k := range legit {
+		tab.Bind(Session, k, "a", now)
+		tab.Use(Session, k, now.Add(time.Second)) // the second turn: now reused
+	}
+	const flood = 1_000_000
+	key := make([]byte, 0, 64)
+	for i := range flood {
+		now = t0.Add(time.Duration(i) * time.Millisecond) // 1000 new ids a second for ~17 min
+		key = fmt.Appendf(key[:0], "%08d-f00d-4bad-8bad-%012d", i, i)
+		tab.Bind(Session, string(key), "b", now)
+		if i%100_000 == 0 { // the legitimate users keep talking, much less often
+			tab.Use(Session, legit[0], now)
+		}
+		if tab.Bytes() > cfg.MaxBytes || tab.Len() > cfg.MaxPins {
+			t.Fatalf("after %d keys: %d bytes, %d pins, over the bounds", i, tab.Bytes(), tab.Len())
+		}
+	}
+	for _, k := range legit {
+		if r, _, ok := tab.Lookup(Session, k, now); !ok || r != "a" {
+			t.Errorf("reused session %q was evicted by the flood (pinned to %q, %v)", k, r, ok)
+		}
+	}
+	oneShot, reused := tab.Evictions()
+	if oneShot == 0 || reused != 0 {
+		t.Errorf("evictions: %d one-shot, %d reused; want some one-shot and no reused", oneShot, reused)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d pins, estimated %d B (%.0f B/pin), heap +%d B (%.0f B/pin)", tab.Len(), tab.Bytes(),
+		float64(tab.Bytes())/float64(tab.Len()), heap, float64(heap)/float64(tab.Len()))
+	if heap > cfg.MaxBytes {
+		t.Errorf("heap grew by %d B, over max_pin_bytes %d: EntryBytes underestimates a pin", heap, cfg.MaxBytes)
+	}
+	runtime.KeepAlive(tab)
+}
+
+// Reused pins compete only with each other: a promotion past 4/5 of the
+// bound evicts the least recently used reused pin, never a newer one.
+func TestReusedPinsEvictEachOtherLRU(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxPins = 10 // protected segment: 8
+	tab := New(cfg)
+	for i := range 9 {
+		k := fmt.Sprint("s", i)
+		at := t0.Add(time.Duration(i) * time.Second)
+		tab.Bind(Session, k, "a", at)
+		tab.Use(Session, k, at)
+	}
+	if _, _, ok := tab.Lookup(Session, "s0", t0.Add(time.Minute)); ok {
+		t.Errorf("the least recently used reused pin survived")
+	}
+	for i := 1; i < 9; i++ {
+		if _, _, ok := tab.Lookup(Session, fmt.Sprint("s", i), t0.Add(time.Minute)); !ok {
+			t.Errorf("reused pin s%d evicted", i)
+		}
+	}
+	if _, reused := tab.Evictions(); reused != 1 {
+		t.Errorf("%d reused evictions, want 1", reused)
+	}
+}
+
+// A key longer than MaxKeyBytes costs no more than a short one, and is still
+// found under its own (long) value.
+func TestLongKeysAreHashed(t *testing.T) {
+	tab := New(DefaultConfig())
+	long := strings.Repeat("x", 1<<20)
+	tab.Bind(Session, long, "a", t0)
+	if tab.Bytes() > EntryBytes+MaxKeyBytes {
+		t.Fatalf("a 1 MiB key costs %d B", tab.Bytes())
+	}
+	if r, _, ok := tab.Lookup(Session, long, t0); !ok || r != "a" {
+		t.Fatalf("long key not found: %q %v", r, ok)
+	}
+	if r, _, ok := tab.Lookup(Session, long[:len(long)-1], t0); ok {
+		t.Fatalf("a different long key matched: %q", r)
+	}
+	if !tab.Delete(Session, long) || tab.Len() != 0 || tab.Bytes() != 0 {
+		t.Fatalf("delete: len %d bytes %d", tab.Len(), tab.Bytes())
+	}
+}
+
+func TestMaxBytesBoundsTheTable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBytes = MinMaxBytes
+	tab := New(cfg)
+	for i := range 10_000 {
+		tab.Bind(Prefix, fmt.Sprint("p", i), "a", t0)
+		if tab.Bytes() > cfg.MaxBytes {
+			t.Fatalf("bytes %d over %d after %d binds", tab.Bytes(), cfg.MaxBytes, i)
+		}
+	}
+	if want := int(cfg.MaxBytes / (EntryBytes + 6)); tab.Len() < want*9/10 {
+		t.Errorf("only %d pins kept, want about %d", tab.Len(), want)
+	}
+	cfg.MaxBytes = 1000
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "affinity.max_pin_bytes") {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+// Attack 3: Page visits a bounded number of entries per call (the caller
+// holds the routing lock), and a walk with cursors lists every pin once.
+func TestPageIsBoundedAndResumes(t *testing.T) {
+	tab := New(DefaultConfig())
+	const n = 10_000
+	for i := range n {
+		tab.Bind(Session, fmt.Sprint("s", i), "a", t0.Add(time.Duration(i)))
+		if i%10 == 0 {
+			tab.Use(Session, fmt.Sprint("s", i), t0.Add(time.Duration(i))) // some reused
+		}
+	}
+	tab.Bind(Prefix, "p", "b", t0)
+
+	seen := map[string]int{}
+	cur, calls := Cursor{}, 0
+	for {
+		page, next, done := tab.Page(t0.Add(n), cur, 100, 150)
+		calls++
+		if len(page) > 100 {
+			t.Fatalf("page of %d, limit 100", len(page))
+		}
+		for _, p := range page {
+			seen[p.Kind.String()+"/"+p.Key]++
+		}
+		if done {
+			break
+		}
+		cur = next
+		if calls > 1000 {
+			t.Fatal("the walk does not end")
+		}
+	}
+	if len(seen) != n+1 {
+		t.Fatalf("walk saw %d pins, want %d", len(seen), n+1)
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s listed %d times", k, c)
+		}
+	}
+
+	// Every pin expired: a page still stops after budget visits.
+	late := t0.Add(2 * time.Hour)
+	page, next, done := tab.Page(late, Cursor{}, 100, 500)
+	if len(page) != 0 || done || next.Key == "" {
+		t.Fatalf("expired table: page %d, done %v, cursor %+v; want 0, false, a cursor", len(page), done, next)
+	}
+
+	// The cursor's pin is used (moves to the back) or deleted: the walk
+	// resumes after the pins used no later than it.
+	tab2 := New(DefaultConfig())
+	for i := range 10 {
+		tab2.Bind(Session, fmt.Sprint("k", i), "a", t0.Add(time.Duration(i)*time.Second))
+	}
+	page, next, _ = tab2.Page(t0.Add(time.Minute), Cursor{}, 3, 100)
+	if len(page) != 3 || next.Key != "k2" {
+		t.Fatalf("first page %v, cursor %+v", page, next)
+	}
+	tab2.Delete(Session, "k2")
+	page, _, _ = tab2.Page(t0.Add(time.Minute), next, 2, 100)
+	if len(page) != 2 || page[0].Key != "k3" || page[1].Key != "k4" {
+		t.Fatalf("after the cursor's pin went away: %+v", page)
 	}
 }

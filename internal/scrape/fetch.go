@@ -84,8 +84,14 @@ type HTTPOptions struct {
 	Transport http.RoundTripper
 }
 
+// ErrRedirect: a replica answered a scrape with a redirect. Redirects are
+// never followed: a replica judged on another host's /metrics would be LIVE
+// on someone else's health (issue 10, attack 15), and the api_key would go
+// along with the request.
+var ErrRedirect = errors.New("scrape: redirect not followed")
+
 // HTTPFetcher scrapes vLLM over HTTP with its own client (never
-// http.DefaultClient), a timeout and a bounded body read.
+// http.DefaultClient), a timeout, a bounded body read and no redirects.
 type HTTPFetcher struct {
 	client      *http.Client
 	maxBody     int64
@@ -107,7 +113,9 @@ func NewHTTPFetcher(o HTTPOptions) *HTTPFetcher {
 		rt = t
 	}
 	return &HTTPFetcher{
-		client:      &http.Client{Timeout: o.Timeout, Transport: rt},
+		client: &http.Client{Timeout: o.Timeout, Transport: rt,
+			// A 3xx comes back as the response; get turns it into ErrRedirect.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBody:     o.MaxBodyBytes,
 		healthCheck: o.HealthCheck,
 	}
@@ -171,6 +179,11 @@ func (f *HTTPFetcher) get(ctx context.Context, base, path, accept string) ([]byt
 		return nil, fmt.Errorf("scrape: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// Location is the replica's text: quoted, so it cannot forge log lines.
+		return nil, fmt.Errorf("%w: GET %s: status %s to %q (give the replica's final URL in the configuration)",
+			ErrRedirect, u, resp.Status, resp.Header.Get("Location"))
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, f.maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("scrape: GET %s: reading body: %w", u, err)

@@ -98,6 +98,18 @@ vllm:gpu_cache_usage_perc 0.9
 `
 
 func TestFetch(t *testing.T) {
+	// Another host with healthy metrics: a redirect must never reach it.
+	otherHits := 0
+	otherMetrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		otherHits++
+		text(metricsCurrent)(w, r)
+	}))
+	defer otherMetrics.Close()
+	defer func() {
+		if otherHits != 0 {
+			t.Errorf("the other host was asked %d times: a redirect was followed", otherHits)
+		}
+	}()
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
@@ -137,6 +149,18 @@ func TestFetch(t *testing.T) {
 		{name: "non-200", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
 		}, wantErr: "status 503 Service Unavailable"},
+		// Attack 15: a replica redirecting /metrics to another host must not
+		// be judged on that host's metrics; a redirect to itself is not
+		// followed either (the configured URL is the one scraped).
+		{name: "redirect to another host", handler: redirect(otherMetrics.URL + "/metrics"),
+			wantErr: "redirect not followed", isErr: ErrRedirect},
+		{name: "redirect to the same host", handler: redirect("/metrics-real"),
+			wantErr: `status 302 Found to "/metrics-real"`, isErr: ErrRedirect},
+		{name: "permanent redirect", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, otherMetrics.URL+"/metrics", http.StatusPermanentRedirect)
+		}, wantErr: "status 308", isErr: ErrRedirect},
+		{name: "models redirect", handler: redirect(otherMetrics.URL + "/v1/models"),
+			models: []string{}, wantErr: "redirect not followed", isErr: ErrRedirect},
 		{name: "body too large", handler: text(metricsCurrent), opt: HTTPOptions{MaxBodyBytes: 100},
 			wantErr: "over 100 bytes", isErr: ErrBodyTooLarge},
 		{name: "timeout", handler: func(w http.ResponseWriter, r *http.Request) {
@@ -223,6 +247,13 @@ func TestFetchRefused(t *testing.T) {
 	_, err := NewHTTPFetcher(HTTPOptions{}).Fetch(context.Background(), url)
 	if err == nil || !strings.HasPrefix(err.Error(), "scrape: ") {
 		t.Fatalf("err = %v, want a scrape: error", err)
+	}
+}
+
+// redirect answers every request with a 302 to location.
+func redirect(location string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, location, http.StatusFound)
 	}
 }
 

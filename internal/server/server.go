@@ -61,7 +61,7 @@ type Server struct {
 	bal     *balancer.Balancer
 	metrics *admin.Metrics
 	proxy   *proxy.Proxy
-	admin   http.Handler
+	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
 
@@ -137,6 +137,10 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Draining: func() bool { return s.draining.Load() },
 		Logger:   logger,
 		Now:      o.now,
+
+		Listen:                        orDefault(cfg.AdminListen, DefaultAdminListen),
+		AllowedHosts:                  cfg.Admin.AllowedHosts,
+		AllowUnauthenticatedMutations: cfg.Admin.AllowUnauthenticatedMutations,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -244,6 +248,14 @@ func (s *Server) ProxyHandler() http.Handler { return s.proxy }
 
 // AdminHandler returns the admin listener's handler.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// SetAdminAccess applies the admin token, allowed hosts and the
+// unauthenticated opt-in of a reloaded configuration to the next admin
+// request (SIGHUP; issue 10, attack 13: a token added by reload was ignored).
+func (s *Server) SetAdminAccess(cfg config.Config) {
+	s.admin.SetAccess(admin.Access{Token: cfg.AdminToken, AllowedHosts: cfg.Admin.AllowedHosts,
+		AllowUnauthenticatedMutations: cfg.Admin.AllowUnauthenticatedMutations})
+}
 
 // UseListeners makes Run serve on the given listeners instead of binding
 // cfg.Listen and cfg.AdminListen. Run closes them.

@@ -506,6 +506,9 @@ func TestAdminMutations(t *testing.T) {
 	e := start(t, 1, func(c *config.Config) { c.AdminToken = "s3cret" })
 	do := func(method, path, token, body string) int {
 		req, _ := http.NewRequest(method, e.admin+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -535,7 +538,9 @@ func TestAdminMutations(t *testing.T) {
 		{"remove without a token", "DELETE", "/admin/replicas/extra", "", "", 401},
 		{"remove", "DELETE", "/admin/replicas/extra", "s3cret", "", 200},
 		{"remove again", "DELETE", "/admin/replicas/extra", "s3cret", "", 404},
-		{"reads need no token", "GET", "/admin/pins", "", "", 200},
+		{"pins list session ids: token", "GET", "/admin/pins", "", "", 401},
+		{"pins with the token", "GET", "/admin/pins", "s3cret", "", 200},
+		{"replica state needs no token", "GET", "/admin/replicas", "", "", 200},
 		{"alerts", "GET", "/admin/alerts", "", "", 200},
 		{"healthz", "GET", "/healthz", "", "", 200},
 		{"readyz", "GET", "/readyz", "", "", 200},

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/server"
+)
+
+// adminDo sends one admin request as curl on the admin host would.
+func adminDo(h http.Handler, method, path, auth string) int {
+	r := httptest.NewRequest(method, path, nil)
+	r.Host = "127.0.0.1:9090"
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// Attack 13: an admin_token added to the file and applied by SIGHUP guards
+// the admin API at once (it used to be ignored until a restart); a reload
+// of an invalid file changes nothing, says so at ERROR and is counted.
+func TestReloadAppliesAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "llmlb.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("admin:\n  allow_unauthenticated_mutations: true\n")
+	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "localhost:0"}
+	cfg, err := serveConfig(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	srv, err := server.New(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.AdminHandler()
+	// Opted in on loopback: the mutation reaches the fleet (404: no such replica).
+	if got := adminDo(h, "POST", "/admin/replicas/ghost/drain", ""); got != http.StatusNotFound {
+		t.Fatalf("before reload: drain = %d, want 404", got)
+	}
+
+	write("admin_token: s3cret-reloaded\n")
+	reload(args, srv, logger)
+	for _, c := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"POST", "/admin/replicas/ghost/drain", "", http.StatusUnauthorized},
+		{"POST", "/admin/replicas/ghost/drain", "Bearer s3cret-reloaded", http.StatusNotFound},
+		{"GET", "/admin/pins", "", http.StatusUnauthorized},
+		{"GET", "/admin/pins", "Bearer s3cret-reloaded", http.StatusOK},
+	} {
+		if got := adminDo(h, c.method, c.path, c.auth); got != c.want {
+			t.Errorf("after reload: %s %s (%q) = %d, want %d", c.method, c.path, c.auth, got, c.want)
+		}
+	}
+
+	write("admin_token: [not, a, string]\n")
+	reload(args, srv, logger)
+	if got := adminDo(h, "POST", "/admin/replicas/ghost/drain", ""); got != http.StatusUnauthorized {
+		t.Errorf("a rejected reload changed the access: %d", got)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR msg=\"reload: configuration rejected") {
+		t.Errorf("no ERROR for the rejected reload:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cret-reloaded") {
+		t.Error("the token was logged")
+	}
+	mfs, err := srv.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "llmlb_config_reloads_total" {
+			for _, m := range mf.GetMetric() {
+				results[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if results["applied"] != 1 || results["rejected"] != 1 {
+		t.Errorf("llmlb_config_reloads_total = %v, want applied 1, rejected 1", results)
+	}
+}
+
+// Attack 13: serve on a non-loopback admin address without a token warns
+// at start (it keeps running: reads for monitoring, mutations disabled).
+func TestServeWarnsAboutAnExposedAdmin(t *testing.T) {
+	cfg, err := serveConfig([]string{"--admin-listen", "0.0.0.0:9090"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logWarnings(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if !strings.Contains(logs.String(), "level=WARN msg=\"SECURITY: admin_listen \\\"0.0.0.0:9090\\\" is reachable from the network and admin_token is not set") {
+		t.Errorf("no warning:\n%s", logs.String())
+	}
+	cfg, err = serveConfig([]string{"--admin-listen", "127.0.0.1:9090"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	logWarnings(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if logs.Len() != 0 {
+		t.Errorf("warning on loopback: %s", logs.String())
+	}
+}
