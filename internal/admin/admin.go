@@ -174,6 +174,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
+// Handle serves another route beside the API (the dashboard) behind the same
+// Host check; the handler does its own authorization.
+func (h *Handler) Handle(pattern string, handler http.Handler) { h.mux.Handle(pattern, handler) }
+
 // hostAllowed reports whether a Host header may reach the admin API: an IP
 // literal (a rebinding page's Host is always its own DNS name), localhost,
 // the listen address's host, or a configured name.

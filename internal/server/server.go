@@ -145,11 +145,10 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	// The dashboard (GET /ui, GET /admin/events) beside the admin API.
-	adminMux := http.NewServeMux()
-	s.dash.Register(adminMux)
-	adminMux.Handle("/", adminAPI)
-	s.admin = adminMux
+	// The dashboard (GET /ui, GET /admin/events) beside the admin API,
+	// behind its Host check.
+	s.dash.Register(adminAPI)
+	s.admin = adminAPI
 	fetcher := o.fetcher
 	if fetcher == nil {
 		fetcher = scrape.NewHTTPFetcher(scrape.HTTPOptions{
