@@ -31,8 +31,8 @@ type Index struct {
 
 	reps []replicaLRU // by replica id
 
-	clock     uint32 // Touch calls so far
-	freed     uint64 // nodes freed so far (their indices may be reused)
+	clock uint32 // Touch calls so far
+	freed uint64 // nodes freed so far (their indices may be reused)
 
 	// path holds the nodes of the last Match's blocks (path[d] for block
 	// d), so that a Touch of the same blocks right after skips the lookups.

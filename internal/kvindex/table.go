@@ -6,8 +6,8 @@ package kvindex
 // slows down under such churn (deleted slots lengthen its probe sequences
 // until it grows); backward-shift deletion leaves no such slots.
 type table struct {
-	keys []uint64 // 0 = empty; key 0 is stored as zeroKey
-	vals []int32
+	keys  []uint64 // 0 = empty; key 0 is stored as zeroKey
+	vals  []int32
 	n     int
 	mask  uint64
 	shift uint // 64 - log2(len(keys)): slot takes the product's top bits

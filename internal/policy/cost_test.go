@@ -45,7 +45,6 @@ func newCost(t *testing.T, mutate func(*CostConfig)) *Cost {
 	return p
 }
 
-
 func TestCostFollowsTheCache(t *testing.T) {
 	p := newCost(t, nil)
 	cands := costCands(4)
