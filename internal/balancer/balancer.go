@@ -75,6 +75,16 @@ type ReplicaStatus struct {
 	LastScrape       time.Time `json:"last_scrape"`
 	LastScrapeOK     bool      `json:"last_scrape_ok"`
 	Requests         uint64    `json:"requests"`
+
+	// What policy cost prices the replica with (docs/ROUTING.md): its KV
+	// capacity from vllm:cache_config_info (0: not exported), the prefill
+	// throughput (the fleet's pooled one) and its decode step, learned from
+	// /metrics or the configured priors, and the prefill still owed to
+	// requests not past their first token.
+	KVCacheTokens     float64 `json:"kv_cache_tokens"`
+	PrefillRate       float64 `json:"prefill_tokens_per_second"`
+	DecodeStepSeconds float64 `json:"decode_step_seconds"`
+	PendingPrefill    float64 `json:"pending_prefill_tokens"`
 }
 
 // PinStatus is a copy of one pin for /admin/pins.
@@ -530,6 +540,8 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit,
 			CooldownSeconds: r.health.Cooldown().Seconds(), Ejections: r.health.Ejections(),
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
+			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
+			PendingPrefill: b.pending(r, now),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,16 +63,21 @@ type ModelFetcher interface {
 // Metric names, current (vLLM >= 0.12) first, then the names older versions
 // export. Values are summed over the engine and model_name labels.
 const (
-	metricRunning      = "vllm:num_requests_running"
-	metricWaiting      = "vllm:num_requests_waiting"
-	metricKVUsage      = "vllm:kv_cache_usage_perc"
-	metricKVUsageOld   = "vllm:gpu_cache_usage_perc" // before vLLM 0.12
-	metricPrefixQ      = "vllm:prefix_cache_queries_total"
-	metricPrefixH      = "vllm:prefix_cache_hits_total"
-	metricPrefixQOld   = "vllm:gpu_prefix_cache_queries_total" // before vLLM 0.12
-	metricPrefixHOld   = "vllm:gpu_prefix_cache_hits_total"
-	defaultTimeout     = time.Second
-	defaultMaxBodySize = 4 << 20
+	metricRunning       = "vllm:num_requests_running"
+	metricWaiting       = "vllm:num_requests_waiting"
+	metricKVUsage       = "vllm:kv_cache_usage_perc"
+	metricKVUsageOld    = "vllm:gpu_cache_usage_perc" // before vLLM 0.12
+	metricPrefixQ       = "vllm:prefix_cache_queries_total"
+	metricPrefixH       = "vllm:prefix_cache_hits_total"
+	metricPrefixQOld    = "vllm:gpu_prefix_cache_queries_total" // before vLLM 0.12
+	metricPrefixHOld    = "vllm:gpu_prefix_cache_hits_total"
+	metricPromptTokens  = "vllm:prompt_tokens_total"
+	metricPrefillTime   = "vllm:request_prefill_time_seconds"
+	metricInterToken    = "vllm:inter_token_latency_seconds"
+	metricInterTokenOld = "vllm:time_per_output_token_seconds" // before vLLM 0.11
+	metricCacheConfig   = "vllm:cache_config_info"
+	defaultTimeout      = time.Second
+	defaultMaxBodySize  = 4 << 20
 )
 
 // HTTPOptions configures an HTTPFetcher (config.Scrape carries the values).
@@ -227,12 +233,72 @@ func ParseMetrics(r io.Reader) (Result, error) {
 		h, _ := sumCount(families[metricPrefixHOld])
 		res.PrefixCacheQueries, res.PrefixCacheHits, res.PrefixCacheKnown = q, h, true
 	}
+	res.Snapshot.PrefixHits = res.PrefixCacheHits
+	readRates(families, &res.Snapshot)
 	for _, v := range []float64{res.Snapshot.Running, res.Snapshot.Waiting, res.Snapshot.KVCacheUsage} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return Result{}, fmt.Errorf("scrape: implausible metric value %v", v)
 		}
 	}
 	return res, nil
+}
+
+// readRates reads what policy cost learns each replica's rates from (the
+// balancer takes differences between scrapes): the prompt-token counter,
+// the sums and counts of the prefill-time and inter-token histograms, and
+// the KV capacity of vllm:cache_config_info (num_gpu_blocks x block_size,
+// summed over engines). Missing or implausible values stay 0.
+func readRates(families map[string]*dto.MetricFamily, snap *balancer.Snapshot) {
+	plausible := func(v float64) float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0
+		}
+		return v
+	}
+	tokens, _ := sumCount(families[metricPromptTokens])
+	snap.PromptTokens = plausible(tokens)
+	sumSec, count := histogramSums(families[metricPrefillTime])
+	snap.PrefillSeconds, snap.PrefillCount = plausible(sumSec), plausible(count)
+	itl := families[metricInterToken]
+	if itl == nil {
+		itl = families[metricInterTokenOld]
+	}
+	sumSec, count = histogramSums(itl)
+	snap.DecodeSeconds, snap.DecodeCount = plausible(sumSec), plausible(count)
+	if mf := families[metricCacheConfig]; mf != nil {
+		var capacity float64
+		for _, m := range mf.GetMetric() {
+			var blocks, size float64
+			for _, l := range m.GetLabel() {
+				v, err := strconv.ParseFloat(l.GetValue(), 64)
+				if err != nil {
+					continue
+				}
+				switch l.GetName() {
+				case "num_gpu_blocks":
+					blocks = v
+				case "block_size":
+					size = v
+				}
+			}
+			capacity += blocks * size
+		}
+		snap.KVCacheTokens = plausible(capacity)
+	}
+}
+
+// histogramSums adds up the sample sums and counts of a histogram family.
+func histogramSums(mf *dto.MetricFamily) (sum, count float64) {
+	if mf == nil {
+		return 0, 0
+	}
+	for _, m := range mf.GetMetric() {
+		if h := m.GetHistogram(); h != nil {
+			sum += h.GetSampleSum()
+			count += float64(h.GetSampleCount())
+		}
+	}
+	return sum, count
 }
 
 func sum(mf *dto.MetricFamily) (float64, bool) {

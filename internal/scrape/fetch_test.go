@@ -68,6 +68,30 @@ vllm:e2e_request_latency_seconds_sum{engine="0",model_name="Qwen/Qwen3-32B"} 30.
 vllm:e2e_request_latency_seconds_created{engine="0",model_name="Qwen/Qwen3-32B"} 1.7e+09
 `
 
+// The counters and histograms policy cost learns rates from, over two
+// engines (vLLM's data-parallel ranks).
+const metricsRates = `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0"} 1
+vllm:num_requests_running{engine="1"} 1
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0"} 4000
+vllm:prompt_tokens_total{engine="1"} 5000
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf"} 2
+vllm:request_prefill_time_seconds_sum{engine="0"} 0.5
+vllm:request_prefill_time_seconds_count{engine="0"} 2
+vllm:request_prefill_time_seconds_bucket{engine="1",le="+Inf"} 4
+vllm:request_prefill_time_seconds_sum{engine="1"} 1
+vllm:request_prefill_time_seconds_count{engine="1"} 4
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf"} 400
+vllm:inter_token_latency_seconds_sum{engine="0"} 12
+vllm:inter_token_latency_seconds_count{engine="0"} 400
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1
+vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1
+`
+
 // Before vLLM 0.12: gpu_cache_usage_perc instead of kv_cache_usage_perc.
 const metricsLegacy = `# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="llama"} 2.0
@@ -125,12 +149,19 @@ func TestFetch(t *testing.T) {
 		{name: "prefix-cache counters", handler: text("vllm:num_requests_running 1\n" +
 			"vllm:prefix_cache_queries_total{engine=\"0\"} 800\nvllm:prefix_cache_queries_total{engine=\"1\"} 200\n" +
 			"vllm:prefix_cache_hits_total{engine=\"0\"} 600\nvllm:prefix_cache_hits_total{engine=\"1\"} 150\n"),
-			want: Result{Snapshot: balancer.Snapshot{Running: 1}, PrefixCacheQueries: 1000, PrefixCacheHits: 750, PrefixCacheKnown: true}},
+			want: Result{Snapshot: balancer.Snapshot{Running: 1, PrefixHits: 750}, PrefixCacheQueries: 1000, PrefixCacheHits: 750, PrefixCacheKnown: true}},
 		{name: "prefix-cache counters, legacy names", handler: text("vllm:num_requests_running 1\n" +
 			"vllm:gpu_prefix_cache_queries_total 40\nvllm:gpu_prefix_cache_hits_total 10\n"),
-			want: Result{Snapshot: balancer.Snapshot{Running: 1}, PrefixCacheQueries: 40, PrefixCacheHits: 10, PrefixCacheKnown: true}},
+			want: Result{Snapshot: balancer.Snapshot{Running: 1, PrefixHits: 10}, PrefixCacheQueries: 40, PrefixCacheHits: 10, PrefixCacheKnown: true}},
+		{name: "rates for policy cost", handler: text(metricsRates),
+			want: Result{Snapshot: balancer.Snapshot{Running: 2, PromptTokens: 9000, PrefillSeconds: 1.5, PrefillCount: 6,
+				DecodeSeconds: 12, DecodeCount: 400, KVCacheTokens: 2 * 1000 * 16}}},
+		{name: "rates, pre-0.11 inter-token name", handler: text("vllm:num_requests_running 0\n" +
+			"# TYPE vllm:time_per_output_token_seconds histogram\n" +
+			"vllm:time_per_output_token_seconds_bucket{le=\"+Inf\"} 10\nvllm:time_per_output_token_seconds_sum 0.5\nvllm:time_per_output_token_seconds_count 10\n"),
+			want: Result{Snapshot: balancer.Snapshot{DecodeSeconds: 0.5, DecodeCount: 10}}},
 		{name: "prometheus_client output", handler: text(metricsPython),
-			want: Result{Snapshot: balancer.Snapshot{Running: 5, Waiting: 2, KVCacheUsage: 0.8125}}},
+			want: Result{Snapshot: balancer.Snapshot{Running: 5, Waiting: 2, KVCacheUsage: 0.8125, PromptTokens: 123456, KVCacheTokens: 432000}}},
 		{name: "legacy names", handler: text(metricsLegacy),
 			want: Result{Snapshot: balancer.Snapshot{Running: 2, Waiting: 0, KVCacheUsage: 0.5}, Legacy: true}},
 		{name: "engines and models summed", handler: text(metricsEngines),
