@@ -19,7 +19,8 @@ type Config struct {
 	AdminToken  string // admin_token: bearer token for admin mutations and /admin/pins ("" = none); admin_token_env names an env var
 	Admin       Admin  // admin: allowed_hosts, allow_unauthenticated_mutations
 
-	Replicas []Replica // replicas
+	Replicas  []Replica // replicas
+	Discovery Discovery // discovery: where else replicas come from (static, kubernetes, dns, gpustack)
 
 	Routing balancer.Config // routing: policy, load, affinity, health, probing, alerts
 	Request request.Config  // request: session_headers, session_body_fields, tenant_headers, prefix_chars, default_output_tokens
@@ -91,6 +92,7 @@ func Default() Config {
 		Listen:      ":8080",
 		AdminListen: "127.0.0.1:9090",
 		Admin:       Admin{AllowedHosts: []string{}},
+		Discovery:   DefaultDiscovery(),
 		Routing:     balancer.DefaultConfig(),
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{
@@ -131,6 +133,7 @@ func (c Config) Redacted() Config {
 	if c.AdminToken != "" {
 		c.AdminToken = redacted
 	}
+	c.Discovery = c.Discovery.Redacted()
 	return c
 }
 

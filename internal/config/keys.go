@@ -16,13 +16,17 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 	configType   = reflect.TypeFor[Config]()
 	replicaType  = reflect.TypeFor[Replica]()
+	discoType    = reflect.TypeFor[Discovery]()
+	gpustackType = reflect.TypeFor[Gpustack]()
 )
 
 // envKeys are the keys that name an environment variable holding a secret
 // field instead of the secret itself (never write secrets into the file).
 var envKeys = map[reflect.Type]map[string]string{
-	configType:  {"admin_token_env": "AdminToken"},
-	replicaType: {"api_key_env": "APIKey"},
+	configType:   {"admin_token_env": "AdminToken"},
+	replicaType:  {"api_key_env": "APIKey"},
+	discoType:    {"api_key_env": "APIKey"},
+	gpustackType: {"api_key_env": "APIKey"},
 }
 
 // field is one YAML key of a struct.

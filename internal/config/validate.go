@@ -22,6 +22,7 @@ func (c Config) Validate() error {
 		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
 	}
 	v.replicas(c.Replicas)
+	v.discovery(c.Discovery)
 	v.secret("admin_token", c.AdminToken)
 	v.admin(c)
 
