@@ -82,7 +82,7 @@ type Gpustack struct {
 	// (discovery.gpustack.url).
 	URL string
 	// APIKey for the GPUStack API (discovery.gpustack.api_key or
-	// api_key_env). It is also sent to the instances unless discovery.api_key is set.
+	// api_key_env). It is never sent to the instances (see discovery.api_key).
 	APIKey string
 	// Interval between two polls (discovery.gpustack.interval, 15s).
 	Interval time.Duration

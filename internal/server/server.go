@@ -20,6 +20,7 @@ import (
 	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/ui"
@@ -42,6 +43,7 @@ type options struct {
 	fetcher   scrape.Fetcher
 	transport http.RoundTripper
 	now       func() time.Time
+	discovery discovery.Source
 }
 
 // WithFetcher replaces the HTTP metrics fetcher (e.g. scrape.Fake in tests).
@@ -64,6 +66,9 @@ type Server struct {
 	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
+
+	discovery discovery.Source  // nil: static replicas only
+	syncer    *discovery.Syncer // applies discovery's sets
 
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
@@ -176,6 +181,15 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		}
 		r.Name = spec.Name
 		s.configured[spec.Name] = r
+	}
+	s.discovery = o.discovery
+	if s.discovery == nil {
+		if s.discovery, err = discovery.New(cfg.Discovery, logger); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	if s.discovery != nil {
+		s.syncer = discovery.NewSyncer(discoveryFleet{s}, cfg.Discovery.APIKey, cfg.Discovery.DrainTimeout, logger)
 	}
 	return s, nil
 }
@@ -332,7 +346,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(3)
+	bg.Add(4)
 	go func() {
 		defer bg.Done()
 		if err := s.scraper.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
@@ -346,6 +360,10 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		defer bg.Done()
 		s.dash.Run(bgCtx)
+	}()
+	go func() {
+		defer bg.Done()
+		s.runDiscovery(bgCtx)
 	}()
 
 	serveErr := make(chan error, 2)

@@ -1,0 +1,148 @@
+package discovery
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/llmlb/llmlb/internal/config"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+type ep struct {
+	pod   string
+	ip    string
+	ready *bool
+}
+
+func slice(name, svc string, port string, portNum int32, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "inference", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("metrics"), Port: ptr(int32(9100))}, {Name: ptr(port), Port: ptr(portNum)}},
+	}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{e.ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: e.pod},
+		})
+	}
+	return s
+}
+
+// watchSets runs src and returns a function that waits for the next set.
+func watchSets(t *testing.T, src Source) func() []string {
+	t.Helper()
+	sets := make(chan []Target)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Run(ctx, func(ts []Target) {
+			select {
+			case sets <- ts:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func() []string {
+		var out []string
+		for _, t := range <-sets {
+			out = append(out, t.Name+"="+t.URL)
+		}
+		return out
+	}
+}
+
+// next waits for the set to become want (informers may report
+// intermediate sets, e.g. one per event).
+func next(t *testing.T, get func() []string, want ...string) {
+	t.Helper()
+	for {
+		got := get()
+		if cmp.Equal(got, want) || (len(got) == 0 && len(want) == 0) {
+			return
+		}
+		t.Logf("intermediate set %v (waiting for %v)", got, want)
+	}
+}
+
+// TestKubernetesEndpointSlices: ready endpoints of the Service's slices at
+// the named port, followed as slices are created, changed and deleted;
+// other services' slices are ignored.
+func TestKubernetesEndpointSlices(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(
+		slice("vllm-abc", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil}, ep{"vllm-1", "10.1.0.11", ptr(true)}, ep{"vllm-2", "10.1.0.12", ptr(false)}),
+		slice("other-xyz", "other", "http", 8000, ep{"other-0", "10.1.0.99", nil}),
+	)
+	src := NewKubernetesWith(config.Kubernetes{Service: "vllm", Port: "http"}, "inference",
+		KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil)
+	get := watchSets(t, src)
+	next(t, get, "vllm-0=http://10.1.0.10:8000", "vllm-1=http://10.1.0.11:8000")
+
+	// vllm-2 becomes ready, vllm-0 leaves.
+	s := slice("vllm-abc", "vllm", "http", 8000, ep{"vllm-1", "10.1.0.11", ptr(true)}, ep{"vllm-2", "10.1.0.12", ptr(true)})
+	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, get, "vllm-1=http://10.1.0.11:8000", "vllm-2=http://10.1.0.12:8000")
+
+	// A second slice of the same service adds its endpoints.
+	s2 := slice("vllm-def", "vllm", "http", 8000, ep{"vllm-3", "10.1.0.13", nil})
+	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, s2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, get, "vllm-1=http://10.1.0.11:8000", "vllm-2=http://10.1.0.12:8000", "vllm-3=http://10.1.0.13:8000")
+
+	if err := cs.DiscoveryV1().EndpointSlices("inference").Delete(ctx, "vllm-abc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, get, "vllm-3=http://10.1.0.13:8000")
+}
+
+func pod(name, ip string, ready bool, lbl string) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "inference", Labels: map[string]string{"app": lbl}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8000}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+// TestKubernetesPods: running, Ready pods matching the selector, at the
+// container port named in the config.
+func TestKubernetesPods(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(pod("vllm-0", "10.2.0.10", true, "vllm"), pod("vllm-1", "10.2.0.11", false, "vllm"), pod("web-0", "10.2.0.50", true, "web"))
+	src := NewKubernetesWith(config.Kubernetes{LabelSelector: "app=vllm", Port: "http", Scheme: "http", Models: []string{"m"}}, "inference",
+		KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil)
+	get := watchSets(t, src)
+	next(t, get, "vllm-0=http://10.2.0.10:8000")
+
+	if _, err := cs.CoreV1().Pods("inference").UpdateStatus(ctx, pod("vllm-1", "10.2.0.11", true, "vllm"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, get, "vllm-0=http://10.2.0.10:8000", "vllm-1=http://10.2.0.11:8000")
+	// A pod relabelled out of the selector leaves (the fake's watch does
+	// not filter by label: the source checks again).
+	if _, err := cs.CoreV1().Pods("inference").Update(ctx, pod("vllm-0", "10.2.0.10", true, "old"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, get, "vllm-1=http://10.2.0.11:8000")
+}
