@@ -124,7 +124,7 @@ func TestSyncerSteps(t *testing.T) {
 		{name: "URL change replaces", at: 7 * time.Second, set: []Target{{Name: "a", URL: "http://a:9000"}, tg("c")},
 			events: []string{"removed a", "added a"}, fleet: []string{"a", "c"}},
 		{name: "a name owned by a static replica is not taken", at: 8 * time.Second,
-			set: []Target{{Name: "a", URL: "http://a:9000"}, tg("c"), tg("static-a")},
+			set:    []Target{{Name: "a", URL: "http://a:9000"}, tg("c"), tg("static-a")},
 			events: []string{"failed static-a"}, fleet: []string{"a", "c"}},
 		{name: "empty set drains everything", at: 9 * time.Second, set: []Target{},
 			inFlight: map[string]int{"a": 3, "c": 3},
