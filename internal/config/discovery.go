@@ -102,9 +102,9 @@ func DefaultDiscovery() Discovery {
 	return Discovery{
 		Type:         "static",
 		DrainTimeout: 10 * time.Minute,
-		Kubernetes:   Kubernetes{Port: "http", Scheme: "http"},
-		DNS:          DNS{Record: "a", Port: 8000, Interval: 30 * time.Second, Scheme: "http"},
-		Gpustack:     Gpustack{Interval: 15 * time.Second, Scheme: "http", Timeout: 10 * time.Second},
+		Kubernetes:   Kubernetes{Port: "http", Scheme: "http", Models: []string{}},
+		DNS:          DNS{Record: "a", Port: 8000, Interval: 30 * time.Second, Scheme: "http", Models: []string{}},
+		Gpustack:     Gpustack{Interval: 15 * time.Second, Scheme: "http", Timeout: 10 * time.Second, Models: []string{}},
 	}
 }
 
