@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/llmlb/llmlb/internal/version"
 )
 
 // command is one subcommand; run gets the arguments after the subcommand name.
@@ -33,7 +35,7 @@ func usage() {
 	for _, c := range commands {
 		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nRun 'llmlb <command> -h' for a command's flags.")
+	fmt.Fprintln(os.Stderr, "\nRun 'llmlb <command> -h' for a command's flags, 'llmlb --version' for the version.")
 }
 
 func main() {
@@ -42,6 +44,10 @@ func main() {
 		if len(os.Args) < 2 {
 			os.Exit(2)
 		}
+		return
+	}
+	if a := os.Args[1]; a == "--version" || a == "-version" || a == "version" {
+		fmt.Println(version.Get())
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/version"
 )
 
 // Metrics holds llmlb's own Prometheus metrics (prefix llmlb_). Events
@@ -28,7 +31,26 @@ type Metrics struct {
 	transitions *prometheus.CounterVec
 	scrapes     *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
+
+	// Client-facing latency and tokens by model and route reason; a model
+	// label takes only the fleet's known models (others count as "other").
+	ttft     *prometheus.HistogramVec
+	duration *prometheus.HistogramVec
+	tokens   *prometheus.CounterVec
+	bal      *balancer.Balancer
+	known    sync.Map // model name -> true: its series exist
 }
+
+// Route reasons and token kinds the client-facing series are created for
+// up front, so they exist before the first request.
+var (
+	routeReasons = []string{string(balancer.ReasonAffinity), string(balancer.ReasonLoad), string(balancer.ReasonFallback)}
+	tokenKinds   = []string{"prompt", "cached", "completion"}
+)
+
+// OtherModel is the model label of requests for a model no replica is
+// known to serve (it keeps the label's values bounded).
+const OtherModel = "other"
 
 // NewMetrics returns the metrics on a fresh registry (with the Go and
 // process collectors); bal's state is collected at scrape time with now.
@@ -67,13 +89,121 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Name: "llmlb_config_reloads_total",
 			Help: "Configuration reloads (SIGHUP), by result: applied, partial (some replicas failed) or rejected (invalid file).",
 		}, []string{"result"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmlb_time_to_first_token_seconds",
+			Help:    "Streamed responses: time from the request's arrival to the first generated token (content, reasoning or tool call), by model and route reason.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16), // 10 ms .. ~5.5 min
+		}, []string{"model", "route"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmlb_request_duration_seconds",
+			Help:    "Completions and embeddings relayed to a replica: time from the request's arrival to the end of the response, by model and route reason.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18), // 10 ms .. ~22 min
+		}, []string{"model", "route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_tokens_total",
+			Help: "Tokens reported in the usage of responses, by model and kind: prompt, cached (prompt tokens the replica took from its prefix cache) and completion.",
+		}, []string{"model", "kind"}),
+		bal: bal,
 	}
+	info := version.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "llmlb_build_info",
+		Help:        "Always 1; its labels say which llmlb is running.",
+		ConstLabels: prometheus.Labels{"version": info.Version, "revision": info.Revision, "goversion": info.GoVersion},
+	})
+	buildInfo.Set(1)
 	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads,
+		buildInfo,
+		&modelSeries{m: m, c: m.ttft}, &modelSeries{m: m, c: m.duration}, &modelSeries{m: m, c: m.tokens},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// modelSeries creates the series of every known model before collecting
+// vec, so a model's latency and token series exist (at zero) as soon as a
+// replica is known to serve it.
+type modelSeries struct {
+	m *Metrics
+	c prometheus.Collector
+}
+
+func (s *modelSeries) Describe(ch chan<- *prometheus.Desc) { s.c.Describe(ch) }
+
+func (s *modelSeries) Collect(ch chan<- prometheus.Metric) {
+	for _, model := range s.m.bal.Models() {
+		s.m.initModel(model)
+	}
+	s.c.Collect(ch)
+}
+
+// initModel creates a model's client-facing series once.
+func (m *Metrics) initModel(model string) {
+	model = label(model)
+	if _, done := m.known.LoadOrStore(model, true); done {
+		return
+	}
+	for _, r := range routeReasons {
+		m.ttft.WithLabelValues(model, r)
+		m.duration.WithLabelValues(model, r)
+	}
+	for _, k := range tokenKinds {
+		m.tokens.WithLabelValues(model, k)
+	}
+}
+
+// ModelLabel bounds a model name to the models some replica serves;
+// anything else is OtherModel.
+func (m *Metrics) ModelLabel(model string) string {
+	if _, ok := m.known.Load(model); ok {
+		return model
+	}
+	if model != "" && slices.Contains(m.bal.Models(), model) {
+		m.initModel(model)
+		return model
+	}
+	return OtherModel
+}
+
+// Completion observes one response relayed from a replica: its duration
+// from arrival to end, its time to first token when streamed (ttft < 0:
+// not streamed or no token), and the usage it reported.
+func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total time.Duration, u Usage) {
+	model = m.ModelLabel(model)
+	r := label(string(route))
+	if ttft >= 0 {
+		m.ttft.WithLabelValues(model, r).Observe(ttft.Seconds())
+	}
+	m.duration.WithLabelValues(model, r).Observe(total.Seconds())
+	if u.PromptTokens > 0 {
+		m.tokens.WithLabelValues(model, "prompt").Add(float64(u.PromptTokens))
+	}
+	if u.CachedTokens > 0 {
+		m.tokens.WithLabelValues(model, "cached").Add(float64(u.CachedTokens))
+	}
+	if u.CompletionTokens > 0 {
+		m.tokens.WithLabelValues(model, "completion").Add(float64(u.CompletionTokens))
+	}
+}
+
+// Usage is the token usage a response reported.
+type Usage struct {
+	PromptTokens, CachedTokens, CompletionTokens int64
+}
+
+// InitReplica creates a replica's per-replica event series at zero, so
+// dashboards and alerts see every known replica from the start (an idle
+// replica is a 0, not a missing series).
+func (m *Metrics) InitReplica(replica string) {
+	r := label(replica)
+	m.requests.WithLabelValues(r, string(balancer.ReasonLoad), "200")
+	m.firstByte.WithLabelValues(r)
+	m.streamErrs.WithLabelValues(r)
+	m.failovers.WithLabelValues(r)
+	m.scrapes.WithLabelValues(r, "ok")
+	m.scrapes.WithLabelValues(r, "error")
 }
 
 // Registry returns the registry served on /metrics.
@@ -144,12 +274,14 @@ type stateCollector struct {
 
 var (
 	descInFlight       = prometheus.NewDesc("llmlb_replica_in_flight", "The balancer's own in-flight requests to the replica.", []string{"replica"}, nil)
-	descInFlightWeight = prometheus.NewDesc("llmlb_replica_in_flight_weight", "Token-weighted in-flight requests (WLC, SPEC s2.2).", []string{"replica"}, nil)
-	descEffRunning     = prometheus.NewDesc("llmlb_replica_effective_running", "Effective running load (SPEC s2.2).", []string{"replica"}, nil)
-	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Effective waiting load (SPEC s2.2).", []string{"replica"}, nil)
+	descInFlightWeight = prometheus.NewDesc("llmlb_replica_in_flight_weight", "The balancer's in-flight requests to the replica, each weighted by its estimated tokens (routing.load.token_unit tokens weigh 1).", []string{"replica"}, nil)
+	descEffRunning     = prometheus.NewDesc("llmlb_replica_effective_running", "Requests the routing counts as running on the replica: the larger of the scraped running count and the balancer's own in-flight.", []string{"replica"}, nil)
+	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Requests the routing counts as queued on the replica: the scraped waiting count plus the balancer's in-flight not yet seen running.", []string{"replica"}, nil)
 	descScrRunning     = prometheus.NewDesc("llmlb_replica_scraped_running", "vllm:num_requests_running at the last scrape.", []string{"replica"}, nil)
 	descScrWaiting     = prometheus.NewDesc("llmlb_replica_scraped_waiting", "vllm:num_requests_waiting at the last scrape.", []string{"replica"}, nil)
-	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "KV cache usage (0..1) at the last scrape.", []string{"replica"}, nil)
+	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "Deprecated (removed in the next release): use llmlb_replica_kv_cache_usage_ratio.", []string{"replica"}, nil)
+	descKVRatio        = prometheus.NewDesc("llmlb_replica_kv_cache_usage_ratio", "Share of the replica's KV cache in use (0 to 1) at the last scrape.", []string{"replica"}, nil)
+	descMaxCooldown    = prometheus.NewDesc("llmlb_max_cooldown_seconds", "The cap of a replica's ejection cooldown (routing.health.max_cooldown); a replica at the cap is flapping.", nil, nil)
 	descState          = prometheus.NewDesc("llmlb_replica_state", "1 for the replica's current health state (LIVE|PROBING|EJECTED).", []string{"replica", "state"}, nil)
 	descDraining       = prometheus.NewDesc("llmlb_replica_draining", "1 when the replica is draining (no new traffic).", []string{"replica"}, nil)
 	descCooldown       = prometheus.NewDesc("llmlb_replica_cooldown_seconds", "Current ejection cooldown of the replica.", []string{"replica"}, nil)
@@ -157,13 +289,13 @@ var (
 	descPins           = prometheus.NewDesc("llmlb_pins", "Pins in the table, by kind (session|prefix).", []string{"kind"}, nil)
 	descPinBytes       = prometheus.NewDesc("llmlb_pin_bytes", "Estimated memory of the pin table (bounded by routing.affinity.max_pin_bytes).", nil, nil)
 	descPinEvictions   = prometheus.NewDesc("llmlb_pin_evictions_total", "Pins evicted at the table's bounds, by whether they had been reused (reused pins are evicted only by other reused pins).", []string{"reused"}, nil)
-	descSpills         = prometheus.NewDesc("llmlb_spills_total", "Pinned requests routed elsewhere (SPEC s3 step 4).", nil, nil)
+	descSpills         = prometheus.NewDesc("llmlb_spills_total", "Requests whose pinned replica was too busy, routed to a less loaded one instead.", nil, nil)
 	descRebinds        = prometheus.NewDesc("llmlb_rebinds_total", "Session pins rebound after repeated spills.", nil, nil)
 	descForceRebinds   = prometheus.NewDesc("llmlb_force_rebinds_total", "Pins moved at once because running(pin) - min_r reached the gap.", nil, nil)
 	descPrefixDrops    = prometheus.NewDesc("llmlb_prefix_pin_drops_total", "Prefix pins deleted on a repeated spill.", nil, nil)
 	descEjections      = prometheus.NewDesc("llmlb_ejections_total", "Ejections of all replicas.", nil, nil)
 	descFallbacks      = prometheus.NewDesc("llmlb_fallbacks_total", "Requests routed by the last-resort fallback.", nil, nil)
-	descAlerts         = prometheus.NewDesc("llmlb_alerts_firing", "Alerts firing now (SPEC s5), by name.", []string{"name"}, nil)
+	descAlerts         = prometheus.NewDesc("llmlb_alerts_firing", "Alerts llmlb raises itself, by name (imbalance, one_replica, probe_broken, flapping): 1 while firing.", []string{"name"}, nil)
 )
 
 var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
@@ -171,7 +303,7 @@ var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
-		descScrRunning, descScrWaiting, descKV, descState, descDraining, descCooldown, descRepEjections,
+		descScrRunning, descScrWaiting, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
 		descPins, descPinBytes, descPinEvictions, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
 		ch <- d
 	}
@@ -202,6 +334,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descScrRunning, r.ScrapedRunning, r.Name)
 		gauge(descScrWaiting, r.ScrapedWaiting, r.Name)
 		gauge(descKV, r.KVCacheUsage, r.Name)
+		gauge(descKVRatio, r.KVCacheUsage, r.Name)
 		for _, s := range healthStates {
 			gauge(descState, b2f(r.State == s), r.Name, s)
 		}
@@ -209,6 +342,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descCooldown, r.CooldownSeconds, r.Name)
 		counter(descRepEjections, float64(r.Ejections), r.Name)
 	}
+	gauge(descMaxCooldown, c.bal.Config().Health.MaxCooldown.Seconds())
 	session, prefix := c.bal.PinCounts()
 	gauge(descPins, float64(session), "session")
 	gauge(descPins, float64(prefix), "prefix")

@@ -83,6 +83,7 @@ type Server struct {
 type Log struct {
 	Level  string // log.level: debug|info|warn|error (info)
 	Format string // log.format: text|json (text)
+	Access bool   // log.access: one info line per proxied request (true)
 }
 
 // Default returns the configuration with every default of SPEC s2-s5 and the
@@ -116,7 +117,7 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			ShutdownTimeout:   60 * time.Second,
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Log: Log{Level: "info", Format: "text", Access: true},
 	}
 }
 

@@ -158,7 +158,7 @@ replicas:
 			}
 		}},
 		{name: "log", yaml: "log: {level: debug, format: json}\n",
-			want: func(c *Config) { c.Log = Log{Level: "debug", Format: "json"} }},
+			want: func(c *Config) { c.Log = Log{Level: "debug", Format: "json", Access: true} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

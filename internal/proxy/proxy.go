@@ -284,6 +284,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof 
 			return
 		}
 		p.logDecision(ctx, res, prof, n)
+		noteDecision(ctx, res, prof, n+1)
 		if p.decisions != nil {
 			p.decisions(p.now(), res, prof, n+1)
 		}

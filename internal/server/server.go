@@ -63,6 +63,7 @@ type Server struct {
 	bal     *balancer.Balancer
 	metrics *admin.Metrics
 	proxy   *proxy.Proxy
+	handler http.Handler // the proxy with request ids, access log and latency metrics
 	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
@@ -134,6 +135,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.handler = &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access}
 	adminAPI, err := admin.NewHandler(admin.Options{
 		Balancer: bal,
 		Fleet:    fleet{s},
@@ -257,7 +259,7 @@ func (s *Server) Dashboard() *ui.Dashboard { return s.dash }
 func (s *Server) Metrics() *admin.Metrics { return s.metrics }
 
 // ProxyHandler returns the proxy listener's handler.
-func (s *Server) ProxyHandler() http.Handler { return s.proxy }
+func (s *Server) ProxyHandler() http.Handler { return s.handler }
 
 // AdminHandler returns the admin listener's handler.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
@@ -340,7 +342,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ErrorLog:          errLog,
 		}
 	}
-	proxySrv, adminSrv := newHTTP(s.proxy), newHTTP(s.admin)
+	proxySrv, adminSrv := newHTTP(s.handler), newHTTP(s.admin)
 	// Event streams are never idle: end them when the admin listener shuts down.
 	adminSrv.RegisterOnShutdown(s.dash.Close)
 
@@ -459,6 +461,7 @@ func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
 	s.keysMu.Lock()
 	s.keys[spec.Name] = apiKey
 	s.keysMu.Unlock()
+	s.metrics.InitReplica(spec.Name)
 	return nil
 }
 

@@ -1,0 +1,35 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/request"
+)
+
+// Trace is what the proxy decided for one request, filled in as it routes
+// so that a wrapping handler (package server's access log and latency
+// metrics) can report it after ServeHTTP returns, whether or not route
+// headers are enabled. Only the request's own goroutine writes it.
+type Trace struct {
+	Model    string          // the request's model field ("" when none)
+	Replica  string          // replica of the last attempt ("" when none was chosen)
+	Reason   balancer.Reason // its route reason
+	Attempts int             // replicas tried
+}
+
+type traceKey struct{}
+
+// WithTrace returns a context that makes the proxy fill t.
+func WithTrace(ctx context.Context, t *Trace) context.Context {
+	return context.WithValue(ctx, traceKey{}, t)
+}
+
+// noteDecision records a routing decision in the request's Trace, if any.
+func noteDecision(ctx context.Context, res *balancer.Reservation, prof *request.Profile, attempt int) {
+	t, ok := ctx.Value(traceKey{}).(*Trace)
+	if !ok {
+		return
+	}
+	t.Model, t.Replica, t.Reason, t.Attempts = prof.Model, res.Replica, res.Reason, attempt
+}

@@ -1,0 +1,326 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/proxy"
+)
+
+// HeaderRequestID carries the request id: taken from the client when it
+// sends a sane one, generated otherwise, passed to the replica and returned
+// to the client.
+const HeaderRequestID = "X-Request-Id"
+
+// observed wraps the proxy handler: it gives every request an id, watches
+// the response for its first generated token and its usage, and then
+// records the client-facing latency and token metrics and one access log
+// line. The W3C traceparent header is passed to the replica untouched (the
+// reverse proxy forwards it); its trace id is logged.
+type observed struct {
+	next      http.Handler
+	metrics   *admin.Metrics
+	log       *slog.Logger
+	now       func() time.Time
+	accessLog bool
+}
+
+// maxJSONBody bounds the copy of a non-streamed response kept to read its
+// usage; a larger body is relayed but its usage is not counted.
+const maxJSONBody = 4 << 20
+
+// maxSSELine bounds one buffered server-sent-events line.
+const maxSSELine = 1 << 20
+
+func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := o.now()
+	id := r.Header.Get(HeaderRequestID)
+	if !saneID(id) {
+		id = newRequestID()
+		r.Header.Set(HeaderRequestID, id)
+	}
+	w.Header().Set(HeaderRequestID, id)
+	var tr proxy.Trace
+	r = r.WithContext(proxy.WithTrace(r.Context(), &tr))
+	ow := &observingWriter{ResponseWriter: w, now: o.now, ttftAt: time.Time{}}
+	o.next.ServeHTTP(ow, r)
+	end := o.now()
+	ow.finish()
+
+	ttft := time.Duration(-1)
+	if !ow.ttftAt.IsZero() {
+		ttft = ow.ttftAt.Sub(start)
+	}
+	model := tr.Model
+	if model == "" {
+		model = ow.model
+	}
+	relayed := tr.Replica != "" && ow.status < 300 && ow.status >= 200
+	if relayed {
+		o.metrics.Completion(model, tr.Reason, ttft, end.Sub(start), ow.usage)
+	}
+	if !o.accessLog {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", id),
+		slog.String("client", clientHost(r.RemoteAddr)),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", ow.status),
+		slog.Duration("duration", end.Sub(start)),
+		slog.Int64("bytes", ow.bytes),
+	}
+	if model != "" {
+		attrs = append(attrs, slog.String("model", model))
+	}
+	if tr.Replica != "" {
+		attrs = append(attrs, slog.String("replica", tr.Replica), slog.String("route", string(tr.Reason)), slog.Int("attempts", tr.Attempts))
+	}
+	if ttft >= 0 {
+		attrs = append(attrs, slog.Duration("ttft", ttft))
+	}
+	if u := ow.usage; u != (admin.Usage{}) {
+		attrs = append(attrs, slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("cached_tokens", u.CachedTokens),
+			slog.Int64("completion_tokens", u.CompletionTokens))
+	}
+	if tid := traceID(r.Header.Get("Traceparent")); tid != "" {
+		attrs = append(attrs, slog.String("trace_id", tid))
+	}
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+}
+
+// saneID accepts a client's request id of 1-128 visible ASCII characters.
+func saneID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID is 16 random bytes in hex.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// traceID returns the trace id of a W3C traceparent
+// ("00-<32 hex>-<16 hex>-<2 hex>"), or "" when it is malformed.
+func traceID(tp string) string {
+	parts := strings.Split(tp, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 {
+		return ""
+	}
+	if _, err := hex.DecodeString(parts[1]); err != nil || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	return parts[1]
+}
+
+func clientHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// observingWriter relays the response and reads it on the way: the status,
+// the moment of the first generated token of a stream, the model and the
+// usage (from the stream's chunks or the JSON body).
+type observingWriter struct {
+	http.ResponseWriter
+	now func() time.Time
+
+	status  int
+	bytes   int64
+	kind    int // 0 unknown, 1 event stream, 2 JSON, 3 other
+	line    []byte
+	body    bytes.Buffer
+	ttftAt  time.Time
+	model   string
+	usage   admin.Usage
+	tooLong bool
+}
+
+const (
+	kindUnknown = iota
+	kindStream
+	kindJSON
+	kindOther
+)
+
+func (w *observingWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+		w.classify()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *observingWriter) classify() {
+	ct := w.Header().Get("Content-Type")
+	switch {
+	case w.status < 200 || w.status >= 300:
+		w.kind = kindOther
+	case strings.HasPrefix(ct, "text/event-stream"):
+		w.kind = kindStream
+	case strings.HasPrefix(ct, "application/json"):
+		w.kind = kindJSON
+	default:
+		w.kind = kindOther
+	}
+}
+
+func (w *observingWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+		w.classify()
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	switch w.kind {
+	case kindStream:
+		w.scan(p[:n])
+	case kindJSON:
+		if w.body.Len()+n <= maxJSONBody {
+			w.body.Write(p[:n])
+		} else {
+			w.tooLong = true
+		}
+	}
+	return n, err
+}
+
+// Flush implements http.Flusher (streams are flushed chunk by chunk).
+func (w *observingWriter) Flush() {
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *observingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// scan splits the event stream into lines and reads its data lines.
+func (w *observingWriter) scan(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(w.line)+len(p) <= maxSSELine {
+				w.line = append(w.line, p...)
+			} else {
+				w.line = w.line[:0]
+			}
+			return
+		}
+		if len(w.line) > 0 {
+			w.line = append(w.line, p[:i]...)
+			w.dataLine(w.line)
+			w.line = w.line[:0]
+		} else {
+			w.dataLine(p[:i])
+		}
+		p = p[i+1:]
+	}
+}
+
+// chunk holds the fields of a completion (or stream chunk) that are read.
+type chunk struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string          `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			Reasoning        string          `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+var (
+	dataPrefix = []byte("data:")
+	usageKey   = []byte(`"usage"`)
+	nullUsage  = []byte(`"usage":null`)
+)
+
+// dataLine reads one SSE line. Before the first token every data line is
+// decoded (the first chunk is often role-only: it is not a token); after
+// it, only a chunk carrying usage is.
+func (w *observingWriter) dataLine(line []byte) {
+	line = bytes.TrimRight(line, "\r")
+	if !bytes.HasPrefix(line, dataPrefix) {
+		return
+	}
+	payload := bytes.TrimSpace(line[len(dataPrefix):])
+	if len(payload) == 0 || payload[0] != '{' {
+		return // "[DONE]"
+	}
+	if !w.ttftAt.IsZero() && (!bytes.Contains(payload, usageKey) || bytes.Contains(payload, nullUsage)) {
+		return
+	}
+	var c chunk
+	if json.Unmarshal(payload, &c) != nil {
+		return
+	}
+	if w.model == "" {
+		w.model = c.Model
+	}
+	if w.ttftAt.IsZero() {
+		for _, ch := range c.Choices {
+			d := ch.Delta
+			if ch.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
+				(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
+				w.ttftAt = w.now()
+				break
+			}
+		}
+	}
+	w.setUsage(&c)
+}
+
+func (w *observingWriter) setUsage(c *chunk) {
+	if c.Usage == nil {
+		return
+	}
+	w.usage = admin.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
+	if d := c.Usage.PromptTokensDetails; d != nil {
+		w.usage.CachedTokens = d.CachedTokens
+	}
+}
+
+// finish reads the usage of a non-streamed JSON response.
+func (w *observingWriter) finish() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.kind != kindJSON || w.tooLong || w.body.Len() == 0 {
+		return
+	}
+	var c chunk
+	if json.Unmarshal(w.body.Bytes(), &c) == nil {
+		w.model = c.Model
+		w.setUsage(&c)
+	}
+	w.body = bytes.Buffer{}
+}
