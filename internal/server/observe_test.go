@@ -1,0 +1,277 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/balancer"
+)
+
+// steppingClock returns t0, t0+1s, t0+2s, ... on successive calls.
+func steppingClock(t0 time.Time) func() time.Time {
+	var mu sync.Mutex
+	n := 0
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return t0.Add(time.Duration(n-1) * time.Second)
+	}
+}
+
+// TestObservingWriterStream: the first token is the first chunk with
+// generated text, not the role-only chunk before it; lines split across
+// writes are reassembled; the usage of the last chunk is read.
+func TestObservingWriterStream(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "text/event-stream")
+	w := &observingWriter{ResponseWriter: rec, now: steppingClock(t0)}
+	w.WriteHeader(http.StatusOK)
+	writes := []string{
+		`data: {"model":"m","choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n", // clock t0: role only
+		`data: {"model":"m","choices":[{"delta":{"con`,                                         // split mid-line
+		`tent":"Hel"}}]}` + "\n\n",                                                             // clock t0+0s: first token
+		`data: {"model":"m","choices":[{"delta":{"content":"lo"}}],"usage":null}` + "\n\n",
+		`data: {"model":"m","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":96}}}` + "\r\n\r\n",
+		"data: [DONE]\n\n",
+	}
+	for _, s := range writes {
+		if _, err := w.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.finish()
+	if w.ttftAt != t0 {
+		t.Errorf("first token at %v, want %v (the first clock reading: role-only chunks read no clock)", w.ttftAt, t0)
+	}
+	if w.model != "m" {
+		t.Errorf("model %q", w.model)
+	}
+	if want := (admin.Usage{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2}); w.usage != want {
+		t.Errorf("usage %+v, want %+v", w.usage, want)
+	}
+	if got := rec.Body.String(); got != strings.Join(writes, "") {
+		t.Errorf("the client did not get the stream unchanged:\n%s", got)
+	}
+}
+
+// TestObservingWriterReasoningAndJSON: a reasoning or tool-call delta is a
+// first token; a non-streamed JSON response has no TTFT but its usage is read.
+func TestObservingWriterReasoningAndJSON(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, line := range []string{
+		`data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}`,
+		`data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`,
+		`data: {"choices":[{"text":"x"}]}`,
+	} {
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w := &observingWriter{ResponseWriter: rec, now: steppingClock(t0)}
+		w.Write([]byte(line + "\n"))
+		if w.ttftAt.IsZero() {
+			t.Errorf("%s: not seen as a first token", line)
+		}
+	}
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "application/json")
+	w := &observingWriter{ResponseWriter: rec, now: steppingClock(t0)}
+	w.Write([]byte(`{"model":"m","choices":[{"message":{"content":"hi"}}],`))
+	w.Write([]byte(`"usage":{"prompt_tokens":7,"completion_tokens":3}}`))
+	w.finish()
+	if !w.ttftAt.IsZero() || w.usage != (admin.Usage{PromptTokens: 7, CompletionTokens: 3}) || w.model != "m" {
+		t.Errorf("JSON: ttft %v usage %+v model %q", w.ttftAt, w.usage, w.model)
+	}
+}
+
+func TestRequestIDAndTraceID(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"abc-123", "abc-123"},
+		{"", ""},                       // generated
+		{"has space", ""},              // generated
+		{strings.Repeat("x", 200), ""}, // generated
+	}
+	for _, c := range cases {
+		if got := saneID(c.in); got != (c.want != "") {
+			t.Errorf("saneID(%q) = %v", c.in, got)
+		}
+	}
+	if id := newRequestID(); len(id) != 32 || !saneID(id) || id == newRequestID() {
+		t.Errorf("newRequestID %q", id)
+	}
+	for tp, want := range map[string]string{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": "",
+		"garbage": "",
+		"00-4bf92f3577b34da6a3ce929d0e0e473z-00f067aa0ba902b7-01": "",
+	} {
+		if got := traceID(tp); got != want {
+			t.Errorf("traceID(%q) = %q, want %q", tp, got, want)
+		}
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAccessLogRequestIDAndMetricsEndToEnd: through a running server to a
+// replica that streams a role-only chunk, two content chunks and usage:
+// the request id is passed upstream and returned, traceparent reaches the
+// replica untouched, one access line names the request, and the TTFT,
+// duration and token series count it under the model.
+func TestAccessLogRequestIDAndMetricsEndToEnd(t *testing.T) {
+	var mu sync.Mutex
+	var upstreamHdr http.Header
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		upstreamHdr = r.Header.Clone()
+		mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, s := range []string{
+			`{"model":"sim-model","choices":[{"delta":{"role":"assistant"}}]}`,
+			`{"model":"sim-model","choices":[{"delta":{"content":"Hel"}}]}`,
+			`{"model":"sim-model","choices":[{"delta":{"content":"lo"}}]}`,
+			`{"model":"sim-model","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}}`,
+			`[DONE]`,
+		} {
+			io.WriteString(w, "data: "+s+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer upstream.Close()
+
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	fake, setIdle := idleFleet()
+	cfg := testConfig(upstream.URL)
+	setIdle(&cfg)
+	srv, err := New(cfg, logger, WithFetcher(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.UseListeners(listen(t), listen(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	e := &env{t: t, srv: srv, proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(), http: &http.Client{}}
+	e.waitReplicas("the replica serving the model", func(rs []balancer.ReplicaStatus) bool {
+		return len(rs) == 1 && len(rs[0].Models) == 1
+	})
+
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for i, id := range []string{"client-id-1", ""} {
+		req, _ := http.NewRequest(http.MethodPost, e.proxy+"/v1/chat/completions",
+			strings.NewReader(`{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Traceparent", tp)
+		if id != "" {
+			req.Header.Set(HeaderRequestID, id)
+		}
+		res, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		got := res.Header.Get(HeaderRequestID)
+		mu.Lock()
+		up := upstreamHdr
+		mu.Unlock()
+		switch {
+		case res.StatusCode != http.StatusOK:
+			t.Fatalf("request %d: status %d", i, res.StatusCode)
+		case id != "" && got != id:
+			t.Errorf("request %d: X-Request-Id %q returned, want the client's %q", i, got, id)
+		case id == "" && len(got) != 32:
+			t.Errorf("request %d: generated X-Request-Id %q", i, got)
+		case up.Get(HeaderRequestID) != got:
+			t.Errorf("request %d: the replica got X-Request-Id %q, the client %q", i, up.Get(HeaderRequestID), got)
+		case up.Get("Traceparent") != tp:
+			t.Errorf("request %d: the replica got traceparent %q", i, up.Get("Traceparent"))
+		}
+		if !strings.Contains(logs.String(), "request_id="+got) {
+			t.Errorf("request %d: no access line with request_id=%s in:\n%s", i, got, logs.String())
+		}
+	}
+	var access []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "msg=access") {
+			access = append(access, l)
+		}
+	}
+	if len(access) != 2 {
+		t.Fatalf("%d access lines, want 2:\n%s", len(access), logs.String())
+	}
+	for _, want := range []string{"status=200", "model=sim-model", "replica=sim-1", "route=", "ttft=", "prompt_tokens=50",
+		"cached_tokens=32", "completion_tokens=2", "trace_id=4bf92f3577b34da6a3ce929d0e0e4736", "path=/v1/chat/completions"} {
+		if !strings.Contains(access[0], want) {
+			t.Errorf("access line lacks %s: %s", want, access[0])
+		}
+	}
+	res, err := e.http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`llmlb_tokens_total{kind="prompt",model="sim-model"} 100`,
+		`llmlb_tokens_total{kind="cached",model="sim-model"} 64`,
+		`llmlb_tokens_total{kind="completion",model="sim-model"} 4`,
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var ttftCount, durCount float64
+	for _, l := range strings.Split(string(body), "\n") {
+		var v float64
+		if strings.HasPrefix(l, `llmlb_time_to_first_token_seconds_count{model="sim-model"`) {
+			fmtSscan(l, &v)
+			ttftCount += v
+		}
+		if strings.HasPrefix(l, `llmlb_request_duration_seconds_count{model="sim-model"`) {
+			fmtSscan(l, &v)
+			durCount += v
+		}
+	}
+	if ttftCount != 2 || durCount != 2 {
+		t.Errorf("TTFT observations %v and durations %v, want 2 each", ttftCount, durCount)
+	}
+}
+
+// fmtSscan reads the value at the end of an exposition line.
+func fmtSscan(line string, v *float64) {
+	f := strings.Fields(line)
+	_, _ = fmt.Sscan(f[len(f)-1], v)
+}
