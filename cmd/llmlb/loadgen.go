@@ -19,6 +19,14 @@ import (
 // It is the load half of docs/GUARANTEES.md's load and soak runs.
 func runLoadgen(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintln(out, "usage: llmlb loadgen [--target URL] [--streams N] [--duration D] [flags]")
+		fmt.Fprintln(out, "\nHolds concurrent streaming chat completions against a balancer and prints what the clients saw")
+		fmt.Fprintln(out, "(the load half of docs/GUARANTEES.md's load and soak runs).")
+		fmt.Fprintln(out, "\nflags:")
+		fs.PrintDefaults()
+	}
 	target := fs.String("target", "http://127.0.0.1:8080", "balancer base URL")
 	model := fs.String("model", "sim-model", "model name")
 	streams := fs.Int("streams", 100, "concurrent clients; each sends one streaming request after another")

@@ -24,8 +24,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := newLogger(cfg.Log, os.Stderr)
-	// Config.LogValue redacts admin_token and every api_key.
-	logger.Info("effective configuration", slog.Any("config", cfg))
+	logConfig(logger, cfg)
 	if len(cfg.Replicas) == 0 {
 		logger.Warn("no replicas configured: every request gets 503 until one is added with POST /admin/replicas")
 	}
@@ -105,14 +104,18 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 	listen := fs.String("listen", "", "proxy listen `ADDR` (overrides listen; default :8080)")
 	adminListen := fs.String("admin-listen", "", "admin listen `ADDR` (overrides admin_listen; default 127.0.0.1:9090)")
 	logLevel := fs.String("log-level", "", "log `LEVEL`: debug|info|warn|error (overrides log.level)")
+	policy := fs.String("policy", "", "routing `POLICY` (overrides routing.policy): cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree,\nor another router's name: cache_aware, round_robin, consistent_hash, least_request")
 	var replicas []string
 	fs.Func("replica", "replica `name=URL` or URL, repeatable (replaces the file's list)", func(s string) error {
 		replicas = append(replicas, s)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmlb serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--replica URL|name=URL ...] [--log-level L]")
-		fmt.Fprintln(stderr, "\nRuns the balancer; flags override the file. SIGTERM/SIGINT drain and exit.")
+		fmt.Fprintln(stderr, "usage: llmlb serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--replica URL|name=URL ...] [--policy P] [--log-level L]")
+		fmt.Fprintln(stderr, "\nRuns the balancer; flags override the file, and LLMLB_<FLAG> environment variables")
+		fmt.Fprintln(stderr, "(LLMLB_CONFIG, LLMLB_LISTEN, LLMLB_ADMIN_LISTEN, LLMLB_POLICY, LLMLB_LOG_LEVEL; LLMLB_REPLICA")
+		fmt.Fprintln(stderr, "comma-separated) stand in for flags not given. SIGTERM/SIGINT drain and exit.")
+		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +123,9 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config.Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
+		return config.Config{}, err
 	}
 	cfg := config.Default()
 	if *path != "" {
@@ -133,6 +139,13 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 	}
 	if *logLevel != "" {
 		cfg.Log.Level = *logLevel
+	}
+	if *policy != "" {
+		p, err := resolvePolicy(*policy)
+		if err != nil {
+			return config.Config{}, err
+		}
+		cfg.Routing.Policy = p
 	}
 	if err := cfg.Validate(); err != nil {
 		return config.Config{}, errors.Join(errors.New("invalid configuration (see llmlb validate)"), err)

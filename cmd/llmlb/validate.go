@@ -35,6 +35,7 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmlb validate --config FILE [--print] [serve's --listen, --admin-listen, --replica]")
 		fmt.Fprintln(stderr, "\nChecks a configuration and explains every error (docs/CONFIG.md).")
+		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestResolvePolicy(t *testing.T) {
+	cases := []struct{ in, want, err string }{
+		{in: "cache_aware", want: "prefix-tree"},
+		{in: "round_robin", want: "rr"},
+		{in: "consistent_hash", want: "sticky"},
+		{in: "least_request", want: "least-request"},
+		{in: "Round_Robin", want: "rr"},
+		{in: "llmlb-warm", want: "llmlb-warm"}, // our own names pass through
+		{in: "bogus", want: "bogus"},           // left to config validation
+		{in: "power_of_two", err: "nearest is least-request"},
+		{in: "random", err: "nearest is rr"},
+	}
+	for _, c := range cases {
+		got, err := resolvePolicy(c.in)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: err %v, want one containing %q", c.in, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("%s: %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
+
+// TestServePolicyFlagAndEnv: --policy takes aliases; LLMLB_* variables
+// stand in for flags not given, and flags win over them.
+func TestServePolicyFlagAndEnv(t *testing.T) {
+	cfg, err := serveConfig([]string{"--policy", "cache_aware", "--replica", "http://127.0.0.1:8001"}, io.Discard)
+	if err != nil || cfg.Routing.Policy != "prefix-tree" {
+		t.Fatalf("--policy cache_aware: %q, %v", cfg.Routing.Policy, err)
+	}
+	if _, err := serveConfig([]string{"--policy", "power_of_two"}, io.Discard); err == nil || !strings.Contains(err.Error(), "least-request") {
+		t.Fatalf("--policy power_of_two: %v, want a refusal naming least-request", err)
+	}
+	if _, err := serveConfig([]string{"--policy", "bogus"}, io.Discard); err == nil || !strings.Contains(err.Error(), "routing.policy") {
+		t.Fatalf("--policy bogus: %v, want the config error naming routing.policy", err)
+	}
+
+	t.Setenv("LLMLB_POLICY", "round_robin")
+	t.Setenv("LLMLB_REPLICA", "a=http://127.0.0.1:8001, b=http://127.0.0.1:8002")
+	t.Setenv("LLMLB_LISTEN", "127.0.0.1:18080")
+	cfg, err = serveConfig([]string{"--listen", "127.0.0.1:28080"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Routing.Policy != "rr" || len(cfg.Replicas) != 2 || cfg.Replicas[1].Name != "b" || cfg.Listen != "127.0.0.1:28080" {
+		t.Fatalf("from the environment: policy %q, replicas %+v, listen %q", cfg.Routing.Policy, cfg.Replicas, cfg.Listen)
+	}
+	t.Setenv("LLMLB_LOG_LEVEL", "loud")
+	if _, err := serveConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "log.level") {
+		t.Fatalf("LLMLB_LOG_LEVEL=loud: %v", err)
+	}
+}
+
+// TestEveryCommandHasHelp: `llmlb <command> -h` prints a usage line naming
+// the command and the flags, and exits without error.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands {
+		t.Run(c.name, func(t *testing.T) {
+			out := captureStderr(t, func() {
+				if err := c.run(context.Background(), []string{"-h"}); err != nil && !errors.Is(err, flag.ErrHelp) {
+					t.Errorf("-h: %v", err)
+				}
+			})
+			if !strings.HasPrefix(out, "usage: llmlb "+c.name) || !strings.Contains(out, "flags:") {
+				t.Errorf("-h prints:\n%s\nwant \"usage: llmlb %s ...\" and a flags: section", out, c.name)
+			}
+		})
+	}
+}
+
+func captureStderr(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		io.Copy(&b, r)
+		done <- b.String()
+	}()
+	defer func() { os.Stderr = old }()
+	f()
+	w.Close()
+	os.Stderr = old
+	return <-done
+}
