@@ -204,9 +204,7 @@ func TestSyncerRun(t *testing.T) {
 	go func() { done <- s.Run(ctx, src, time.Millisecond, nil) }()
 	src.sets <- []Target{tg("a"), tg("b")}
 	src.sets <- []Target{tg("a")} // b has nothing in flight: drained and removed
-	for !slices.Equal(f.state(), []string{"a"}) {
-		time.Sleep(time.Millisecond) // polling for the shell's effect, not a timed assertion
-	}
+	waitFleet(t, f, "a")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v, want nil on cancel", err)
