@@ -101,3 +101,19 @@ func captureStderr(t *testing.T, f func()) string {
 	os.Stderr = old
 	return <-done
 }
+
+// TestValidateWithDiscovery: a file with no static replica but a discovery
+// source is fine, and says where replicas come from.
+func TestValidateWithDiscovery(t *testing.T) {
+	file := t.TempDir() + "/llmlb.yaml"
+	if err := os.WriteFile(file, []byte("discovery:\n  type: dns\n  dns:\n    name: vllm.inference.svc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := validateMain([]string{"--config", file}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "ok: 0 replicas, policy llmlb, discovery dns\n" || strings.Contains(stderr.String(), "no replicas") {
+		t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+}

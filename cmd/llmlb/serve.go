@@ -25,7 +25,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	logger := newLogger(cfg.Log, os.Stderr)
 	logConfig(logger, cfg)
-	if len(cfg.Replicas) == 0 {
+	if len(cfg.Replicas) == 0 && !cfg.Discovery.Enabled() {
 		logger.Warn("no replicas configured: every request gets 503 until one is added with POST /admin/replicas")
 	}
 	logWarnings(cfg, logger)

@@ -76,7 +76,7 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("writing the configuration: %w", err)
 		}
 	}
-	if len(cfg.Replicas) == 0 {
+	if len(cfg.Replicas) == 0 && !cfg.Discovery.Enabled() {
 		fmt.Fprintln(stderr, "warning: no replicas configured; add them with --replica or through the admin API")
 	}
 	for _, w := range cfg.Warnings() {
@@ -86,6 +86,10 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 	if *printCfg {
 		prefix = "# " // keep the printed YAML valid
 	}
-	fmt.Fprintf(stdout, "%sok: %d replicas, policy %s\n", prefix, len(cfg.Replicas), cfg.Routing.Policy)
+	discovered := ""
+	if cfg.Discovery.Enabled() {
+		discovered = ", discovery " + cfg.Discovery.Type
+	}
+	fmt.Fprintf(stdout, "%sok: %d replicas, policy %s%s\n", prefix, len(cfg.Replicas), cfg.Routing.Policy, discovered)
 	return nil
 }

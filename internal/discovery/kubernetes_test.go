@@ -2,6 +2,9 @@ package discovery
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -145,4 +148,42 @@ func TestKubernetesPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(t, get, "vllm-1=http://10.2.0.11:8000")
+}
+
+// TestNewKubernetesFromKubeconfig: a kubeconfig file gives the clients and,
+// when discovery.kubernetes.namespace is empty, the context's namespace; a
+// missing file is an error naming the key.
+func TestNewKubernetesFromKubeconfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "http://127.0.0.1:1"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u, namespace: inference}
+current-context: ctx
+`
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKubernetes(config.Kubernetes{Kubeconfig: path, Service: "vllm", Port: "http"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.namespace != "inference" {
+		t.Errorf("namespace %q, want the context's", k.namespace)
+	}
+	k, err = NewKubernetes(config.Kubernetes{Kubeconfig: path, Namespace: "other", Service: "vllm", Port: "http"}, nil)
+	if err != nil || k.namespace != "other" {
+		t.Errorf("explicit namespace: %v, %v", k, err)
+	}
+	_, err = NewKubernetes(config.Kubernetes{Kubeconfig: filepath.Join(t.TempDir(), "missing"), Service: "vllm"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kubeconfig") {
+		t.Errorf("missing kubeconfig: %v", err)
+	}
 }
