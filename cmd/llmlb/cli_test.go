@@ -9,6 +9,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmlb/llmlb/internal/config"
 )
 
 func TestResolvePolicy(t *testing.T) {
@@ -115,5 +120,23 @@ func TestValidateWithDiscovery(t *testing.T) {
 	}
 	if stdout.String() != "ok: 0 replicas, policy llmlb, discovery dns\n" || strings.Contains(stderr.String(), "no replicas") {
 		t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+}
+
+// TestNeedRestart: a reload names the changed sections it cannot apply,
+// and none when only the replicas or the admin access changed.
+func TestNeedRestart(t *testing.T) {
+	a := config.Default()
+	b := config.Default()
+	b.Replicas = []config.Replica{{Name: "x", URL: "http://127.0.0.1:1"}}
+	b.AdminToken = "new"
+	if got := needRestart(a, b); len(got) != 0 {
+		t.Errorf("replicas and token changed: %v, want nothing", got)
+	}
+	b.Routing.Policy = "rr"
+	b.Scrape.Interval = time.Second
+	b.Discovery.Type = "dns"
+	if d := cmp.Diff([]string{"discovery", "routing", "scrape"}, needRestart(a, b)); d != "" {
+		t.Error(d)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 
 	"github.com/llmlb/llmlb/internal/config"
@@ -84,7 +85,32 @@ func reload(args []string, srv *server.Server, logger *slog.Logger) {
 		return
 	}
 	srv.Metrics().Reload("applied")
-	logger.Info("reload: replicas applied (listen addresses and other settings need a restart)", attrs...)
+	logger.Info("reload: replicas applied", attrs...)
+	if changed := needRestart(srv.Config(), cfg); len(changed) > 0 {
+		logger.Warn("reload: changed settings not applied; they need a restart", slog.Any("sections", changed))
+	}
+}
+
+// needRestart lists the top-level sections whose new value differs from
+// the running one among those a reload does not apply (all but the
+// replica list and the admin access).
+func needRestart(running, next config.Config) []string {
+	a, b := running.Redacted(), next.Redacted()
+	var out []string
+	for _, s := range []struct {
+		name string
+		a, b any
+	}{
+		{"listen", a.Listen, b.Listen}, {"admin_listen", a.AdminListen, b.AdminListen},
+		{"discovery", a.Discovery, b.Discovery}, {"routing", a.Routing, b.Routing},
+		{"request", a.Request, b.Request}, {"scrape", a.Scrape, b.Scrape}, {"proxy", a.Proxy, b.Proxy},
+		{"server", a.Server, b.Server}, {"log", a.Log, b.Log},
+	} {
+		if !reflect.DeepEqual(s.a, s.b) {
+			out = append(out, s.name)
+		}
+	}
+	return out
 }
 
 // logWarnings logs what is valid but risky in cfg at WARN (an admin

@@ -249,6 +249,9 @@ func defaultName(raw string) string {
 	return raw
 }
 
+// Config returns the configuration the server was built with.
+func (s *Server) Config() config.Config { return s.cfg }
+
 // Balancer returns the routing core (for the demo's summary and tests).
 func (s *Server) Balancer() *balancer.Balancer { return s.bal }
 
