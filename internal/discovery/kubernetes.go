@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/llmlb/llmlb/internal/config"
 )
@@ -54,6 +56,11 @@ const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namesp
 // empty. The namespace is cfg.Namespace, else the kubeconfig context's,
 // else the pod's own.
 func NewKubernetes(cfg config.Kubernetes, logger *slog.Logger) (*Kubernetes, error) {
+	if logger != nil {
+		// client-go reports watch failures and retries through klog: send
+		// them to llmlb's structured log instead of bare lines on stderr.
+		klog.SetSlogLogger(logger.With(slog.String("component", "client-go")))
+	}
 	var rc *rest.Config
 	ns := cfg.Namespace
 	if cfg.Kubeconfig != "" {
@@ -160,14 +167,33 @@ func (k *Kubernetes) Run(ctx context.Context, update func([]Target)) error {
 	}); err != nil {
 		return fmt.Errorf("discovery: kubernetes: %w", err)
 	}
+	// client-go retries failed lists and watches with a backoff and reports
+	// them only at debug: an unreachable API server or missing RBAC must
+	// show at WARN (the last set is kept meanwhile).
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if ctx.Err() == nil {
+			k.log.Warn("discovery: kubernetes list/watch failed; keeping the last set and retrying",
+				slog.String("namespace", k.namespace), slog.String("error", err.Error()))
+		}
+	}); err != nil {
+		return fmt.Errorf("discovery: kubernetes: %w", err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		inf.RunWithContext(ctx)
 	}()
-	defer func() { <-done }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return ctx.Err()
+	// The informer stops with ctx, but only after a retry backoff in
+	// progress (up to ~30 s with the API server down): wait briefly, not
+	// for the whole backoff, so that shutdown is not held up.
+	defer func() {
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}()
+	if err := k.waitSynced(ctx, inf.HasSynced); err != nil {
+		return err
 	}
 	k.log.Info("discovery: kubernetes watching", slog.String("namespace", k.namespace),
 		slog.String("service", k.cfg.Service), slog.String("label_selector", k.cfg.LabelSelector))
@@ -179,6 +205,30 @@ func (k *Kubernetes) Run(ctx context.Context, update func([]Target)) error {
 		case <-changed:
 		}
 	}
+}
+
+// syncWarnEvery is how often a source that has not listed its objects yet
+// says so at WARN.
+const syncWarnEvery = 15 * time.Second
+
+// waitSynced waits for the informer's first full list, warning every
+// syncWarnEvery meanwhile (client-go logs its retries only at debug).
+func (k *Kubernetes) waitSynced(ctx context.Context, synced func() bool) error {
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	warn := time.NewTicker(syncWarnEvery)
+	defer warn.Stop()
+	for !synced() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-warn.C:
+			k.log.Warn("discovery: kubernetes has not listed the replicas yet: is the API server reachable, and does the service account have the Role of deploy/kubernetes/rbac.yaml?",
+				slog.String("namespace", k.namespace), slog.String("service", k.cfg.Service), slog.String("label_selector", k.cfg.LabelSelector))
+		case <-poll.C:
+		}
+	}
+	return nil
 }
 
 // port resolves the configured port against a list of named ports.
