@@ -21,7 +21,8 @@ import (
 var errNotFound = errors.New("discovery: gpustack: API not found")
 
 // GPUStack discovers replicas from a GPUStack server's model instances:
-// every instance in state "running" with a worker IP and port is a replica
+// every instance in state "running" with a worker address (its advertised
+// address, else its IP) and port is a replica
 // serving its model's name (GPUStack starts vLLM with the model's name as
 // the served model name). It asks API v2 (GPUStack 2.x) first and falls
 // back to v1 when the server answers 404 there.
@@ -57,6 +58,7 @@ type gpustackInstance struct {
 	Name      string `json:"name"`
 	ModelName string `json:"model_name"`
 	WorkerIP  string `json:"worker_ip"`
+	Advertise string `json:"worker_advertise_address"` // GPUStack 2.x: preferred over worker_ip
 	Port      int    `json:"port"`
 	Ports     []int  `json:"ports"`
 	State     string `json:"state"`
@@ -92,7 +94,11 @@ func (g *GPUStack) Poll(ctx context.Context) ([]Target, error) {
 	}
 	var out []Target
 	for _, in := range items {
-		if !strings.EqualFold(in.State, "running") || in.WorkerIP == "" {
+		host := in.Advertise
+		if host == "" {
+			host = in.WorkerIP
+		}
+		if !strings.EqualFold(in.State, "running") || host == "" {
 			continue
 		}
 		if len(g.cfg.Models) > 0 && !slices.Contains(g.cfg.Models, in.ModelName) {
@@ -110,8 +116,8 @@ func (g *GPUStack) Poll(ctx context.Context) ([]Target, error) {
 			models = []string{in.ModelName}
 		}
 		out = append(out, Target{
-			Name:   targetName(in.Name, in.WorkerIP, port),
-			URL:    targetURL(g.cfg.Scheme, in.WorkerIP, port),
+			Name:   targetName(in.Name, host, port),
+			URL:    targetURL(g.cfg.Scheme, host, port),
 			Models: models,
 		})
 	}

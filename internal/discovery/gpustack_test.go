@@ -50,7 +50,7 @@ func TestGPUStackPoll(t *testing.T) {
 	instances := []gpustackInstance{
 		{ID: 1, Name: "qwen-a1b2", ModelName: "qwen3-32b", WorkerIP: "10.0.0.11", Port: 40001, State: "running"},
 		{ID: 2, Name: "qwen-c3d4", ModelName: "qwen3-32b", WorkerIP: "10.0.0.12", Port: 40001, State: "starting"},
-		{ID: 3, Name: "llama-e5f6", ModelName: "llama-8b", WorkerIP: "10.0.0.12", Ports: []int{40002}, State: "running"},
+		{ID: 3, Name: "llama-e5f6", ModelName: "llama-8b", WorkerIP: "172.17.0.2", Advertise: "10.0.0.12", Ports: []int{40002}, State: "running"},
 		{ID: 4, Name: "bad name!", ModelName: "qwen3-32b", WorkerIP: "10.0.0.13", Port: 40003, State: "running"},
 		{ID: 5, Name: "pending", ModelName: "qwen3-32b", State: "scheduled"},
 	}
