@@ -183,6 +183,7 @@ type Balancer struct {
 
 	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
 	fleetDecode  float64      // median of the replicas' decode steps
+	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
 }
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
@@ -389,6 +390,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
+			MeanOutput:     b.fleetPrefill.meanOutput(),
 			PendingPrefill: b.pending(r, now), PendingRequests: r.pendingRequests})
 		b.candReps = append(b.candReps, r)
 	}
@@ -478,7 +480,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	if err != nil {
 		return b.named(r, r.health.ObserveScrape(false, err.Error(), now), nil)
 	}
-	if r.rates.observe(snap, &b.fleetPrefill) {
+	if r.rates.observe(snap, &b.fleetPrefill, &b.decodeSlope) {
 		// The replica's counters went back: it restarted with an empty cache.
 		if f, ok := b.policy.(policy.CacheForgetter); ok {
 			f.ForgetCache(r.name)

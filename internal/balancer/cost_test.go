@@ -86,8 +86,10 @@ func TestLearnedRates(t *testing.T) {
 	ra, rb := b.byName["a"], b.byName["b"]
 	rate, stepA, stepB := b.prefillRate(ra), b.decodeStep(ra), b.decodeStep(rb)
 	b.mu.Unlock()
-	if rate != 20_000 {
-		t.Fatalf("prefill rate = %v, want 30,000 computed / 1.5 s = 20,000", rate)
+	// 30,000 computed tokens in 1.5 s of prefill, less one 25 ms step for
+	// each of the 10 requests: 30,000 / 1.25 s.
+	if rate != 24_000 {
+		t.Fatalf("prefill rate = %v, want 30,000 computed / (1.5 s - 10 x 25 ms) = 24,000", rate)
 	}
 	if stepA != 0.025 || stepB != 0.025 {
 		t.Fatalf("decode steps = %v, %v; want a's 25 ms, and the fleet median for b", stepA, stepB)

@@ -182,6 +182,11 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	if set.Cost == (policy.CostConfig{}) {
 		set.Cost = policy.DefaultCostConfig()
 	}
+	// What an operator configures for policy cost: the replicas' vLLM
+	// scheduler limits (the spec's parameters may still override them).
+	if o.Profile.MaxNumBatchedTokens > 0 && o.Profile.MaxNumSeqs > 0 {
+		set.Cost.BatchTokens, set.Cost.MaxNumSeqs = o.Profile.MaxNumBatchedTokens, o.Profile.MaxNumSeqs
+	}
 	if err := set.Apply(name, params); err != nil {
 		return cfg, err
 	}

@@ -36,6 +36,15 @@ type CostConfig struct {
 	// one replica (cost.bounded_load 2, cost.bounded_load_slack 4).
 	BoundedLoad      float64
 	BoundedLoadSlack int
+	// BatchTokens is the replicas' per-step token budget, vLLM's
+	// max_num_batched_tokens (cost.batch_tokens, 2048: vLLM's default on
+	// GPUs under 70 GiB; 8192 on larger ones). It counts the steps a prefill
+	// takes.
+	BatchTokens int
+	// MaxNumSeqs is the replicas' batch size in requests, vLLM's
+	// max_num_seqs (cost.max_num_seqs, 256: vLLM's default under 70 GiB;
+	// 1024 on larger GPUs). Beyond it a request waits for a slot.
+	MaxNumSeqs int
 	// TieSteps is the margin, in decode steps of the fastest candidate,
 	// within which estimates count as equal and the most cached prompt wins
 	// (cost.tie_steps, 1): a step computes a whole token budget, so smaller
@@ -58,6 +67,8 @@ func DefaultCostConfig() CostConfig {
 		BoundedLoad:      2,
 		BoundedLoadSlack: 4,
 		TieSteps:         1,
+		BatchTokens:      2048,
+		MaxNumSeqs:       256,
 		Sessions:         65_536,
 	}
 }
@@ -83,6 +94,12 @@ func (c CostConfig) Validate() error {
 	if !(c.TieSteps >= 0) || math.IsInf(c.TieSteps, 0) {
 		bad = append(bad, fmt.Sprintf("cost.tie_steps: must be >= 0, got %v", c.TieSteps))
 	}
+	if c.BatchTokens < 1 {
+		bad = append(bad, fmt.Sprintf("cost.batch_tokens: must be >= 1, got %d", c.BatchTokens))
+	}
+	if c.MaxNumSeqs < 1 {
+		bad = append(bad, fmt.Sprintf("cost.max_num_seqs: must be >= 1, got %d", c.MaxNumSeqs))
+	}
 	if c.Sessions < 0 {
 		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
 	}
@@ -95,7 +112,8 @@ func (c CostConfig) Validate() error {
 // Cost routes each request to the replica where its first token is expected
 // soonest, in seconds:
 //
-//	estimate = (work ahead + prompt tokens not in that replica's cache) / prefill rate + decode step
+//	work     = work ahead + prompt tokens not in that replica's cache
+//	estimate = decode step x (1 + floor(work / batch_tokens)) + work / prefill rate
 //
 // where the cache is the replica's share of a block index (package kvindex)
 // sized to its real KV capacity, the work ahead is the prefill the replica
@@ -226,7 +244,15 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		cached = max(0, min(cached, tokens-1)) // a full hit still computes its last token
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
-		est := (ahead+prefill)/c.PrefillRate + c.DecodeStep
+		// The work ahead and this prompt are computed in steps of at most
+		// batch_tokens, each paying about a decode step on top of its tokens.
+		work := ahead + prefill
+		est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
+		// A full batch admits this request only as running ones finish:
+		// one frees a slot every mean-output x step / max_num_seqs.
+		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - float64(p.cfg.MaxNumSeqs); excess > 0 {
+			est += excess * c.MeanOutput * c.DecodeStep / float64(p.cfg.MaxNumSeqs)
+		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue

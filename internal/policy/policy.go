@@ -33,6 +33,9 @@ type Candidate struct {
 	// seconds: learned from its /metrics, configured defaults until then.
 	PrefillRate float64
 	DecodeStep  float64
+	// MeanOutput is the fleet's mean output tokens per request, learned
+	// from /metrics (a default until then): how long a batch slot stays taken.
+	MeanOutput float64
 	// PendingPrefill is the prompt tokens (less their expected cache hits)
 	// of the balancer's own requests on the replica that have not had their
 	// first token yet, bounded by what the replica can have computed since
