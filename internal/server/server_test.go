@@ -540,7 +540,7 @@ func TestAdminMutations(t *testing.T) {
 		{"healthz", "GET", "/healthz", "", "", 200},
 		{"readyz", "GET", "/readyz", "", "", 200},
 		{"metrics", "GET", "/metrics", "", "", 200},
-		{"ui is its own issue", "GET", "/ui", "", "", 404},
+		{"the dashboard", "GET", "/ui", "", "", 200},
 	}
 	for _, s := range steps {
 		if got := do(s.method, s.path, s.token, s.body); got != s.want {
