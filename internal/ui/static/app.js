@@ -146,11 +146,12 @@ function renderReplicas(s) {
   }).join('');
 }
 
+// mergeDecisions adds a snapshot's decisions (newest first) to the ones
+// kept: sequence numbers only grow, unless the balancer restarted.
 function mergeDecisions(list) {
+  if (list.length && decisions.length && list[0].seq < decisions[0].seq) decisions = [];
   const newest = decisions.length ? decisions[0].seq : 0;
-  const fresh = list.filter((d) => d.seq > newest);
-  if (list.length && list[list.length - 1].seq < newest - 1e6) decisions = []; // server restarted
-  decisions = fresh.concat(decisions).slice(0, KEEP_DECISIONS);
+  decisions = list.filter((d) => d.seq > newest).concat(decisions).slice(0, KEEP_DECISIONS);
 }
 
 function renderDecisions() {
