@@ -143,7 +143,7 @@ function renderReplicas(s) {
       <td><span class="share"><svg viewBox="0 0 120 24" preserveAspectRatio="none" aria-hidden="true">${sparkline(r.share_history.slice(first), 1, color)}</svg>${pct(r.share)}</span></td>
       <td class="num">${r.ejections}</td>
       <td>${action}</td></tr>`;
-  }).join('');
+  }).join('') || '<tr><td colspan="12" class="empty">no replica configured</td></tr>';
 }
 
 // mergeDecisions adds a snapshot's decisions (newest first) to the ones
