@@ -21,12 +21,14 @@ var pageHeaders = map[string]string{
 
 // Register mounts the dashboard on mux: GET /ui (the page), GET /ui/app.js
 // and /ui/app.css (its assets) and GET /admin/events (the event stream).
-func (d *Dashboard) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /ui", asset("static/index.html", "text/html; charset=utf-8"))
-	mux.HandleFunc("GET /ui/{$}", asset("static/index.html", "text/html; charset=utf-8"))
-	mux.HandleFunc("GET /ui/app.js", asset("static/app.js", "text/javascript; charset=utf-8"))
-	mux.HandleFunc("GET /ui/app.css", asset("static/app.css", "text/css; charset=utf-8"))
-	mux.HandleFunc("GET /admin/events", d.serveEvents)
+// The admin API's handler is the usual mux (its Host check then covers the
+// dashboard too).
+func (d *Dashboard) Register(mux interface{ Handle(string, http.Handler) }) {
+	mux.Handle("GET /ui", asset("static/index.html", "text/html; charset=utf-8"))
+	mux.Handle("GET /ui/{$}", asset("static/index.html", "text/html; charset=utf-8"))
+	mux.Handle("GET /ui/app.js", asset("static/app.js", "text/javascript; charset=utf-8"))
+	mux.Handle("GET /ui/app.css", asset("static/app.css", "text/css; charset=utf-8"))
+	mux.Handle("GET /admin/events", http.HandlerFunc(d.serveEvents))
 }
 
 // asset serves one embedded file.

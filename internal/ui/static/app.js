@@ -76,13 +76,13 @@ function kvBar(v) {
     `<rect width="${w}" height="10" fill="${color}" rx="2"/></svg>${pct(v)}`;
 }
 
-function canMutate() { return snap && snap.authorized && (!snap.token_configured || token); }
+function canMutate() { return snap && snap.authorized && (snap.token_configured ? !!token : snap.open_mutations); }
 
 function renderHeader(s) {
   $('policy').textContent = 'policy ' + s.policy;
   $('updated').textContent = 'updated ' + clock(s.at);
   let st = '';
-  if (!s.token_configured) st = 'the admin API has no token: drain / undrain enabled';
+  if (!s.token_configured) st = s.open_mutations ? 'no admin token needed here: drain / undrain enabled' : 'no admin_token configured: drain / undrain are off';
   else if (!token) st = 'session keys hidden; give the token to see them and to drain';
   else st = s.authorized ? 'token accepted' : 'token not accepted';
   $('token-state').textContent = st;
