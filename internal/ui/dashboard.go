@@ -107,7 +107,7 @@ type ttftSample struct {
 type secondSlot struct {
 	epoch              int64 // unix second the slot holds
 	routed, answered   uint64
-	serverErrors, fail uint64
+	serverErrors, streamErrors uint64
 }
 
 type shareBucket struct {
@@ -251,7 +251,7 @@ func (d *Dashboard) Request(_ string, _ balancer.Reason, code int) {
 func (d *Dashboard) StreamError(string) {
 	now := d.now()
 	d.mu.Lock()
-	d.second(now).fail++
+	d.second(now).streamErrors++
 	d.mu.Unlock()
 }
 

@@ -156,7 +156,7 @@ func (d *Dashboard) Snapshot(now time.Time) *Snapshot {
 		}
 		f.AnsweredPerMinute += slot.answered
 		f.ServerErrors += slot.serverErrors
-		f.StreamErrors += slot.fail
+		f.StreamErrors += slot.streamErrors
 	}
 	f.RequestsPerSecond /= rateWindow.Seconds()
 
