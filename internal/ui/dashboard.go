@@ -105,8 +105,8 @@ type ttftSample struct {
 }
 
 type secondSlot struct {
-	epoch              int64 // unix second the slot holds
-	routed, answered   uint64
+	epoch                      int64 // unix second the slot holds
+	routed, answered           uint64
 	serverErrors, streamErrors uint64
 }
 
