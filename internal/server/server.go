@@ -103,7 +103,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		bal:     bal,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
-		dash:    ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, Logger: logger, Now: o.now}),
+		dash: ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, OpenMutations: cfg.AdminToken == "",
+			Logger: logger, Now: o.now}),
 
 		configured: make(map[string]config.Replica),
 	}
