@@ -388,7 +388,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 		running, waiting := r.effective()
 		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight,
-			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting,
+			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
 			MeanOutput:     b.fleetPrefill.meanOutput(),
 			PendingPrefill: b.pending(r, now), PendingRequests: r.pendingRequests})

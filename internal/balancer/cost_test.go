@@ -130,7 +130,7 @@ func TestCostExplainDetail(t *testing.T) {
 	}
 	b.SetExplain(true)
 	res, _ = b.Select(costProfile("x", 5, 1), t0)
-	for _, name := range []string{"a est=", "b est=", "c est="} {
+	for _, name := range []string{"a ttft=", "b ttft=", "c ttft="} {
 		if !strings.Contains(res.Explanation.Detail, name) {
 			t.Fatalf("detail %q lacks %q", res.Explanation.Detail, name)
 		}

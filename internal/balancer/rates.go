@@ -272,3 +272,12 @@ func (b *Balancer) SetExplain(on bool) {
 		e.SetExplain(on)
 	}
 }
+
+// saturatedAt is the batch r ran when its last scrape showed a queue, 0 if
+// it showed none.
+func (r *replica) saturatedAt() float64 {
+	if r.snap.Waiting > 0 {
+		return r.snap.Running
+	}
+	return 0
+}

@@ -55,6 +55,9 @@ type CostConfig struct {
 	Sessions int
 }
 
+// maxUtilization caps rho in the delay that added prefill causes others.
+const maxUtilization = 0.95
+
 // DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
 // no vllm:cache_config_info and has none configured.
 const DefaultKVCacheTokens = 262_144
@@ -136,8 +139,9 @@ type Cost struct {
 	// Scratch reused by Choose (it runs under the balancer's lock).
 	depth      []int32
 	candID     []int32
-	lastNames  []string // candidate names of the last call, index-aligned with candID
-	estimates  []float64
+	lastNames  []string  // candidate names of the last call, index-aligned with candID
+	estimates  []float64 // scores: expected TTFT plus the delay the prefill causes others
+	ttfts      []float64 // expected TTFT
 	prefills   []float64
 	meanPrompt float64 // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -250,9 +254,24 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
 		// A full batch admits this request only as running ones finish:
 		// one frees a slot every mean-output x step / max_num_seqs.
-		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - float64(p.cfg.MaxNumSeqs); excess > 0 {
-			est += excess * c.MeanOutput * c.DecodeStep / float64(p.cfg.MaxNumSeqs)
+		// A queue seen at the last scrape says the batch is full at the
+		// running count then (slots or KV blocks), whatever is configured.
+		slots := float64(p.cfg.MaxNumSeqs)
+		if c.SaturatedAt > 0 {
+			slots = min(slots, c.SaturatedAt)
 		}
+		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
+			est += excess * c.MeanOutput * c.DecodeStep / slots
+		}
+		p.ttfts[i] = est
+		// The prefill a choice adds also delays whoever comes next on that
+		// replica: by its time x rho/(1-rho), rho the replica's utilization
+		// (the larger of its batch over its slots and its KV usage), the
+		// waiting-time cost of added work in a queue. Nothing when idle;
+		// the cache's worth under load, when every token computed is a
+		// token someone else waits for.
+		rho := min(maxUtilization, max(c.KVCacheUsage, max(float64(c.InFlight), c.ScrapedRunning)/slots))
+		est += prefill / c.PrefillRate * rho / (1 - rho)
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue
@@ -299,9 +318,13 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 		p.sessions[session] = costSession{rep: p.candID[best], tokens: tokens}
 	}
-	p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
+	if p.meanPrompt == 0 {
+		p.meanPrompt = float64(prefill)
+	} else {
+		p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
+	}
 
-	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.estimates[best]}
+	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best]}
 	if cached > 0 {
 		choice.Reason = ReasonAffinity
 	}
@@ -363,9 +386,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 	}
 	if cap(p.estimates) < len(cands) {
 		p.estimates = make([]float64, len(cands))
+		p.ttfts = make([]float64, len(cands))
 		p.prefills = make([]float64, len(cands))
 	}
-	p.estimates, p.prefills = p.estimates[:len(cands)], p.prefills[:len(cands)]
+	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision
@@ -374,8 +398,8 @@ func (p *Cost) detail(cands []Candidate, limit int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit=%d", limit)
 	for i, c := range cands {
-		fmt.Fprintf(&b, "; %s est=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
-			c.Name, p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
+			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 	}
 	return b.String()
 }

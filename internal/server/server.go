@@ -103,7 +103,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		bal:     bal,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
-		dash: ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, OpenMutations: cfg.AdminToken == "",
+		dash: ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, OpenMutations: cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations,
 			Logger: logger, Now: o.now}),
 
 		configured: make(map[string]config.Replica),
@@ -255,6 +255,7 @@ func (s *Server) AdminHandler() http.Handler { return s.admin }
 func (s *Server) SetAdminAccess(cfg config.Config) {
 	s.admin.SetAccess(admin.Access{Token: cfg.AdminToken, AllowedHosts: cfg.Admin.AllowedHosts,
 		AllowUnauthenticatedMutations: cfg.Admin.AllowUnauthenticatedMutations})
+	s.dash.SetAccess(cfg.AdminToken, cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations)
 }
 
 // UseListeners makes Run serve on the given listeners instead of binding
