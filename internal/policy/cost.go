@@ -266,11 +266,12 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		p.ttfts[i] = est
 		// The prefill a choice adds also delays whoever comes next on that
 		// replica: by its time x rho/(1-rho), rho the replica's utilization
-		// (the larger of its batch over its slots and its KV usage), the
-		// waiting-time cost of added work in a queue. Nothing when idle;
-		// the cache's worth under load, when every token computed is a
-		// token someone else waits for.
-		rho := min(maxUtilization, max(c.KVCacheUsage, max(float64(c.InFlight), c.ScrapedRunning)/slots))
+		// (its batch over its slots), the waiting-time cost of added work
+		// in a queue. Nothing when idle; the cache's worth under load, when
+		// every token computed is a token someone else waits for. (KV usage
+		// as rho was measured worse: long contexts fill the KV of replicas
+		// whose queues are short.)
+		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		est += prefill / c.PrefillRate * rho / (1 - rho)
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
