@@ -217,7 +217,7 @@ func (b *Balancer) pending(r *replica, now time.Time) float64 {
 	if r.pendingPrefill <= 0 {
 		return 0
 	}
-	left := r.prefillBusyUntil.Sub(now).Seconds() * b.prefillRate(r)
+	left := r.prefillBusyUntil.Sub(now).Seconds() * b.drainRate(r)
 	return max(0, min(r.pendingPrefill, left))
 }
 
@@ -231,7 +231,14 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 	if start.Before(now) {
 		start = now
 	}
-	r.prefillBusyUntil = start.Add(time.Duration(tokens / b.prefillRate(r) * float64(time.Second)))
+	r.prefillBusyUntil = start.Add(time.Duration(tokens / b.drainRate(r) * float64(time.Second)))
+}
+
+// drainRate is how fast r works through prefill, in tokens per second:
+// the marginal rate with each batch_tokens chunk's step overhead added, so
+// that a 100K-token prompt is not believed done in a third of its time.
+func (b *Balancer) drainRate(r *replica) float64 {
+	return 1 / (b.decodeStep(r)/float64(b.cfg.Cost.BatchTokens) + 1/b.prefillRate(r))
 }
 
 // donePending retires res's prefill (first token or end), under the lock.
