@@ -56,7 +56,7 @@ type CostConfig struct {
 }
 
 // maxUtilization caps rho in the delay that added prefill causes others.
-const maxUtilization = 0.95
+const maxUtilization = 0.99
 
 // DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
 // no vllm:cache_config_info and has none configured.
