@@ -41,7 +41,7 @@ const (
 
 // AllPolicies are the policies compared by default: the baselines of SPEC
 // s12, the seed algorithm, then the hybrids the core offers.
-var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm"}
+var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm", "cost"}
 
 // Flap is a fault: the replica alternates Period up and Period down (starting
 // up), like simreplica's flap mode. While down its scrapes fail and it refuses
