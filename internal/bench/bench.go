@@ -40,7 +40,7 @@ const (
 )
 
 // AllPolicies are the policies compared by default: the baselines of SPEC
-// s12, the seed algorithm, then the hybrids the core offers.
+// s12, the seed algorithm, its hybrid, then llmlb's own policy cost.
 var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm", "cost"}
 
 // Flap is a fault: the replica alternates Period up and Period down (starting

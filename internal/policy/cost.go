@@ -283,9 +283,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	// Estimates within one decode step of the fastest are equal: a step
 	// computes a whole token budget, so such differences are below the
-	// model's resolution. Among those, the most cached prompt wins (it keeps
-	// the session's next turn warm and uses the least KV), then the fewest in
-	// flight, then rotation.
+	// model's resolution. Among those (preferred): the fewest in flight, the
+	// most cached prompt, the coldest cache, then rotation.
 	best := fastest
 	if fastest >= 0 {
 		margin := p.estimates[fastest] + p.cfg.TieSteps*cands[fastest].DecodeStep
@@ -335,10 +334,15 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	return choice
 }
 
-// preferred orders two candidates whose estimates count as equal: the most
-// cached prompt, then a cache with room or whose coldest block is the
-// coldest (new blocks evict the least valuable data), then fewer in flight.
+// preferred orders two candidates whose estimates count as equal: fewer in
+// flight (a lighter batch steps faster for everyone in it; the cache is
+// already priced in the score), then the most cached prompt, then a cache
+// with room or whose coldest block is the coldest (new blocks evict the
+// least valuable data).
 func (p *Cost) preferred(i, best int, cands []Candidate) bool {
+	if cands[i].InFlight != cands[best].InFlight {
+		return cands[i].InFlight < cands[best].InFlight
+	}
 	if p.prefills[i] != p.prefills[best] {
 		return p.prefills[i] < p.prefills[best]
 	}
@@ -351,7 +355,7 @@ func (p *Cost) preferred(i, best int, cands []Candidate) bool {
 			return ii > ib
 		}
 	}
-	return cands[i].InFlight < cands[best].InFlight
+	return false
 }
 
 func (p *Cost) mapCandidates(cands []Candidate) {
