@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/scrape"
 )
 
@@ -31,6 +32,9 @@ func TestPrefixTreeGetsPromptBlocks(t *testing.T) {
 	srv, err := New(cfg, nil, WithFetcher(scrape.NewFake()), WithTransport(upstream))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range srv.Balancer().Replicas(srv.now()) { // ready: a first good scrape each
+		srv.Balancer().ObserveScrape(r.Name, balancer.Snapshot{}, nil, srv.now())
 	}
 	body := `{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("shared instructions ", 200) + `"},{"role":"user","content":"hi"}]}`
 	var replicas, routes []string

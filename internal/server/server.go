@@ -396,7 +396,12 @@ func (s *Server) apiKey(replica string) string {
 }
 
 // addReplica adds a replica to the core and the scraper (with its api key).
+// It starts not yet ready (SPEC s13): no traffic until its first good
+// scrape, and no flap cooldown while it is still coming up, so a balancer
+// started before its replicas (or a replica added by API that does not
+// exist) never shows a dead replica LIVE.
 func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
+	spec.NotReady = true
 	if err := s.bal.AddReplica(spec, s.now()); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
