@@ -223,6 +223,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	if ep == endpointEmbeddings {
 		p.OutputTokens = 0 // embeddings generate nothing
 	}
+	p.Stream = string(fields["stream"]) == "true"
 
 	if system != "" {
 		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))

@@ -99,4 +99,3 @@ func TestStartedBeforeItsReplicas(t *testing.T) {
 		}
 	}
 }
-
