@@ -511,6 +511,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	sse := strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
 	if sse {
 		a.startIdle() // also for streams the request did not announce
+		// An error event may be appended: relay the stream chunked, never
+		// with the replica's Content-Length, which would cut it off.
+		res.ContentLength = -1
+		res.Header.Del("Content-Length")
 	} else {
 		a.stopIdle() // a JSON answer arrives whole
 	}
