@@ -229,7 +229,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))
 	}
 	if cfg.PromptBlocks && prompt != "" {
-		p.PromptBlocks = tokenize.FromText(prompt).Blocks
+		p.PromptBlocks = tokenize.FromText(capText(prompt, MaxPromptBlockBytes)).Blocks
 	}
 	return p, nil
 }
@@ -244,10 +244,100 @@ type requestBody struct {
 	messagesErr error // a type error inside "messages", reported by parseChat
 }
 
-// decodeObject decodes the body's top level with a streaming decoder: one
-// scan validates and decodes, and a type error inside "messages" does not
-// stop the other fields from being read.
+// MaxPromptBlockBytes caps the prompt text hashed into blocks for the
+// cache-aware policies (about 256K tokens, beyond the context of the models
+// served): a longer common prefix cannot change which replica matches best,
+// and the hashing of a huge prompt would cost every other client its CPU
+// (issue 10, item 5). Token counts stay exact.
+const MaxPromptBlockBytes = 1 << 20
+
+// decodeObject reads the body's top level. One allocation-free pass
+// (json.Valid) checks the whole body; the top-level values are then
+// sub-slices of body, not copies, so a 30 MB prompt costs no second 30 MB
+// (issue 10, item 5). "messages" is decoded at once (nearly all the bytes
+// of a chat body), and a type error inside it does not stop the other
+// fields from being read. An invalid body is decoded again by
+// decodeObjectErr, which says what is wrong.
 func decodeObject(data []byte) (*requestBody, error) {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		return decodeObjectErr(data)
+	}
+	b := &requestBody{fields: make(map[string]json.RawMessage)}
+	i := skipSpace(trimmed, 1)
+	for i < len(trimmed) && trimmed[i] != '}' {
+		end := skipValue(trimmed, i) // the key
+		var name string
+		if err := json.Unmarshal(trimmed[i:end], &name); err != nil {
+			return decodeObjectErr(data)
+		}
+		i = skipSpace(trimmed, skipSpace(trimmed, end)+1) // past ':'
+		end = skipValue(trimmed, i)
+		raw := json.RawMessage(trimmed[i:end])
+		if name == "messages" {
+			var msgs []message
+			err := json.Unmarshal(raw, &msgs)
+			var typeErr *json.UnmarshalTypeError
+			if err != nil && !errors.As(err, &typeErr) {
+				return nil, badf(err, "malformed JSON body: %s", jsonErrorText(err))
+			}
+			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
+		} else {
+			b.fields[name] = raw
+		}
+		i = skipSpace(trimmed, end)
+		if i < len(trimmed) && trimmed[i] == ',' {
+			i = skipSpace(trimmed, i+1)
+		}
+	}
+	return b, nil
+}
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the JSON value starting at d[i]; d is valid
+// JSON (json.Valid), so only strings and nesting need care.
+func skipValue(d []byte, i int) int {
+	depth := 0
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case '"':
+			for i++; i < len(d) && d[i] != '"'; i++ {
+				if d[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // a scalar's end: the enclosing object closes
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\r', '\n', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// decodeObjectErr decodes the body's top level with a streaming decoder,
+// which explains what is wrong with it; decodeObject uses it for invalid
+// bodies only (it copies every value: slow for a huge one).
+func decodeObjectErr(data []byte) (*requestBody, error) {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, badf(nil, "empty body: expected a JSON object")
@@ -626,34 +716,93 @@ func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 // an array of strings (joined by newlines), or token ids (an array of
 // integers or of such arrays; their compact JSON text stands for the
 // prompt). It returns the text and the estimated tokens (the count of ids
-// for token arrays).
+// for token arrays). Token ids are counted in one pass over the bytes,
+// never decoded into a slice, and only the first MaxPromptBlockBytes of
+// their text are kept: 15M ids cost no 120 MB slice (issue 10, item 5).
 func parsePrompt(fields map[string]json.RawMessage, name string) (text string, tokens int, err error) {
 	raw := fields[name]
 	if isNull(raw) {
 		return "", 0, nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, tokenize.CountText(s), nil
-	}
-	var strs []string
-	if json.Unmarshal(raw, &strs) == nil {
-		s = strings.Join(strs, "\n")
-		return s, tokenize.CountText(s), nil
-	}
-	var ids []int64
-	if json.Unmarshal(raw, &ids) == nil {
-		return compactJSON(raw), len(ids), nil
-	}
-	var batches [][]int64
-	if json.Unmarshal(raw, &batches) == nil {
-		n := 0
-		for _, b := range batches {
-			n += len(b)
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s, tokenize.CountText(s), nil
 		}
-		return compactJSON(raw), n, nil
+	case '[':
+		if first := skipSpace(raw, 1); first < len(raw) && raw[first] == '"' {
+			var strs []string
+			if json.Unmarshal(raw, &strs) == nil {
+				s := strings.Join(strs, "\n")
+				return s, tokenize.CountText(s), nil
+			}
+			break
+		}
+		if n, ok := countTokenIDs(raw); ok {
+			return compactPrefix(raw, MaxPromptBlockBytes), n, nil
+		}
 	}
 	return "", 0, badf(nil, "%q must be a string, an array of strings or an array of token ids", name)
+}
+
+// countTokenIDs counts the integers of a valid JSON array of integers, or
+// of arrays of integers; ok is false for anything else.
+func countTokenIDs(raw []byte) (n int, ok bool) {
+	depth, maxDepth, inNumber := 0, 0, false
+	for _, c := range raw {
+		switch {
+		case c == '[':
+			depth++
+			maxDepth = max(maxDepth, depth)
+			if depth > 2 {
+				return 0, false
+			}
+		case c == ']':
+			depth--
+			inNumber = false
+		case c == ',' || c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			inNumber = false
+		case c >= '0' && c <= '9' || c == '-':
+			if !inNumber {
+				n++
+				inNumber = true
+			}
+		default: // fractions, exponents, strings, objects, literals
+			return 0, false
+		}
+	}
+	// Numbers sit at one depth only: [1,2] or [[1,2],[3]], never [1,[2]].
+	if maxDepth == 2 && bytes.IndexByte(bytes.TrimSpace(raw[1:]), '[') != 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// compactPrefix is the compact JSON text of a valid array of numbers (its
+// whitespace dropped), at most limit bytes of it.
+func compactPrefix(raw []byte, limit int) string {
+	out := make([]byte, 0, min(len(raw), limit))
+	for _, c := range raw {
+		if len(out) == limit {
+			break
+		}
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+// capText cuts text to at most limit bytes, on a rune boundary.
+func capText(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	for limit > 0 && !utf8.RuneStart(text[limit]) {
+		limit--
+	}
+	return text[:limit]
 }
 
 // rawTokens estimates the tokens of a raw JSON value (tool definitions).
