@@ -749,12 +749,11 @@ func parsePrompt(fields map[string]json.RawMessage, name string) (text string, t
 // countTokenIDs counts the integers of a valid JSON array of integers, or
 // of arrays of integers; ok is false for anything else.
 func countTokenIDs(raw []byte) (n int, ok bool) {
-	depth, maxDepth, inNumber := 0, 0, false
+	depth, idDepth, inNumber := 0, 0, false
 	for _, c := range raw {
 		switch {
 		case c == '[':
 			depth++
-			maxDepth = max(maxDepth, depth)
 			if depth > 2 {
 				return 0, false
 			}
@@ -765,16 +764,19 @@ func countTokenIDs(raw []byte) (n int, ok bool) {
 			inNumber = false
 		case c >= '0' && c <= '9' || c == '-':
 			if !inNumber {
+				// Numbers sit at one depth only: [1,2] or [[1,2],[3]],
+				// never [1,[2]] or [[1],2].
+				if idDepth == 0 {
+					idDepth = depth
+				} else if depth != idDepth {
+					return 0, false
+				}
 				n++
 				inNumber = true
 			}
 		default: // fractions, exponents, strings, objects, literals
 			return 0, false
 		}
-	}
-	// Numbers sit at one depth only: [1,2] or [[1,2],[3]], never [1,[2]].
-	if maxDepth == 2 && bytes.IndexByte(bytes.TrimSpace(raw[1:]), '[') != 0 {
-		return 0, false
 	}
 	return n, true
 }
