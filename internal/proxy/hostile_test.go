@@ -371,3 +371,24 @@ func TestCutResponsesAreErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowDripIsNotCut (item 6, the other side): a stream that keeps
+// sending, each gap shorter than proxy.stream_idle_timeout, is relayed to
+// its end however long it lasts in all.
+func TestSlowDripIsNotCut(t *testing.T) {
+	// 30 events 50 ms apart: 1.5 s in all, longer than the 1 s idle
+	// timeout, each gap 20x shorter than it.
+	up := hostile.NewUpstream(t, map[string]hostile.Behavior{"/v1/chat/completions": hostile.Drip(30, 50*time.Millisecond)})
+	cfg := defaultProxyConfig()
+	cfg.StreamIdleTimeout = time.Second
+	f := newFixture(t, cfg, replica{name: "a", url: up.URL})
+	code, body, err := postTo(f.front(t).URL, streamBody)
+	if err != nil || code != http.StatusOK || body != hostile.Events(30, true) {
+		t.Fatalf("status %d, error %v, body %q", code, err, body)
+	}
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	if len(f.rec.streamErr) != 0 || len(f.rec.failovers) != 0 {
+		t.Fatalf("stream errors %v, failovers %v", f.rec.streamErr, f.rec.failovers)
+	}
+}
