@@ -124,6 +124,7 @@ func TestReadGrowing(t *testing.T) {
 		{"unknown length (chunked)", 100_000, -1},
 		{"empty", 0, 0},
 		{"announced far more than sent", 10, 32 << 20},
+		{"absurd announcement", 10, 1<<63 - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.Repeat("x", tc.body)

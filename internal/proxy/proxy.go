@@ -277,14 +277,14 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
-	if announced >= 0 && announced+1 < size {
+	if announced >= 0 && announced < size-1 {
 		size = announced + 1 // +1: room to see EOF without growing
 	}
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
 			next := int64(cap(buf)) * 2
-			if announced >= int64(len(buf)) && announced+1 < next {
+			if announced >= int64(len(buf)) && announced < next-1 {
 				next = announced + 1
 			}
 			grown := make([]byte, len(buf), next)
