@@ -393,3 +393,21 @@ func TestSlowDripIsNotCut(t *testing.T) {
 		t.Fatalf("stream errors %v, failovers %v", f.rec.streamErr, f.rec.failovers)
 	}
 }
+
+// TestFirstByteTimeoutsEject (item 8, non-streaming requests): each expiry
+// of proxy.first_byte_timeout answers 504 and is the replica's failure, so
+// request_failures_to_eject (3) of them eject a replica whose API hangs.
+func TestFirstByteTimeoutsEject(t *testing.T) {
+	dead := hostile.NewUpstream(t, map[string]hostile.Behavior{"/v1/chat/completions": hostile.Hang()})
+	cfg := defaultProxyConfig()
+	cfg.FirstByteTimeout = 50 * time.Millisecond
+	f := newFixture(t, cfg, replica{name: "dead", url: dead.URL})
+	for i := range 3 {
+		if w := post(t, f.p, chatBody, nil); w.Code != http.StatusGatewayTimeout {
+			t.Fatalf("request %d: status %d, want 504", i, w.Code)
+		}
+	}
+	if st := f.state("dead"); st.State != "EJECTED" {
+		t.Fatalf("after 3 first-byte timeouts the replica is %s, want EJECTED", st.State)
+	}
+}
