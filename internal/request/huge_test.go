@@ -67,3 +67,35 @@ func TestHugeTokenIDsBoundedAllocations(t *testing.T) {
 		t.Fatalf("profiling a %d MiB body allocated %d MiB, want < %d MiB", len(body)>>20, got>>20, limit>>20)
 	}
 }
+
+// FuzzDecodeObject checks the zero-copy top-level reader against the
+// streaming decoder it replaced: both accept and reject the same bodies and
+// read the same fields.
+func FuzzDecodeObject(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"max_tokens":4}`))
+	f.Add([]byte(`{"a":1,}`))
+	f.Add([]byte(`{"a":"\"}"} x`))
+	f.Add([]byte(`{"messages":5,"m\u006fdel":"x"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, errFast := decodeObject(body)
+		slow, errSlow := decodeObjectErr(body)
+		if (errFast == nil) != (errSlow == nil) {
+			t.Fatalf("zero-copy reader error %v, streaming decoder error %v", errFast, errSlow)
+		}
+		if errFast != nil {
+			if errFast.Error() != errSlow.Error() {
+				t.Fatalf("errors differ: %q vs %q", errFast, errSlow)
+			}
+			return
+		}
+		if len(fast.fields) != len(slow.fields) || fast.hasMessages != slow.hasMessages || (fast.messagesErr == nil) != (slow.messagesErr == nil) {
+			t.Fatalf("fields %d vs %d, messages %v vs %v", len(fast.fields), len(slow.fields), fast.hasMessages, slow.hasMessages)
+		}
+		for k, v := range slow.fields {
+			if !bytes.Equal(bytes.TrimSpace(fast.fields[k]), bytes.TrimSpace(v)) {
+				t.Fatalf("field %q: %q vs %q", k, fast.fields[k], v)
+			}
+		}
+	})
+}

@@ -251,46 +251,70 @@ type requestBody struct {
 // (issue 10, item 5). Token counts stay exact.
 const MaxPromptBlockBytes = 1 << 20
 
-// decodeObject reads the body's top level. One allocation-free pass
-// (json.Valid) checks the whole body; the top-level values are then
-// sub-slices of body, not copies, so a 30 MB prompt costs no second 30 MB
-// (issue 10, item 5). "messages" is decoded at once (nearly all the bytes
-// of a chat body), and a type error inside it does not stop the other
-// fields from being read. An invalid body is decoded again by
-// decodeObjectErr, which says what is wrong.
+// decodeObject reads the body's top level. Its values are sub-slices of
+// body, not copies, so a 30 MB prompt costs no second 30 MB (issue 10, item
+// 5), and each is validated once: "messages" (nearly all the bytes of a chat
+// body) by decoding it at once, the others with json.Valid. A type error
+// inside "messages" does not stop the other fields from being read. An
+// invalid body is decoded again by decodeObjectErr, which says what is
+// wrong (the slow path is for bad input only).
 func decodeObject(data []byte) (*requestBody, error) {
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+	d := bytes.TrimLeft(data, " \t\r\n")
+	if len(d) == 0 || d[0] != '{' {
 		return decodeObjectErr(data)
 	}
 	b := &requestBody{fields: make(map[string]json.RawMessage)}
-	i := skipSpace(trimmed, 1)
-	for i < len(trimmed) && trimmed[i] != '}' {
-		end := skipValue(trimmed, i) // the key
-		var name string
-		if err := json.Unmarshal(trimmed[i:end], &name); err != nil {
+	i := skipSpace(d, 1)
+	if i < len(d) && d[i] == '}' {
+		if skipSpace(d, i+1) != len(d) {
 			return decodeObjectErr(data)
 		}
-		i = skipSpace(trimmed, skipSpace(trimmed, end)+1) // past ':'
-		end = skipValue(trimmed, i)
-		raw := json.RawMessage(trimmed[i:end])
+		return b, nil
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return decodeObjectErr(data)
+		}
+		end := skipValue(d, i)
+		var name string
+		if json.Unmarshal(d[i:end], &name) != nil {
+			return decodeObjectErr(data)
+		}
+		if i = skipSpace(d, end); i >= len(d) || d[i] != ':' {
+			return decodeObjectErr(data)
+		}
+		if i = skipSpace(d, i+1); i >= len(d) {
+			return decodeObjectErr(data)
+		}
+		end = skipValue(d, i)
+		raw := json.RawMessage(d[i:end])
 		if name == "messages" {
 			var msgs []message
 			err := json.Unmarshal(raw, &msgs)
 			var typeErr *json.UnmarshalTypeError
 			if err != nil && !errors.As(err, &typeErr) {
-				return nil, badf(err, "malformed JSON body: %s", jsonErrorText(err))
+				return decodeObjectErr(data)
 			}
 			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
 		} else {
+			if !json.Valid(raw) {
+				return decodeObjectErr(data)
+			}
 			b.fields[name] = raw
 		}
-		i = skipSpace(trimmed, end)
-		if i < len(trimmed) && trimmed[i] == ',' {
-			i = skipSpace(trimmed, i+1)
+		i = skipSpace(d, end)
+		switch {
+		case i < len(d) && d[i] == ',':
+			i = skipSpace(d, i+1)
+		case i < len(d) && d[i] == '}':
+			if skipSpace(d, i+1) != len(d) {
+				return decodeObjectErr(data)
+			}
+			return b, nil
+		default:
+			return decodeObjectErr(data)
 		}
 	}
-	return b, nil
 }
 
 func skipSpace(d []byte, i int) int {
@@ -300,8 +324,9 @@ func skipSpace(d []byte, i int) int {
 	return i
 }
 
-// skipValue returns the end of the JSON value starting at d[i]; d is valid
-// JSON (json.Valid), so only strings and nesting need care.
+// skipValue returns the end of the JSON value starting at d[i]: strings
+// and nesting are followed, nothing is checked (the caller validates the
+// value it gets, so a malformed one ends somewhere harmless).
 func skipValue(d []byte, i int) int {
 	depth := 0
 	for ; i < len(d); i++ {
@@ -311,6 +336,9 @@ func skipValue(d []byte, i int) int {
 				if d[i] == '\\' {
 					i++
 				}
+			}
+			if i >= len(d) { // unterminated: the caller's validation fails
+				return len(d)
 			}
 			if depth == 0 {
 				return i + 1
