@@ -99,11 +99,12 @@ func (a *attempt) retry() bool {
 	return true
 }
 
-// outcome is how the attempt ended, for Release (health). A first-byte or
-// idle timeout is the replica's failure (issue 10, item 8: a replica whose
-// /metrics answers while its API hangs must still be ejected); an attempt
-// cancelled because the replica was already ejected, and a protocol
-// upgrade, say nothing new about it.
+// outcome is how the attempt ended, for Release (health). A first-byte
+// timeout, or the idle timeout before a streaming request's headers, is the
+// replica's failure (issue 10, item 8: a replica whose /metrics answers
+// while its API hangs must still be ejected); an attempt cancelled because
+// the replica was already ejected, a stream gone silent after its headers,
+// and a protocol upgrade say nothing new about it.
 func (a *attempt) outcome() balancer.Outcome {
 	switch {
 	case a.upgrade:
@@ -116,6 +117,12 @@ func (a *attempt) outcome() balancer.Outcome {
 		return balancer.OutcomeTransportError
 	case a.status >= 500:
 		return balancer.OutcomeServerError
+	case errors.Is(a.bodyErr, errStreamIdle):
+		// Silence inside a started stream may be an overloaded replica's
+		// queue (vLLM sends the headers at once, the first token after the
+		// wait): ejecting it would push its load onto the others. A hung
+		// replica fails its scrapes and is ejected by them.
+		return balancer.OutcomeCanceled
 	case a.bodyErr != nil:
 		return balancer.OutcomeTransportError
 	case a.eof:
@@ -209,6 +216,13 @@ func (t *trackingWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// broken reports whether the replica's answer broke after it began (cut,
+// truncated, or silent past the idle timeout): the client got an error
+// event or a cut connection, counted as a stream error.
+func (a *attempt) broken() bool {
+	return a.err == nil && !a.upgrade && a.status < 500 && a.bodyErr != nil
+}
 
 // upstreamBody wraps a replica's response body: it times the first byte,
 // notes the end, re-arms the stream idle timeout on every byte, and turns a

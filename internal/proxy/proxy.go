@@ -399,7 +399,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 		cancel(nil)
 		p.waiting.remove(a)
 		o := a.outcome()
-		if o == balancer.OutcomeTransportError && a.err == nil {
+		if a.broken() {
 			p.metrics.StreamError(res.Replica)
 			p.log.Warn("proxy: response broken after the first byte",
 				slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
