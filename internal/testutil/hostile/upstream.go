@@ -112,6 +112,17 @@ func JSON(status int, body string) Behavior {
 	}
 }
 
+// Text answers status with body as text/plain: e.g. a /metrics that is
+// not Prometheus text, or a 500.
+func Text(status int, body string) Behavior {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
 // Metrics answers a vLLM-like /metrics with an idle engine.
 func Metrics() Behavior {
 	return func(w http.ResponseWriter, _ *http.Request) {
