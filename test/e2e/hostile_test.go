@@ -102,4 +102,23 @@ func TestHostileProxyPort(t *testing.T) {
 			t.Fatalf("after 4 upgrades the replica is %s with %d ejections", r.State, r.Ejections)
 		}
 	})
+
+	t.Run("the only replica hangs (SIGSTOP-like): ejected by its scrapes, then 503 at once", func(t *testing.T) {
+		up.Set("/metrics", hostile.Hang())
+		up.Set("/v1/chat/completions", hostile.Hang())
+		s.waitState(t, "sim-1", "EJECTED", 20*time.Second)
+		before := up.Hits("/v1/chat/completions")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		r := s.chat(ctx, chatReq{User: "anyone?", MaxTokens: 2})
+		took := time.Since(start)
+		t.Logf("GUARANTEE all replicas dead: status %d in %s", r.Status, took.Round(time.Millisecond))
+		if r.Status != 503 || !strings.Contains(r.Body, "no_healthy_instances") {
+			t.Fatalf("status %d %s %v, want 503 no_healthy_instances", r.Status, r.Body, r.Err)
+		}
+		if n := up.Hits("/v1/chat/completions") - before; n != 0 {
+			t.Fatalf("%d requests sent to the hung replica", n)
+		}
+	})
 }
