@@ -264,6 +264,11 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 		if !b.a.firstByte {
 			b.a.firstByte = true
 			b.p.metrics.FirstByte(b.a.res.Replica, b.p.now().Sub(b.a.start))
+			// A stream's first chunk comes with its first token: the
+			// replica's prefill for it is done (policy cost's pending work).
+			if b.sse {
+				b.p.bal.FirstToken(b.a.res)
+			}
 		}
 		if n >= 2 {
 			b.last = [2]byte{buf[n-2], buf[n-1]}
