@@ -229,6 +229,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	limit := max(int(math.Ceil(p.cfg.BoundedLoad*float64(total+1)/float64(n))), minIn+p.cfg.BoundedLoadSlack, 1)
 
+	reuse := p.index.Reuse()
 	fastest := -1
 	start := int(p.rr % uint64(n))
 	p.rr++
@@ -273,6 +274,12 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// whose queues are short.)
 		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		est += prefill / c.PrefillRate * rho / (1 - rho)
+		// On a full cache every computed block evicts one; evicted blocks
+		// come back with the index's measured reuse rate, and then cost
+		// their prefill again.
+		if p.index.Idle(id) >= 0 {
+			est += reuse * prefill / c.PrefillRate
+		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue
