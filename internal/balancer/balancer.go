@@ -155,6 +155,15 @@ func (r *replica) effective() (running, waiting float64) {
 	return running, waiting
 }
 
+// fallbackOK reports whether the replica may be tried at all (step 5's
+// "known"): routable, or EJECTED but answering its scrapes (in its cooldown,
+// or ejected for failed requests). One whose latest scrape failed, or that
+// was never seen healthy, is dead for the fallback.
+func (r *replica) fallbackOK() bool {
+	st := r.health.State()
+	return st != health.Ejected || (r.lastScrapeOK && !r.health.Pending())
+}
+
 // serves reports whether the replica serves model. A replica whose models
 // are not known yet serves every model, and model "" matches every replica.
 func (r *replica) serves(model string) bool {
@@ -183,6 +192,7 @@ type Balancer struct {
 
 	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
 	fleetDecode  float64      // median of the replicas' decode steps
+	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
 }
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
@@ -256,6 +266,9 @@ func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error {
 		url:    spec.URL,
 		models: slices.Clone(spec.Models),
 		health: *health.NewMachine(&b.cfg.Health, now),
+	}
+	if spec.NotReady {
+		r.health = *health.NewPendingMachine(&b.cfg.Health, now)
 	}
 	b.replicas = append(b.replicas, r)
 	b.byName[r.name] = r
@@ -336,6 +349,10 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 
 	// Step 5. Fallback: no replica is LIVE or PROBING but some are known:
 	// pick one at random (last resort). None known: no_healthy_instances.
+	// Known for the fallback means alive by its latest scrape: a replica
+	// whose scrape fails (refused, hung) or that was never seen healthy
+	// would only make the client hang or fail, so all-dead answers 503 at
+	// once (SPEC s13).
 	if len(b.cands) == 0 {
 		if known == 0 {
 			return nil, ErrNoHealthyInstances
@@ -379,6 +396,9 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 		if r.draining || slices.Contains(exclude, r.name) {
 			continue
 		}
+		if !r.fallbackOK() {
+			continue
+		}
 		known++
 		state := r.health.State()
 		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
@@ -387,8 +407,9 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 		running, waiting := r.effective()
 		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight,
-			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting,
+			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
+			MeanOutput:     b.fleetPrefill.meanOutput(),
 			PendingPrefill: b.pending(r, now), PendingRequests: r.pendingRequests})
 		b.candReps = append(b.candReps, r)
 	}
@@ -403,7 +424,7 @@ func (b *Balancer) fallback(model string, exclude []string, known int) *replica 
 	k := b.rng.IntN(known)
 	var last *replica
 	for _, r := range b.replicas {
-		if !r.serves(model) || r.draining || slices.Contains(exclude, r.name) {
+		if !r.serves(model) || r.draining || slices.Contains(exclude, r.name) || !r.fallbackOK() {
 			continue
 		}
 		if k == 0 {
@@ -478,7 +499,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	if err != nil {
 		return b.named(r, r.health.ObserveScrape(false, err.Error(), now), nil)
 	}
-	if r.rates.observe(snap, &b.fleetPrefill) {
+	if r.rates.observe(snap, &b.fleetPrefill, &b.decodeSlope) {
 		// The replica's counters went back: it restarted with an empty cache.
 		if f, ok := b.policy.(policy.CacheForgetter); ok {
 			f.ForgetCache(r.name)

@@ -72,6 +72,8 @@ func play(t *testing.T, b *Balancer, steps []ev) {
 			b.ObserveScrape(s.r, Snapshot{Running: s.run, Waiting: s.wait}, nil, now)
 		case "fail":
 			b.ObserveScrape(s.r, Snapshot{}, errors.New("connection refused"), now)
+		case "alive": // a good scrape inside the cooldown: EJECTED but answering
+			b.ObserveScrape(s.r, Snapshot{}, nil, now)
 		case "probe":
 			cd := time.Duration(statusOf(t, b, s.r, now).CooldownSeconds * float64(time.Second))
 			b.ObserveScrape(s.r, Snapshot{}, nil, now.Add(cd))

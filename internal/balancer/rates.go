@@ -19,41 +19,100 @@ const rateSmoothing = 0.2
 // learnedRates holds one replica's measured decode step, zero until
 // measured, and the counters of its last scrape.
 type learnedRates struct {
-	decode float64 // seconds between two output tokens
-	prev   Snapshot
-	seen   bool
+	decode   float64 // seconds between two output tokens
+	decodeAt float64 // the batch (running requests) that decode was measured at
+	prev     Snapshot
+	seen     bool
 }
 
-// fleetPrefill pools every replica's prefill counters into one throughput:
-// computed prompt tokens over prefill seconds, both decayed per sample. It
-// is pooled because a single replica's ratio depends on the prompts it
-// happened to get (short ones pay a whole step each): priced per replica, a
-// replica that once served short prompts looks slow, gets no traffic and
-// never corrects it. Decode steps, well measured per token, stay per replica.
+// decodeSlope fits, over the whole fleet, how much a decode step grows per
+// request in the batch (least squares of step on batch size, samples
+// decayed), so that a replica's step measured at the last scrape can be
+// carried to the batch it has now: a stale step would make every request
+// until the next scrape herd to whichever replica looked fastest then.
+type decodeSlope struct {
+	w, x, y, xx, xy float64
+}
+
+func (d *decodeSlope) add(batch, step float64) {
+	d.w = d.w*fleetDecay + 1
+	d.x = d.x*fleetDecay + batch
+	d.y = d.y*fleetDecay + step
+	d.xx = d.xx*fleetDecay + batch*batch
+	d.xy = d.xy*fleetDecay + batch*step
+}
+
+// slope is the fitted seconds per request in the batch, never negative; 0
+// until the batch sizes seen vary.
+func (d *decodeSlope) slope() float64 {
+	den := d.w*d.xx - d.x*d.x
+	if d.w < 2 || den <= 1e-9*d.w*d.w {
+		return 0
+	}
+	return max(0, (d.w*d.xy-d.x*d.y)/den)
+}
+
+// fleetPrefill learns the marginal prefill cost, seconds per computed
+// prompt token, from every replica's prefill histogram. A request's prefill
+// time is a fixed part (its steps' overhead: about a decode step for each,
+// paid even by a 100-token prompt batched with 40 decoding requests) plus
+// its tokens' part; dividing tokens by time would charge short prompts the
+// whole step and make a cached prefix look worth seconds when it is worth
+// milliseconds. So from each scrape interval's prefill seconds T, requests
+// n and computed tokens k, the replica's decode step (its measured inter-
+// token time) is taken out once per request: t = (T - n*step) / k, summed
+// over the fleet with old samples decayed. It is pooled because one
+// replica's samples depend on the prompts it happened to get; priced per
+// replica, one that once served short prompts would look slow, get no
+// traffic and never correct it. Decode steps stay per replica.
 type fleetPrefill struct {
-	tokens, seconds float64
+	tokens, seconds, overhead float64 // decayed sums of k, T and n*step
+	requests, outputs         float64 // decayed sums of n and output tokens: the mean output
+}
+
+// defaultMeanOutput prices a batch slot until outputs are measured.
+const defaultMeanOutput = 256
+
+// meanOutput is the fleet's mean output tokens per request.
+func (f *fleetPrefill) meanOutput() float64 {
+	if f.requests < 1 || f.outputs <= 0 {
+		return defaultMeanOutput
+	}
+	return f.outputs / f.requests
 }
 
 // fleetDecay is the weight the pooled sums keep at each new sample.
 const fleetDecay = 0.98
 
-func (f *fleetPrefill) add(tokens, seconds float64) {
+// maxRateOverRaw bounds the marginal rate at this many times tokens over
+// seconds: when prefills are tiny beside the step, T - n*step is mostly
+// noise.
+const maxRateOverRaw = 20
+
+func (f *fleetPrefill) add(tokens, seconds, overhead float64) {
 	f.tokens = f.tokens*fleetDecay + tokens
 	f.seconds = f.seconds*fleetDecay + seconds
+	f.overhead = f.overhead*fleetDecay + overhead
 }
 
-// rate is the pooled prefill throughput, 0 until measured.
+// rate is the marginal prefill throughput (tokens per second), 0 until
+// measured.
 func (f *fleetPrefill) rate() float64 {
 	if f.seconds <= 0 || f.tokens <= 0 {
 		return 0
 	}
-	return f.tokens / f.seconds
+	raw := f.tokens / f.seconds
+	tokenSeconds := f.seconds - f.overhead
+	if tokenSeconds <= f.tokens/(maxRateOverRaw*raw) {
+		return maxRateOverRaw * raw
+	}
+	return f.tokens / tokenSeconds
 }
 
 // observe folds a successful scrape into the rates and the fleet's pooled
 // prefill. It reports whether the replica's counters went back (a
 // restart), which also resets the baseline.
-func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill) (restarted bool) {
+func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill, slope *decodeSlope) (restarted bool) {
 	p := l.prev
 	l.prev = s
 	if !l.seen {
@@ -64,11 +123,19 @@ func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill) (restarted bool)
 		return true
 	}
 	if dn, dt := s.DecodeCount-p.DecodeCount, s.DecodeSeconds-p.DecodeSeconds; dn > 0 && dt > 0 {
+		batch := (s.Running + p.Running) / 2 // the interval's batch, roughly
 		l.decode = smooth(l.decode, dt/dn)
+		l.decodeAt = smooth(l.decodeAt, batch)
+		slope.add(batch, dt/dn)
 	}
-	if dn, dt := s.PrefillCount-p.PrefillCount, s.PrefillSeconds-p.PrefillSeconds; dn > 0 && dt > 0 {
+	if dn, do := s.PrefillCount-p.PrefillCount, s.DecodeCount-p.DecodeCount; dn > 0 && do >= 0 {
+		// Each request's first token is not an inter-token sample.
+		fleet.requests = fleet.requests*fleetDecay + dn
+		fleet.outputs = fleet.outputs*fleetDecay + do + dn
+	}
+	if dn, dt := s.PrefillCount-p.PrefillCount, s.PrefillSeconds-p.PrefillSeconds; dn > 0 && dt > 0 && l.decode > 0 {
 		if computed := (s.PromptTokens - p.PromptTokens) - max(0, s.PrefixHits-p.PrefixHits); computed > 0 {
-			fleet.add(computed, dt)
+			fleet.add(computed, dt, dn*l.decode)
 		}
 	}
 	return false
@@ -109,7 +176,9 @@ func (b *Balancer) prefillRate(*replica) float64 {
 func (b *Balancer) decodeStep(r *replica) float64 {
 	switch {
 	case r.rates.decode > 0:
-		return r.rates.decode
+		// Carried from the batch it was measured at to the batch now.
+		now := max(r.snap.Running, float64(r.inFlight))
+		return max(r.rates.decode+b.decodeSlope.slope()*(now-r.rates.decodeAt), r.rates.decode/4)
 	case b.fleetDecode > 0:
 		return b.fleetDecode
 	}
@@ -148,7 +217,7 @@ func (b *Balancer) pending(r *replica, now time.Time) float64 {
 	if r.pendingPrefill <= 0 {
 		return 0
 	}
-	left := r.prefillBusyUntil.Sub(now).Seconds() * b.prefillRate(r)
+	left := r.prefillBusyUntil.Sub(now).Seconds() * b.drainRate(r)
 	return max(0, min(r.pendingPrefill, left))
 }
 
@@ -162,7 +231,14 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 	if start.Before(now) {
 		start = now
 	}
-	r.prefillBusyUntil = start.Add(time.Duration(tokens / b.prefillRate(r) * float64(time.Second)))
+	r.prefillBusyUntil = start.Add(time.Duration(tokens / b.drainRate(r) * float64(time.Second)))
+}
+
+// drainRate is how fast r works through prefill, in tokens per second:
+// the marginal rate with each batch_tokens chunk's step overhead added, so
+// that a 100K-token prompt is not believed done in a third of its time.
+func (b *Balancer) drainRate(r *replica) float64 {
+	return 1 / (b.decodeStep(r)/float64(b.cfg.Cost.BatchTokens) + 1/b.prefillRate(r))
 }
 
 // donePending retires res's prefill (first token or end), under the lock.
@@ -202,4 +278,13 @@ func (b *Balancer) SetExplain(on bool) {
 	if e, ok := b.policy.(policy.Explainer); ok {
 		e.SetExplain(on)
 	}
+}
+
+// saturatedAt is the batch r ran when its last scrape showed a queue, 0 if
+// it showed none.
+func (r *replica) saturatedAt() float64 {
+	if r.snap.Waiting > 0 {
+		return r.snap.Running
+	}
+	return 0
 }

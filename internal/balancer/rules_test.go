@@ -191,7 +191,7 @@ func TestRules(t *testing.T) {
 			{at: 40 * s, op: "pinned", sess: "s1", want: ""}, {at: 40 * s, op: "pinned", pfx: "p1", want: ""},
 		}},
 		{"s3 new pins only on LIVE replicas (not by fallback)", 2, []ev{
-			{op: "fail", r: "a"}, {op: "fail", r: "b"},
+			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "alive", r: "a"}, {op: "alive", r: "b"},
 			{op: "select", sess: "s1", want: "any", reason: ReasonFallback},
 			{op: "pinned", sess: "s1", want: ""},
 		}},
@@ -199,7 +199,16 @@ func TestRules(t *testing.T) {
 		// SPEC s3 step 5.
 		{"s3.5 fallback: a random known replica when none is LIVE or PROBING", 3, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"},
+			{op: "alive", r: "a"}, {op: "alive", r: "b"}, {op: "alive", r: "c"},
 			{op: "select", want: "any", reason: ReasonFallback},
+		}},
+		{"s3.5 fallback only to replicas answering their scrapes", 3, []ev{
+			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"}, {op: "alive", r: "b"},
+			{op: "select", want: "b", reason: ReasonFallback},
+		}},
+		{"s3.5 (s13) all replicas dead by their scrapes: no_healthy_instances at once", 3, []ev{
+			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"},
+			{op: "select", want: "err:no healthy instances"},
 		}},
 		{"s3.5 no_healthy_instances when no replica is known", 0, []ev{
 			{op: "select", want: "err:no healthy instances"},
@@ -347,6 +356,7 @@ func TestBaselinesShareStepsOneAndFive(t *testing.T) {
 			}
 			b.ObserveScrape("b", Snapshot{}, errors.New("refused"), t0)
 			b.ObserveScrape("c", Snapshot{}, errors.New("refused"), t0)
+			b.ObserveScrape("c", Snapshot{}, nil, t0) // answering again, in its cooldown
 			if res, err := b.Select(&Profile{}, t0); err != nil || res.Reason != ReasonFallback {
 				t.Fatalf("fallback: %v %v", res, err)
 			}

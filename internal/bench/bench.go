@@ -40,8 +40,8 @@ const (
 )
 
 // AllPolicies are the policies compared by default: the baselines of SPEC
-// s12, the seed algorithm, then the hybrids the core offers.
-var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm"}
+// s12, the seed algorithm, its hybrid, then llmlb's own policy cost.
+var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm", "cost"}
 
 // Flap is a fault: the replica alternates Period up and Period down (starting
 // up), like simreplica's flap mode. While down its scrapes fail and it refuses
@@ -181,6 +181,11 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	}
 	if set.Cost == (policy.CostConfig{}) {
 		set.Cost = policy.DefaultCostConfig()
+	}
+	// What an operator configures for policy cost: the replicas' vLLM
+	// scheduler limits (the spec's parameters may still override them).
+	if o.Profile.MaxNumBatchedTokens > 0 && o.Profile.MaxNumSeqs > 0 {
+		set.Cost.BatchTokens, set.Cost.MaxNumSeqs = o.Profile.MaxNumBatchedTokens, o.Profile.MaxNumSeqs
 	}
 	if err := set.Apply(name, params); err != nil {
 		return cfg, err

@@ -69,6 +69,7 @@ type Proxy struct {
 	ConnectTimeout    time.Duration // proxy.connect_timeout (5s)
 	FirstByteTimeout  time.Duration // proxy.first_byte_timeout: response headers deadline (10m; 504 after)
 	PassAuthorization bool          // proxy.pass_authorization: forward the client's Authorization when the replica has no api_key (true)
+	StreamIdleTimeout time.Duration // proxy.stream_idle_timeout: longest silence of a replica during a stream, and before the answer to a streaming request (60s)
 }
 
 // Server configures the listeners' lifecycle.
@@ -76,6 +77,7 @@ type Server struct {
 	ReadHeaderTimeout time.Duration // server.read_header_timeout (10s)
 	ReadBodyTimeout   time.Duration // server.read_body_timeout: time a client has to send the request body (60s)
 	IdleTimeout       time.Duration // server.idle_timeout (120s)
+	MaxConnections    int           // server.max_connections: open client connections on the proxy listener; more wait in the kernel's backlog (10000)
 	ShutdownTimeout   time.Duration // server.shutdown_timeout: drain deadline on SIGTERM (60s)
 }
 
@@ -110,11 +112,13 @@ func Default() Config {
 			ConnectTimeout:    5 * time.Second,
 			FirstByteTimeout:  10 * time.Minute,
 			PassAuthorization: true,
+			StreamIdleTimeout: 60 * time.Second,
 		},
 		Server: Server{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadBodyTimeout:   60 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			MaxConnections:    10000,
 			ShutdownTimeout:   60 * time.Second,
 		},
 		Log: Log{Level: "info", Format: "text", Access: true},

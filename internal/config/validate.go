@@ -40,11 +40,13 @@ func (c Config) Validate() error {
 	v.positiveInt("proxy.max_attempts", int64(p.MaxAttempts))
 	v.positive("proxy.connect_timeout", p.ConnectTimeout)
 	v.positive("proxy.first_byte_timeout", p.FirstByteTimeout)
+	v.positive("proxy.stream_idle_timeout", p.StreamIdleTimeout)
 
 	sv := c.Server
 	v.positive("server.read_header_timeout", sv.ReadHeaderTimeout)
 	v.positive("server.read_body_timeout", sv.ReadBodyTimeout)
 	v.positive("server.idle_timeout", sv.IdleTimeout)
+	v.positiveInt("server.max_connections", int64(sv.MaxConnections))
 	if sv.ShutdownTimeout < 0 {
 		v.add("server.shutdown_timeout", "must be >= 0, got %s", sv.ShutdownTimeout)
 	}

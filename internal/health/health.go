@@ -116,14 +116,35 @@ type Machine struct {
 	cappedAt      time.Time // when the cooldown reached MaxCooldown (zero when not at the cap)
 
 	lastGoodScrape time.Time
+
+	// pending: never seen healthy (NewPendingMachine). The replica is shown
+	// EJECTED and gets no traffic, but with no cooldown and no ejection
+	// counted; its first good scrape makes it LIVE.
+	pending bool
 }
 
 // NewMachine returns a machine in LIVE (replicas start LIVE and are ejected by
 // their first failed scrape). cfg must outlive the machine and have passed
-// Validate.
+// Validate. The benchmark and tests use it; `llmlb serve` uses
+// NewPendingMachine.
 func NewMachine(cfg *Config, now time.Time) *Machine {
 	return &Machine{cfg: cfg, state: Live, since: now}
 }
+
+// NewPendingMachine returns a machine for a replica never seen healthy
+// (SPEC s13, start-up order): it is not yet ready, shown as EJECTED with no
+// cooldown and no ejection counted, and gets no traffic. Failed scrapes leave
+// it waiting without any flap damping (a replica that is still starting is
+// not flapping); its first successful scrape makes it LIVE at once. The
+// probing window of SPEC s4 is the way *back* for a replica that failed
+// (hysteresis against flapping); a brand-new replica has no failure to
+// distrust, so it does not wait through it (docs/ROUTING.md).
+func NewPendingMachine(cfg *Config, now time.Time) *Machine {
+	return &Machine{cfg: cfg, state: Ejected, since: now, pending: true}
+}
+
+// Pending reports whether the replica has never been seen healthy.
+func (m *Machine) Pending() bool { return m.pending }
 
 // State returns the current routing state (after Tick(now) if time matters).
 func (m *Machine) State() State { return m.state }
@@ -192,6 +213,13 @@ func (m *Machine) ObserveScrape(ok bool, cause string, now time.Time) []Transiti
 			out = m.eject(out, "scrape failed while probing: "+cause, now)
 		}
 	case Ejected:
+		if m.pending {
+			if ok {
+				m.pending = false
+				out = m.move(out, Live, "first scrape ok (new replica)", now)
+			}
+			return out
+		}
 		// Incident 3: the way back is through scrapes only, and only those
 		// after the cooldown count (hysteresis: stricter than the eject).
 		if !ok || now.Before(m.cooldownUntil) {

@@ -214,3 +214,54 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestPendingReplica: a replica never seen healthy (SPEC s13, start-up
+// order) gets no traffic, no cooldown and no ejection while its scrapes
+// fail, and is LIVE on its first good scrape; after that the ordinary rules
+// apply (a failed scrape ejects it with the base cooldown).
+func TestPendingReplica(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"not ready until the first good scrape, then LIVE at once", []step{
+			{0, "tick", Ejected}, {3 * s, "scrape-ok", Live},
+		}},
+		{"failed scrapes of a starting replica neither count nor damp", []step{
+			{0, "scrape-fail", Ejected}, {3 * s, "scrape-fail", Ejected}, {6 * s, "scrape-fail", Ejected},
+			{9 * s, "scrape-fail", Ejected}, {12 * s, "scrape-ok", Live},
+		}},
+		{"requests never make it ready", []step{
+			{0, "req-ok", Ejected}, {1 * s, "req-ok", Ejected}, {2 * s, "tick", Ejected},
+		}},
+		{"once seen healthy the ordinary rules apply", []step{
+			{0, "scrape-ok", Live}, {3 * s, "scrape-fail", Ejected}, {6 * s, "scrape-ok", Ejected},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Default()
+			m := NewPendingMachine(&cfg, t0)
+			for i, st := range tc.steps {
+				st.apply(m)
+				if got := m.State(); got != st.want {
+					t.Fatalf("step %d (%s at +%s): state %s, want %s", i, st.do, st.at, got, st.want)
+				}
+				if st.want == Ejected && m.Pending() && (m.Ejections() != 0 || m.Cooldown() != 0 || m.CooldownLeft(t0.Add(st.at)) != 0) {
+					t.Fatalf("step %d: a pending replica has ejections %d, cooldown %s", i, m.Ejections(), m.Cooldown())
+				}
+			}
+		})
+	}
+	cfg := Default()
+	m := NewPendingMachine(&cfg, t0)
+	m.ObserveScrape(false, "refused", t0)
+	tr := m.ObserveScrape(true, "", t0.Add(10*s))
+	if len(tr) != 1 || tr[0].To != Live || m.Ejections() != 0 {
+		t.Fatalf("first good scrape: transitions %+v, ejections %d", tr, m.Ejections())
+	}
+	if tr := m.ObserveScrape(false, "refused", t0.Add(13*s)); len(tr) != 1 || tr[0].Cooldown != cfg.BaseCooldown {
+		t.Fatalf("first failure after joining: %+v, want an ejection with the base cooldown", tr)
+	}
+}

@@ -34,6 +34,8 @@ type Index struct {
 	clock uint32 // Touch calls so far
 	freed uint64 // nodes freed so far (their indices may be reused)
 
+	ghosts ghosts // blocks that recently left the index (ghost.go)
+
 	// path holds the nodes of the last Match's blocks (path[d] for block
 	// d), so that a Touch of the same blocks right after skips the lookups.
 	path       []int32
@@ -128,6 +130,7 @@ func (x *Index) Match(blocks []uint64, depth []int32) (deepest int) {
 		}
 		deepest = d + 1
 	}
+	x.countGhosts(blocks[len(x.path):])
 	return deepest
 }
 
@@ -230,6 +233,7 @@ func (x *Index) newNode(h uint64) int32 {
 func (x *Index) freeNodeAt(ni int32) {
 	x.freed++
 	n := &x.node[ni]
+	x.ghosts.add(n.hash)
 	x.nodes.del(n.hash)
 	n.holders = append(n.holders[:0], holder{rep: x.freeNode})
 	x.freeNode = ni

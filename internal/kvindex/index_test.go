@@ -115,3 +115,23 @@ func TestAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// TestReuseCountsEvictedBlocksAskedForAgain: Reuse is the share of blocks
+// that left the index and were matched again.
+func TestReuseCountsEvictedBlocksAskedForAgain(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 4)
+	x.Touch(0, []uint64{1, 2, 3, 4})
+	x.Touch(0, []uint64{5, 6, 7, 8}) // evicts 1-4: they leave the index
+	if r := x.Reuse(); r != 0 {
+		t.Fatalf("reuse before any evicted block came back = %v", r)
+	}
+	x.Match([]uint64{1, 2, 9}, make([]int32, 1)) // 1 and 2 come back
+	if r := x.Reuse(); r != 0.5 {
+		t.Fatalf("reuse = %v, want 2 of 4 evicted blocks = 0.5", r)
+	}
+	x.Match([]uint64{1, 2}, make([]int32, 1)) // counted once
+	if r := x.Reuse(); r != 0.5 {
+		t.Fatalf("reuse after a repeat = %v, want 0.5", r)
+	}
+}

@@ -36,6 +36,15 @@ type CostConfig struct {
 	// one replica (cost.bounded_load 2, cost.bounded_load_slack 4).
 	BoundedLoad      float64
 	BoundedLoadSlack int
+	// BatchTokens is the replicas' per-step token budget, vLLM's
+	// max_num_batched_tokens (cost.batch_tokens, 2048: vLLM's default on
+	// GPUs under 70 GiB; 8192 on larger ones). It counts the steps a prefill
+	// takes.
+	BatchTokens int
+	// MaxNumSeqs is the replicas' batch size in requests, vLLM's
+	// max_num_seqs (cost.max_num_seqs, 256: vLLM's default under 70 GiB;
+	// 1024 on larger GPUs). Beyond it a request waits for a slot.
+	MaxNumSeqs int
 	// TieSteps is the margin, in decode steps of the fastest candidate,
 	// within which estimates count as equal and the most cached prompt wins
 	// (cost.tie_steps, 1): a step computes a whole token budget, so smaller
@@ -45,6 +54,9 @@ type CostConfig struct {
 	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
 	Sessions int
 }
+
+// maxUtilization caps rho in the delay that added prefill causes others.
+const maxUtilization = 0.99
 
 // DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
 // no vllm:cache_config_info and has none configured.
@@ -58,6 +70,8 @@ func DefaultCostConfig() CostConfig {
 		BoundedLoad:      2,
 		BoundedLoadSlack: 4,
 		TieSteps:         1,
+		BatchTokens:      2048,
+		MaxNumSeqs:       256,
 		Sessions:         65_536,
 	}
 }
@@ -83,6 +97,12 @@ func (c CostConfig) Validate() error {
 	if !(c.TieSteps >= 0) || math.IsInf(c.TieSteps, 0) {
 		bad = append(bad, fmt.Sprintf("cost.tie_steps: must be >= 0, got %v", c.TieSteps))
 	}
+	if c.BatchTokens < 1 {
+		bad = append(bad, fmt.Sprintf("cost.batch_tokens: must be >= 1, got %d", c.BatchTokens))
+	}
+	if c.MaxNumSeqs < 1 {
+		bad = append(bad, fmt.Sprintf("cost.max_num_seqs: must be >= 1, got %d", c.MaxNumSeqs))
+	}
 	if c.Sessions < 0 {
 		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
 	}
@@ -95,7 +115,8 @@ func (c CostConfig) Validate() error {
 // Cost routes each request to the replica where its first token is expected
 // soonest, in seconds:
 //
-//	estimate = (work ahead + prompt tokens not in that replica's cache) / prefill rate + decode step
+//	work     = work ahead + prompt tokens not in that replica's cache
+//	estimate = decode step x (1 + floor(work / batch_tokens)) + work / prefill rate
 //
 // where the cache is the replica's share of a block index (package kvindex)
 // sized to its real KV capacity, the work ahead is the prefill the replica
@@ -118,8 +139,9 @@ type Cost struct {
 	// Scratch reused by Choose (it runs under the balancer's lock).
 	depth      []int32
 	candID     []int32
-	lastNames  []string // candidate names of the last call, index-aligned with candID
-	estimates  []float64
+	lastNames  []string  // candidate names of the last call, index-aligned with candID
+	estimates  []float64 // scores: expected TTFT plus the delay the prefill causes others
+	ttfts      []float64 // expected TTFT
 	prefills   []float64
 	meanPrompt float64 // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -207,6 +229,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	limit := max(int(math.Ceil(p.cfg.BoundedLoad*float64(total+1)/float64(n))), minIn+p.cfg.BoundedLoadSlack, 1)
 
+	reuse := p.index.Reuse()
 	fastest := -1
 	start := int(p.rr % uint64(n))
 	p.rr++
@@ -226,7 +249,37 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		cached = max(0, min(cached, tokens-1)) // a full hit still computes its last token
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
-		est := (ahead+prefill)/c.PrefillRate + c.DecodeStep
+		// The work ahead and this prompt are computed in steps of at most
+		// batch_tokens, each paying about a decode step on top of its tokens.
+		work := ahead + prefill
+		est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
+		// A full batch admits this request only as running ones finish:
+		// one frees a slot every mean-output x step / max_num_seqs.
+		// A queue seen at the last scrape says the batch is full at the
+		// running count then (slots or KV blocks), whatever is configured.
+		slots := float64(p.cfg.MaxNumSeqs)
+		if c.SaturatedAt > 0 {
+			slots = min(slots, c.SaturatedAt)
+		}
+		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
+			est += excess * c.MeanOutput * c.DecodeStep / slots
+		}
+		p.ttfts[i] = est
+		// The prefill a choice adds also delays whoever comes next on that
+		// replica: by its time x rho/(1-rho), rho the replica's utilization
+		// (its batch over its slots), the waiting-time cost of added work
+		// in a queue. Nothing when idle; the cache's worth under load, when
+		// every token computed is a token someone else waits for. (KV usage
+		// as rho was measured worse: long contexts fill the KV of replicas
+		// whose queues are short.)
+		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
+		est += prefill / c.PrefillRate * rho / (1 - rho)
+		// On a full cache every computed block evicts one; evicted blocks
+		// come back with the index's measured reuse rate, and then cost
+		// their prefill again.
+		if p.index.Idle(id) >= 0 {
+			est += reuse * prefill / c.PrefillRate
+		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
 			continue
@@ -237,9 +290,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	// Estimates within one decode step of the fastest are equal: a step
 	// computes a whole token budget, so such differences are below the
-	// model's resolution. Among those, the most cached prompt wins (it keeps
-	// the session's next turn warm and uses the least KV), then the fewest in
-	// flight, then rotation.
+	// model's resolution. Among those (preferred): the fewest in flight, the
+	// most cached prompt, the coldest cache, then rotation.
 	best := fastest
 	if fastest >= 0 {
 		margin := p.estimates[fastest] + p.cfg.TieSteps*cands[fastest].DecodeStep
@@ -273,9 +325,13 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 		p.sessions[session] = costSession{rep: p.candID[best], tokens: tokens}
 	}
-	p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
+	if p.meanPrompt == 0 {
+		p.meanPrompt = float64(prefill)
+	} else {
+		p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
+	}
 
-	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.estimates[best]}
+	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best]}
 	if cached > 0 {
 		choice.Reason = ReasonAffinity
 	}
@@ -285,10 +341,15 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	return choice
 }
 
-// preferred orders two candidates whose estimates count as equal: the most
-// cached prompt, then a cache with room or whose coldest block is the
-// coldest (new blocks evict the least valuable data), then fewer in flight.
+// preferred orders two candidates whose estimates count as equal: fewer in
+// flight (a lighter batch steps faster for everyone in it; the cache is
+// already priced in the score), then the most cached prompt, then a cache
+// with room or whose coldest block is the coldest (new blocks evict the
+// least valuable data).
 func (p *Cost) preferred(i, best int, cands []Candidate) bool {
+	if cands[i].InFlight != cands[best].InFlight {
+		return cands[i].InFlight < cands[best].InFlight
+	}
 	if p.prefills[i] != p.prefills[best] {
 		return p.prefills[i] < p.prefills[best]
 	}
@@ -301,7 +362,7 @@ func (p *Cost) preferred(i, best int, cands []Candidate) bool {
 			return ii > ib
 		}
 	}
-	return cands[i].InFlight < cands[best].InFlight
+	return false
 }
 
 func (p *Cost) mapCandidates(cands []Candidate) {
@@ -337,9 +398,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 	}
 	if cap(p.estimates) < len(cands) {
 		p.estimates = make([]float64, len(cands))
+		p.ttfts = make([]float64, len(cands))
 		p.prefills = make([]float64, len(cands))
 	}
-	p.estimates, p.prefills = p.estimates[:len(cands)], p.prefills[:len(cands)]
+	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision
@@ -348,8 +410,8 @@ func (p *Cost) detail(cands []Candidate, limit int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit=%d", limit)
 	for i, c := range cands {
-		fmt.Fprintf(&b, "; %s est=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
-			c.Name, p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
+			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 	}
 	return b.String()
 }

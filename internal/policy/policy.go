@@ -24,6 +24,7 @@ type Candidate struct {
 	// What the replica's own /metrics said at the last scrape.
 	ScrapedRunning float64 // vllm:num_requests_running
 	ScrapedWaiting float64 // vllm:num_requests_waiting
+	KVCacheUsage   float64 // vllm:kv_cache_usage_perc, 0..1
 
 	// KVCacheTokens is the replica's KV capacity in tokens (learned from
 	// vllm:cache_config_info, or configured; a default until known).
@@ -33,6 +34,13 @@ type Candidate struct {
 	// seconds: learned from its /metrics, configured defaults until then.
 	PrefillRate float64
 	DecodeStep  float64
+	// SaturatedAt is the batch the replica ran when its last scrape showed
+	// a queue (the most it admits, by slots or KV blocks); 0 when it showed
+	// none.
+	SaturatedAt float64
+	// MeanOutput is the fleet's mean output tokens per request, learned
+	// from /metrics (a default until then): how long a batch slot stays taken.
+	MeanOutput float64
 	// PendingPrefill is the prompt tokens (less their expected cache hits)
 	// of the balancer's own requests on the replica that have not had their
 	// first token yet, bounded by what the replica can have computed since

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,17 +17,39 @@ import (
 
 type attemptKey struct{}
 
+// Causes of an attempt cancelled by the proxy itself.
+var (
+	// errReplicaEjected: the replica was ejected while the attempt waited
+	// for its answer; nothing reached the client, so it fails over.
+	errReplicaEjected = errors.New("proxy: replica ejected while the request waited for its answer")
+	// errStreamIdle: the replica sent nothing for proxy.stream_idle_timeout.
+	errStreamIdle = errors.New("proxy: replica sent nothing for proxy.stream_idle_timeout")
+	// errStreamIncomplete: an SSE stream of chat or completions ended
+	// without "data: [DONE]" (e.g. the replica closed a stream sent without
+	// chunked framing): the client did not get the whole answer.
+	errStreamIncomplete = errors.New("proxy: stream ended before data: [DONE]")
+)
+
 // attempt is one try of a request on one replica. Its fields are written
 // only on the handler's goroutine (ReverseProxy runs Rewrite, ModifyResponse,
-// ErrorHandler and the body copy there).
+// ErrorHandler and the body copy there); the idle timer and an ejection only
+// cancel ctx.
 type attempt struct {
 	res    *balancer.Reservation
 	target *url.URL
 	start  time.Time
 	w      *trackingWriter
 
+	client    context.Context // the client's request context
+	ctx       context.Context // the attempt's: cancelled with a cause by the proxy
+	cancel    context.CancelCauseFunc
+	idleAfter time.Duration // proxy.stream_idle_timeout
+	idle      *time.Timer   // nil until the idle timeout applies
+	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
+
 	err       error // failure before any response (ErrorHandler)
 	status    int   // the replica's status code
+	upgrade   bool  // the replica switched protocols (101, WebSocket)
 	firstByte bool  // a body byte arrived
 	eof       bool  // the body was read to its end
 	bodyErr   error // the replica broke the body after the response began
@@ -35,13 +59,36 @@ func attemptFrom(ctx context.Context) *attempt {
 	return ctx.Value(attemptKey{}).(*attempt)
 }
 
+// startIdle arms (or re-arms) the idle timeout: without a byte from the
+// replica for idleAfter, the attempt is cancelled with errStreamIdle.
+func (a *attempt) startIdle() {
+	if a.idle == nil {
+		a.idle = time.AfterFunc(a.idleAfter, func() { a.cancel(errStreamIdle) })
+		return
+	}
+	a.idle.Reset(a.idleAfter)
+}
+
+// stopIdle disarms the idle timeout.
+func (a *attempt) stopIdle() {
+	if a.idle != nil {
+		a.idle.Stop()
+	}
+}
+
 // retry reports whether the attempt failed in a way another replica may
 // fix: before any byte reached the client, not cancelled by the client, and
 // not a first-byte timeout (which answers 504: the replica may be working).
+// A replica ejected meanwhile, or silent past the stream idle timeout on a
+// streaming request (vLLM answers those at once), is not working: retried.
 func (a *attempt) retry() bool {
 	switch {
-	case a.err == nil, a.w.wrote:
+	case a.err == nil, a.w.wrote, a.upgrade:
 		return false
+	case a.client.Err() != nil:
+		return false
+	case errors.Is(a.err, errReplicaEjected), errors.Is(a.err, errStreamIdle):
+		return true
 	case errors.Is(a.err, context.Canceled):
 		return false
 	case isDial(a.err):
@@ -52,15 +99,30 @@ func (a *attempt) retry() bool {
 	return true
 }
 
-// outcome is how the attempt ended, for Release (health).
-func (a *attempt) outcome(ctx context.Context) balancer.Outcome {
+// outcome is how the attempt ended, for Release (health). A first-byte
+// timeout, or the idle timeout before a streaming request's headers, is the
+// replica's failure (issue 10, item 8: a replica whose /metrics answers
+// while its API hangs must still be ejected); an attempt cancelled because
+// the replica was already ejected, a stream gone silent after its headers,
+// and a protocol upgrade say nothing new about it.
+func (a *attempt) outcome() balancer.Outcome {
 	switch {
-	case a.err != nil && ctx.Err() != nil:
+	case a.upgrade:
+		return balancer.OutcomeCanceled
+	case a.err != nil && a.client.Err() != nil:
+		return balancer.OutcomeCanceled
+	case errors.Is(a.err, errReplicaEjected):
 		return balancer.OutcomeCanceled
 	case a.err != nil:
 		return balancer.OutcomeTransportError
 	case a.status >= 500:
 		return balancer.OutcomeServerError
+	case errors.Is(a.bodyErr, errStreamIdle):
+		// Silence inside a started stream may be an overloaded replica's
+		// queue (vLLM sends the headers at once, the first token after the
+		// wait): ejecting it would push its load onto the others. A hung
+		// replica fails its scrapes and is ejected by them.
+		return balancer.OutcomeCanceled
 	case a.bodyErr != nil:
 		return balancer.OutcomeTransportError
 	case a.eof:
@@ -79,6 +141,45 @@ func isDial(err error) bool {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// waitingSet holds the attempts waiting for their replica's answer, by
+// replica, so that an ejection can fail them over at once.
+type waitingSet struct {
+	mu sync.Mutex
+	m  map[string]map[*attempt]struct{}
+}
+
+func (s *waitingSet) add(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.m[a.res.Replica]
+	if set == nil {
+		set = make(map[*attempt]struct{})
+		s.m[a.res.Replica] = set
+	}
+	set[a] = struct{}{}
+}
+
+func (s *waitingSet) remove(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if set := s.m[a.res.Replica]; set != nil {
+		delete(set, a)
+		if len(set) == 0 {
+			delete(s.m, a.res.Replica)
+		}
+	}
+}
+
+// cancel cancels every attempt waiting on replica with cause.
+func (s *waitingSet) cancel(replica string, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a := range s.m[replica] {
+		a.cancel(cause)
+	}
+	delete(s.m, replica)
 }
 
 // trackingWriter knows whether anything reached the client: once it has,
@@ -116,18 +217,29 @@ func (t *trackingWriter) Flush() {
 // Unwrap lets http.ResponseController reach the server's writer.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
+// broken reports whether the replica's answer broke after it began (cut,
+// truncated, or silent past the idle timeout): the client got an error
+// event or a cut connection, counted as a stream error.
+func (a *attempt) broken() bool {
+	return a.err == nil && !a.upgrade && a.status < 500 && a.bodyErr != nil
+}
+
 // upstreamBody wraps a replica's response body: it times the first byte,
-// notes the end, and turns a break of an SSE stream into a final
-// `data: {"error":...}` event so the client learns why the stream ended.
+// notes the end, re-arms the stream idle timeout on every byte, and turns a
+// break of an SSE stream (or its end without "data: [DONE]" where that is
+// the protocol) into a final `data: {"error":...}` event so the client
+// learns why the stream ended.
 type upstreamBody struct {
-	rc   io.ReadCloser
-	a    *attempt
-	p    *Proxy
-	ctx  context.Context
-	sse  bool
-	tail []byte  // the error event still to be delivered
-	last [2]byte // the last two bytes relayed: is an event boundary open?
-	done bool
+	rc       io.ReadCloser
+	a        *attempt
+	p        *Proxy
+	sse      bool
+	wantDone bool     // the stream must end with data: [DONE]
+	tail     []byte   // the error event still to be delivered
+	last     [2]byte  // the last two bytes relayed: is an event boundary open?
+	end      [32]byte // the last bytes relayed, to find [DONE] at EOF
+	endLen   int
+	done     bool
 }
 
 // Read implements io.Reader.
@@ -146,23 +258,43 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 	}
 	n, err := b.rc.Read(buf)
 	if n > 0 {
+		if b.a.idle != nil && b.sse {
+			b.a.startIdle()
+		}
 		if !b.a.firstByte {
 			b.a.firstByte = true
 			b.p.metrics.FirstByte(b.a.res.Replica, b.p.now().Sub(b.a.start))
+			// A stream's first chunk comes with its first token: the
+			// replica's prefill for it is done (policy cost's pending work).
+			if b.sse {
+				b.p.bal.FirstToken(b.a.res)
+			}
 		}
 		if n >= 2 {
 			b.last = [2]byte{buf[n-2], buf[n-1]}
 		} else {
 			b.last = [2]byte{b.last[1], buf[0]}
 		}
+		if b.wantDone {
+			b.remember(buf[:n])
+		}
 	}
 	switch {
 	case err == nil:
+	case err == io.EOF && b.wantDone && !b.endsWithDone():
+		b.a.bodyErr = errStreamIncomplete
+		b.tail = b.errorEvent()
+		return n, nil
 	case err == io.EOF:
 		b.a.eof = true
-	case b.ctx.Err() != nil:
+	case b.a.client.Err() != nil:
 		// The client went away: pass the error on; nothing to tell anyone.
 	default:
+		if b.a.ctx.Err() != nil {
+			if cause := context.Cause(b.a.ctx); errors.Is(cause, errStreamIdle) {
+				err = cause
+			}
+		}
 		b.a.bodyErr = err
 		if b.sse {
 			b.tail = b.errorEvent()
@@ -170,6 +302,30 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// remember keeps the last bytes of the stream.
+func (b *upstreamBody) remember(p []byte) {
+	if len(p) >= len(b.end) {
+		copy(b.end[:], p[len(p)-len(b.end):])
+		b.endLen = len(b.end)
+		return
+	}
+	keep := min(b.endLen, len(b.end)-len(p))
+	copy(b.end[:], b.end[b.endLen-keep:b.endLen])
+	copy(b.end[keep:], p)
+	b.endLen = keep + len(p)
+}
+
+// endsWithDone reports whether the stream's last event is data: [DONE].
+func (b *upstreamBody) endsWithDone() bool {
+	tail := bytes.TrimRight(b.end[:b.endLen], " \t\r\n")
+	rest, ok := bytes.CutSuffix(tail, []byte("[DONE]"))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimRight(rest, " ")
+	return bytes.HasSuffix(rest, []byte("data:"))
 }
 
 // errorEvent is the SSE event that ends a broken stream, preceded by the
@@ -183,7 +339,15 @@ func (b *upstreamBody) errorEvent() []byte {
 	default:
 		pre = "\n\n"
 	}
-	msg := "the stream from replica " + b.a.res.Replica + " broke before it ended"
+	var msg string
+	switch {
+	case errors.Is(b.a.bodyErr, errStreamIdle):
+		msg = fmt.Sprintf("the stream from replica %s sent nothing for %s", b.a.res.Replica, b.a.idleAfter)
+	case errors.Is(b.a.bodyErr, errStreamIncomplete):
+		msg = "the stream from replica " + b.a.res.Replica + " ended before data: [DONE]"
+	default:
+		msg = "the stream from replica " + b.a.res.Replica + " broke before it ended"
+	}
 	return append([]byte(pre), sseError(msg)...)
 }
 

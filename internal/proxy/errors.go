@@ -18,6 +18,7 @@ const (
 	CodeBodyTimeout        = "request_timeout"
 	CodeModelNotFound      = "model_not_found"
 	CodeNotFound           = "not_found"
+	CodeInvalidPath        = "invalid_path"
 	CodeNoHealthyInstances = "no_healthy_instances"
 	CodeUpstreamTimeout    = "upstream_timeout"
 	CodeUpstreamError      = "upstream_error"

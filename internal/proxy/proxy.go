@@ -42,6 +42,9 @@ const (
 	DefaultConnectTimeout   = 5 * time.Second
 	DefaultFirstByteTimeout = 10 * time.Minute
 	DefaultReadBodyTimeout  = time.Minute
+	// DefaultStreamIdleTimeout is proxy.stream_idle_timeout's default: the
+	// longest silence of a replica during a stream (issue 10: hung replica).
+	DefaultStreamIdleTimeout = time.Minute
 )
 
 // Recorder receives the proxy's measurements (package admin's Metrics
@@ -96,6 +99,7 @@ type Proxy struct {
 	now         func() time.Time
 	rp          *httputil.ReverseProxy
 	bodyTimeout time.Duration
+	waiting     waitingSet // attempts still waiting for their replica's answer
 }
 
 // New returns a Proxy. It starts no goroutines.
@@ -110,7 +114,11 @@ func New(opts Options) (*Proxy, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
+	if cfg.StreamIdleTimeout <= 0 {
+		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
 	p := &Proxy{
+		waiting:     waitingSet{m: make(map[string]map[*attempt]struct{})},
 		bal:         opts.Balancer,
 		reqCfg:      opts.Request,
 		cfg:         cfg,
@@ -191,6 +199,13 @@ var routedPaths = map[string]bool{
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	if dotSegments(path) {
+		// Issue 10, path traversal: /v1/../metrics or /v1/%2e%2e/health
+		// would reach the replica's own endpoints outside /v1/.
+		p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidPath,
+			"the path must not contain \".\" or \"..\" segments (also percent-encoded)")
+		return
+	}
 	switch {
 	case path == "/v1/models" && r.Method == http.MethodGet:
 		p.serveModels(w)
@@ -240,11 +255,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	// discarding of the unread rest after the error answer.
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	body, err := readGrowing(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes), r.ContentLength)
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -262,7 +273,51 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if deadline {
 		_ = rc.SetReadDeadline(time.Time{}) // streams must not inherit it
 	}
-	return buf.Bytes(), true
+	return body, true
+}
+
+// readGrowing reads r to its end. The buffer grows only as bytes arrive
+// (doubling, never past the announced length + 1), so a client that
+// announces 32 MB and sends one byte costs a few KiB, not 32 MB held for
+// read_body_timeout (issue 10, item 1). The caller bounds r.
+func readGrowing(r io.Reader, announced int64) ([]byte, error) {
+	const first = 16 << 10
+	size := int64(first)
+	if announced >= 0 && announced < size-1 {
+		size = announced + 1 // +1: room to see EOF without growing
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			next := int64(cap(buf)) * 2
+			if announced >= int64(len(buf)) && announced < next-1 {
+				next = announced + 1
+			}
+			grown := make([]byte, len(buf), next)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// dotSegments reports whether a (decoded) URL path has a "." or ".."
+// segment. Go's server does not clean paths for a plain Handler, and the
+// replica would resolve them.
+func dotSegments(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // answer writes an error produced by the balancer itself and counts it.
@@ -288,7 +343,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof 
 		if p.decisions != nil {
 			p.decisions(p.now(), res, prof, n+1)
 		}
-		a := p.try(w, r, body, res)
+		a := p.try(w, r, body, res, prof)
 		if !a.retry() {
 			return
 		}
@@ -344,17 +399,25 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // try runs one attempt on the reserved replica and releases the reservation
 // when it ends, also when ReverseProxy aborts the handler with
 // http.ErrAbortHandler (the deferred release runs while the panic unwinds).
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *balancer.Reservation) *attempt {
-	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}}
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *balancer.Reservation, prof *request.Profile) *attempt {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w},
+		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
+		wantDone: r.Method == http.MethodPost && streamsDone[r.URL.Path]}
 	defer func() {
-		o := a.outcome(r.Context())
-		if o == balancer.OutcomeTransportError && a.err == nil {
+		a.stopIdle()
+		cancel(nil)
+		p.waiting.remove(a)
+		o := a.outcome()
+		if a.broken() {
 			p.metrics.StreamError(res.Replica)
 			p.log.Warn("proxy: response broken after the first byte",
 				slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
 		}
 		switch {
 		case a.retry():
+		case a.upgrade && a.err == nil:
+			p.metrics.Request(res.Replica, res.Reason, http.StatusSwitchingProtocols)
 		case a.w.status != 0:
 			p.metrics.Request(res.Replica, res.Reason, a.w.status)
 		case o == balancer.OutcomeCanceled:
@@ -374,7 +437,15 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 	}
 	a.target = target
 
-	in := r.WithContext(context.WithValue(r.Context(), attemptKey{}, a))
+	// Registered before the request goes out: an ejection of the replica
+	// cancels the attempt while it waits for the answer (issue 10, item 6).
+	p.waiting.add(a)
+	if prof.Stream {
+		// vLLM answers a streaming request's headers at once: a replica
+		// silent this long before them is hung (issue 10, items 6 and 8).
+		a.startIdle()
+	}
+	in := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	in.ContentLength = int64(len(body))
 	in.TransferEncoding = nil
 	if len(body) > 0 {
@@ -385,6 +456,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 	in.GetBody = nil
 	p.rp.ServeHTTP(a.w, in)
 	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
+		if a.upgrade {
+			msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
+			WriteError(a.w, http.StatusBadGateway, TypeServer, CodeUpstreamError, msg)
+			return a
+		}
 		// Not retryable and nothing sent yet: a first-byte timeout (504).
 		p.log.Warn("proxy: replica did not answer in time",
 			slog.String("replica", res.Replica), slog.String("error", a.err.Error()))
@@ -392,6 +468,22 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 		WriteError(a.w, http.StatusGatewayTimeout, TypeTimeout, CodeUpstreamTimeout, msg)
 	}
 	return a
+}
+
+// streamsDone are the paths whose SSE streams end with "data: [DONE]"
+// (OpenAI's and vLLM's chat and completions): a stream of theirs that ends
+// without it is cut, whatever the HTTP framing said (issue 10, item 14).
+var streamsDone = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+}
+
+// Ejected fails over every request still waiting for replica's answer
+// (nothing of it reached its client yet): the replica was just ejected, so
+// waiting up to first_byte_timeout would only delay the client (issue 10,
+// item 6). The server calls it for every transition to EJECTED.
+func (p *Proxy) Ejected(replica string) {
+	p.waiting.cancel(replica, errReplicaEjected)
 }
 
 // rewrite points the outbound request at the attempt's replica and sets
@@ -409,29 +501,53 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // modifyResponse stamps the route headers and wraps the body to see its
-// first byte, its end and a break.
+// first byte, its end and a break. A 101 Switching Protocols answer
+// (WebSocket, e.g. vLLM's /v1/realtime) keeps its body unwrapped:
+// ReverseProxy needs it writable to join the two connections.
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	a := attemptFrom(res.Request.Context())
+	p.waiting.remove(a) // answered: an ejection no longer concerns it
 	if p.cfg.RouteHeaders {
 		res.Header.Set(HeaderReplica, a.res.Replica)
 		res.Header.Set(HeaderRoute, string(a.res.Reason))
 	}
 	a.status = res.StatusCode
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		a.upgrade = true
+		a.stopIdle() // a WebSocket may be silent as long as it likes
+		return nil
+	}
 	ct := res.Header.Get("Content-Type")
+	sse := strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
+	if sse {
+		a.startIdle() // also for streams the request did not announce
+		// An error event may be appended: relay the stream chunked, never
+		// with the replica's Content-Length, which would cut it off.
+		res.ContentLength = -1
+		res.Header.Del("Content-Length")
+	} else {
+		a.stopIdle() // a JSON answer arrives whole
+	}
 	res.Body = &upstreamBody{
-		rc:  res.Body,
-		a:   a,
-		p:   p,
-		ctx: res.Request.Context(),
-		sse: strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream"),
+		rc:       res.Body,
+		a:        a,
+		p:        p,
+		sse:      sse,
+		wantDone: sse && a.wantDone && res.StatusCode == http.StatusOK,
 	}
 	return nil
 }
 
 // errorHandler records a failure before any response: the retry decision is
-// taken by route, so it writes nothing.
+// taken by route, so it writes nothing. A cancellation of the attempt by the
+// proxy itself (idle timeout, ejection) is recorded as its cause.
 func (p *Proxy) errorHandler(_ http.ResponseWriter, r *http.Request, err error) {
 	a := attemptFrom(r.Context())
+	if a.client.Err() == nil && a.ctx.Err() != nil {
+		if cause := context.Cause(a.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+	}
 	a.err = err
 }
 

@@ -223,12 +223,13 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	if ep == endpointEmbeddings {
 		p.OutputTokens = 0 // embeddings generate nothing
 	}
+	p.Stream = string(fields["stream"]) == "true"
 
 	if system != "" {
 		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))
 	}
 	if cfg.PromptBlocks && prompt != "" {
-		p.PromptBlocks = tokenize.FromText(prompt).Blocks
+		p.PromptBlocks = tokenize.FromText(capText(prompt, MaxPromptBlockBytes)).Blocks
 	}
 	return p, nil
 }
@@ -243,10 +244,128 @@ type requestBody struct {
 	messagesErr error // a type error inside "messages", reported by parseChat
 }
 
-// decodeObject decodes the body's top level with a streaming decoder: one
-// scan validates and decodes, and a type error inside "messages" does not
-// stop the other fields from being read.
+// MaxPromptBlockBytes caps the prompt text hashed into blocks for the
+// cache-aware policies (about 256K tokens, beyond the context of the models
+// served): a longer common prefix cannot change which replica matches best,
+// and the hashing of a huge prompt would cost every other client its CPU
+// (issue 10, item 5). Token counts stay exact.
+const MaxPromptBlockBytes = 1 << 20
+
+// decodeObject reads the body's top level. Its values are sub-slices of
+// body, not copies, so a 30 MB prompt costs no second 30 MB (issue 10, item
+// 5), and each is validated once: "messages" (nearly all the bytes of a chat
+// body) by decoding it at once, the others with json.Valid. A type error
+// inside "messages" does not stop the other fields from being read. An
+// invalid body is decoded again by decodeObjectErr, which says what is
+// wrong (the slow path is for bad input only).
 func decodeObject(data []byte) (*requestBody, error) {
+	d := bytes.TrimLeft(data, " \t\r\n")
+	if len(d) == 0 || d[0] != '{' {
+		return decodeObjectErr(data)
+	}
+	b := &requestBody{fields: make(map[string]json.RawMessage)}
+	i := skipSpace(d, 1)
+	if i < len(d) && d[i] == '}' {
+		if skipSpace(d, i+1) != len(d) {
+			return decodeObjectErr(data)
+		}
+		return b, nil
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return decodeObjectErr(data)
+		}
+		end := skipValue(d, i)
+		var name string
+		if json.Unmarshal(d[i:end], &name) != nil {
+			return decodeObjectErr(data)
+		}
+		if i = skipSpace(d, end); i >= len(d) || d[i] != ':' {
+			return decodeObjectErr(data)
+		}
+		if i = skipSpace(d, i+1); i >= len(d) {
+			return decodeObjectErr(data)
+		}
+		end = skipValue(d, i)
+		raw := json.RawMessage(d[i:end])
+		if name == "messages" {
+			var msgs []message
+			err := json.Unmarshal(raw, &msgs)
+			var typeErr *json.UnmarshalTypeError
+			if err != nil && !errors.As(err, &typeErr) {
+				return decodeObjectErr(data)
+			}
+			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
+		} else {
+			if !json.Valid(raw) {
+				return decodeObjectErr(data)
+			}
+			b.fields[name] = raw
+		}
+		i = skipSpace(d, end)
+		switch {
+		case i < len(d) && d[i] == ',':
+			i = skipSpace(d, i+1)
+		case i < len(d) && d[i] == '}':
+			if skipSpace(d, i+1) != len(d) {
+				return decodeObjectErr(data)
+			}
+			return b, nil
+		default:
+			return decodeObjectErr(data)
+		}
+	}
+}
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the JSON value starting at d[i]: strings
+// and nesting are followed, nothing is checked (the caller validates the
+// value it gets, so a malformed one ends somewhere harmless).
+func skipValue(d []byte, i int) int {
+	depth := 0
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case '"':
+			for i++; i < len(d) && d[i] != '"'; i++ {
+				if d[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(d) { // unterminated: the caller's validation fails
+				return len(d)
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // a scalar's end: the enclosing object closes
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\r', '\n', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// decodeObjectErr decodes the body's top level with a streaming decoder,
+// which explains what is wrong with it; decodeObject uses it for invalid
+// bodies only (it copies every value: slow for a huge one).
+func decodeObjectErr(data []byte) (*requestBody, error) {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, badf(nil, "empty body: expected a JSON object")
@@ -625,34 +744,95 @@ func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 // an array of strings (joined by newlines), or token ids (an array of
 // integers or of such arrays; their compact JSON text stands for the
 // prompt). It returns the text and the estimated tokens (the count of ids
-// for token arrays).
+// for token arrays). Token ids are counted in one pass over the bytes,
+// never decoded into a slice, and only the first MaxPromptBlockBytes of
+// their text are kept: 15M ids cost no 120 MB slice (issue 10, item 5).
 func parsePrompt(fields map[string]json.RawMessage, name string) (text string, tokens int, err error) {
 	raw := fields[name]
 	if isNull(raw) {
 		return "", 0, nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, tokenize.CountText(s), nil
-	}
-	var strs []string
-	if json.Unmarshal(raw, &strs) == nil {
-		s = strings.Join(strs, "\n")
-		return s, tokenize.CountText(s), nil
-	}
-	var ids []int64
-	if json.Unmarshal(raw, &ids) == nil {
-		return compactJSON(raw), len(ids), nil
-	}
-	var batches [][]int64
-	if json.Unmarshal(raw, &batches) == nil {
-		n := 0
-		for _, b := range batches {
-			n += len(b)
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s, tokenize.CountText(s), nil
 		}
-		return compactJSON(raw), n, nil
+	case '[':
+		if first := skipSpace(raw, 1); first < len(raw) && raw[first] == '"' {
+			var strs []string
+			if json.Unmarshal(raw, &strs) == nil {
+				s := strings.Join(strs, "\n")
+				return s, tokenize.CountText(s), nil
+			}
+			break
+		}
+		if n, ok := countTokenIDs(raw); ok {
+			return compactPrefix(raw, MaxPromptBlockBytes), n, nil
+		}
 	}
 	return "", 0, badf(nil, "%q must be a string, an array of strings or an array of token ids", name)
+}
+
+// countTokenIDs counts the integers of a valid JSON array of integers, or
+// of arrays of integers; ok is false for anything else.
+func countTokenIDs(raw []byte) (n int, ok bool) {
+	depth, idDepth, inNumber := 0, 0, false
+	for _, c := range raw {
+		switch {
+		case c == '[':
+			depth++
+			if depth > 2 {
+				return 0, false
+			}
+		case c == ']':
+			depth--
+			inNumber = false
+		case c == ',' || c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			inNumber = false
+		case c >= '0' && c <= '9' || c == '-':
+			if !inNumber {
+				// Numbers sit at one depth only: [1,2] or [[1,2],[3]],
+				// never [1,[2]] or [[1],2].
+				if idDepth == 0 {
+					idDepth = depth
+				} else if depth != idDepth {
+					return 0, false
+				}
+				n++
+				inNumber = true
+			}
+		default: // fractions, exponents, strings, objects, literals
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// compactPrefix is the compact JSON text of a valid array of numbers (its
+// whitespace dropped), at most limit bytes of it.
+func compactPrefix(raw []byte, limit int) string {
+	out := make([]byte, 0, min(len(raw), limit))
+	for _, c := range raw {
+		if len(out) == limit {
+			break
+		}
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+// capText cuts text to at most limit bytes, on a rune boundary.
+func capText(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	for limit > 0 && !utf8.RuneStart(text[limit]) {
+		limit--
+	}
+	return text[:limit]
 }
 
 // rawTokens estimates the tokens of a raw JSON value (tool definitions).

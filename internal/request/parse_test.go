@@ -62,6 +62,11 @@ func TestParseErrors(t *testing.T) {
 		{"max_completion_tokens bad", chatPath, `{"model":"m","max_completion_tokens":true}`, `"max_completion_tokens"`},
 		{"prompt an object", compPath, `{"model":"m","prompt":{}}`, `"prompt" must be a string`},
 		{"input mixed array", embPath, `{"model":"m","input":["a",1]}`, `"input" must be a string`},
+		{"token ids with a fraction", compPath, `{"model":"m","prompt":[1,2.5]}`, `"prompt" must be a string`},
+		{"token ids mixed with a batch", compPath, `{"model":"m","prompt":[1,[2]]}`, `"prompt" must be a string`},
+		{"token ids after a batch", compPath, `{"model":"m","prompt":[[1],2]}`, `"prompt" must be a string`},
+		{"token ids nested too deep", compPath, `{"model":"m","prompt":[[[1]]]}`, `"prompt" must be a string`},
+		{"token ids mixed with a string", compPath, `{"model":"m","prompt":[1,"a"]}`, `"prompt" must be a string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,6 +234,10 @@ func TestParseTokens(t *testing.T) {
 			Profile{Model: "m", PrefixKey: md5hex(strings.Repeat("abcd", 40)), PromptTokens: 40, OutputTokens: 8, PromptBlocks: tokenize.FromText(strings.Repeat("abcd", 40)).Blocks}},
 		{"completions token ids count exactly", nil, compPath, `{"model":"m","prompt":[5,6,7,8,9]}`,
 			Profile{Model: "m", PrefixKey: md5hex("[5,6,7,8,9]"), PromptTokens: 5, OutputTokens: 256}},
+		{"completions token ids with spaces: compact text", nil, compPath, `{"model":"m","prompt":[ 5, 6 ,7 ]}`,
+			Profile{Model: "m", PrefixKey: md5hex("[5,6,7]"), PromptTokens: 3, OutputTokens: 256}},
+		{"stream flag", nil, chatPath, chat + `,"stream":true}`,
+			Profile{Model: "m", PrefixKey: md5hex("You are terse."), PromptTokens: tokenize.CountText(rendered), OutputTokens: 256, Stream: true}},
 		{"embeddings", nil, embPath, `{"model":"e","input":["abcd","efgh"]}`,
 			Profile{Model: "e", PromptTokens: tokenize.CountText("abcd\nefgh"), OutputTokens: 0}},
 		{"embeddings token batches", nil, embPath, `{"model":"e","input":[[1,2],[3]]}`,

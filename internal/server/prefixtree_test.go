@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/scrape"
 )
 
@@ -37,6 +38,9 @@ func testPromptBlocks(t *testing.T, policy string) {
 	srv, err := New(cfg, nil, WithFetcher(scrape.NewFake()), WithTransport(upstream))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range srv.Balancer().Replicas(srv.now()) { // ready: a first good scrape each
+		srv.Balancer().ObserveScrape(r.Name, balancer.Snapshot{}, nil, srv.now())
 	}
 	body := `{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("shared instructions ", 200) + `"},{"role":"user","content":"hi"}]}`
 	var replicas, routes []string

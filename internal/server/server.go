@@ -21,6 +21,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
+	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/ui"
@@ -32,6 +33,7 @@ const (
 	DefaultAdminListen       = "127.0.0.1:9090"
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxConnections    = 10000
 	// TickInterval is how often balancer.Tick runs (PROBING -> LIVE, pin expiry).
 	TickInterval = time.Second
 )
@@ -109,7 +111,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		bal:     bal,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
-		dash:    ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, Logger: logger, Now: o.now}),
+		dash: ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, OpenMutations: cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations,
+			Logger: logger, Now: o.now}),
 
 		configured: make(map[string]config.Replica),
 	}
@@ -273,6 +276,7 @@ func (s *Server) AdminHandler() http.Handler { return s.admin }
 func (s *Server) SetAdminAccess(cfg config.Config) {
 	s.admin.SetAccess(admin.Access{Token: cfg.AdminToken, AllowedHosts: cfg.Admin.AllowedHosts,
 		AllowUnauthenticatedMutations: cfg.Admin.AllowUnauthenticatedMutations})
+	s.dash.SetAccess(cfg.AdminToken, cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations)
 }
 
 // UseListeners makes Run serve on the given listeners instead of binding
@@ -377,7 +381,7 @@ func (s *Server) Run(ctx context.Context) error {
 			serveErr <- fmt.Errorf("server: %s listener: %w", what, err)
 		}
 	}
-	go serve(proxySrv, s.proxyLn, "proxy")
+	go serve(proxySrv, s.limitedProxyListener(), "proxy")
 	go serve(adminSrv, s.adminLn, "admin")
 	s.log.Info("llmlb serving", slog.String("proxy", s.ProxyAddr()), slog.String("admin", s.AdminAddr()))
 
@@ -411,6 +415,20 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
+// limitedProxyListener caps the proxy listener's open connections at
+// server.max_connections, lowered to fit the open-file limit (issue 10,
+// item 12: 21,000 idle connections exhausted the file descriptors and
+// stopped the admin listener too).
+func (s *Server) limitedProxyListener() net.Listener {
+	limit := orDefault(s.cfg.Server.MaxConnections, DefaultMaxConnections)
+	if fit := fdBudget(); fit > 0 && fit < limit {
+		s.log.Warn("server: server.max_connections lowered to fit the open-file limit",
+			slog.Int("configured", limit), slog.Int("max_connections", fit))
+		limit = fit
+	}
+	return LimitListener(s.proxyLn, limit)
+}
+
 // tick drives the core's time-based transitions once a second.
 func (s *Server) tick(ctx context.Context) {
 	t := time.NewTicker(TickInterval)
@@ -432,6 +450,9 @@ func (s *Server) onTransitions(ts []balancer.Transition) {
 	s.metrics.Transitions(ts)
 	s.dash.Transitions(ts)
 	for _, t := range ts {
+		if t.To == health.Ejected && s.proxy != nil {
+			s.proxy.Ejected(t.Replica) // its waiting requests fail over now
+		}
 		attrs := []slog.Attr{
 			slog.String("replica", t.Replica),
 			slog.String("from", t.From.String()),
@@ -452,7 +473,12 @@ func (s *Server) apiKey(replica string) string {
 }
 
 // addReplica adds a replica to the core and the scraper (with its api key).
+// It starts not yet ready (SPEC s13): no traffic until its first good
+// scrape, and no flap cooldown while it is still coming up, so a balancer
+// started before its replicas (or a replica added by API that does not
+// exist) never shows a dead replica LIVE.
 func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
+	spec.NotReady = true
 	if err := s.bal.AddReplica(spec, s.now()); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}

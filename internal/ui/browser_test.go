@@ -2,15 +2,20 @@ package ui_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,19 +181,21 @@ func screenshot(t *testing.T, ctx context.Context, name string, width, height in
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // let the layout settle at the new width (a picture, not an assertion)
+	began := time.Now()
 	buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Refreshing docs/img: re-encoded at the best compression (slow under
-	// -race, so only then).
+	t.Logf("captured %s in %v", name, time.Since(began).Round(time.Millisecond))
+	// Refreshing docs/img: reduced to 256 colours (the page has few), so
+	// that the committed PNGs stay small.
 	if os.Getenv("LLMLB_UI_SCREENSHOTS") != "" {
 		img, err := png.Decode(bytes.NewReader(buf))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, paletted(img)); err != nil {
 			t.Fatal(err)
 		}
 		buf = out.Bytes()
@@ -198,6 +205,49 @@ func screenshot(t *testing.T, ctx context.Context, name string, width, height in
 		t.Fatal(err)
 	}
 	t.Logf("screenshot %s (%d KiB)", path, len(buf)/1024)
+}
+
+// paletted maps img onto its 256 most frequent colours (nearest by RGB
+// distance): the dashboard's flat colours survive, anti-aliased edges snap
+// to a close one.
+func paletted(img image.Image) *image.Paletted {
+	bounds := img.Bounds()
+	count := map[color.RGBA]int{}
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			count[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)]++
+		}
+	}
+	colors := make([]color.RGBA, 0, len(count))
+	for c := range count {
+		colors = append(colors, c)
+	}
+	slices.SortFunc(colors, func(a, b color.RGBA) int {
+		return cmp.Or(count[b]-count[a], cmp.Compare(uint32(a.R)<<16|uint32(a.G)<<8|uint32(a.B), uint32(b.R)<<16|uint32(b.G)<<8|uint32(b.B)))
+	})
+	pal := make(color.Palette, 0, 256)
+	for _, c := range colors[:min(256, len(colors))] {
+		pal = append(pal, c)
+	}
+	index := make(map[color.RGBA]uint8, len(colors))
+	for _, c := range colors {
+		best, bestD := 0, math.MaxInt
+		for i, p := range pal {
+			q := p.(color.RGBA)
+			dr, dg, db := int(c.R)-int(q.R), int(c.G)-int(q.G), int(c.B)-int(q.B)
+			if d := dr*dr + dg*dg + db*db; d < bestD {
+				best, bestD = i, d
+			}
+		}
+		index[c] = uint8(best)
+	}
+	out := image.NewPaletted(bounds, pal)
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			out.SetColorIndex(x, y, index[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)])
+		}
+	}
+	return out
 }
 
 // TestDashboardInChromium drives /ui in headless Chromium against a running
@@ -281,11 +331,19 @@ func TestDashboardInChromium(t *testing.T) {
 		 !!document.querySelector('button[data-action="undrain"][data-name="sim-1"]')`, 10*time.Second)
 
 	t.Logf("%v: drained", time.Since(start).Round(time.Millisecond))
+	if os.Getenv("LLMLB_UI_SCREENSHOTS") != "" {
+		// Refreshing the docs: let the traffic-share history fill a few
+		// buckets first, so the pictures show more than a start.
+		time.Sleep(45 * time.Second)
+	}
 	screenshot(t, ctx, "ui-1366.png", 1366, 900)
 	screenshot(t, ctx, "ui-1920.png", 1920, 1080)
 
 	// The session filter keeps only that session's decisions.
-	session := pageText(t, ctx, `[...document.querySelectorAll('#decisions td.sess')].map(td => td.title).find(s => s) || ''`)
+	// The session with the most decisions on the page, for a telling picture.
+	session := pageText(t, ctx, `(() => { const n = {};
+		for (const td of document.querySelectorAll('#decisions td.sess')) if (td.title) n[td.title] = (n[td.title] || 0) + 1;
+		return (Object.entries(n).sort((a, b) => b[1] - a[1])[0] || [''])[0]; })()`)
 	if session == "" {
 		t.Fatal("no decision with a session key")
 	}

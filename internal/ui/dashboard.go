@@ -12,6 +12,7 @@
 package ui
 
 import (
+	"crypto/sha256"
 	"log/slog"
 	"strings"
 	"sync"
@@ -47,7 +48,12 @@ type Options struct {
 	// Token is the admin token. When set, session keys are sent in full only
 	// to event streams that present it (Authorization: Bearer); others see
 	// a short fingerprint, as /admin/pins is guarded by the same token.
+	// SetAccess changes it at run time (a reloaded configuration).
 	Token string
+	// OpenMutations: the admin API accepts mutations without a token (none
+	// is configured and unauthenticated mutations are allowed); the page
+	// then offers drain / undrain at once.
+	OpenMutations bool
 	// Interval between snapshots (default 1 s).
 	Interval time.Duration
 	// MaxSubscribers bounds concurrent event streams (default 16); more get 503.
@@ -87,6 +93,7 @@ type Dashboard struct {
 	pub         sync.Mutex // guards latest
 	latest      *published
 	buildMu     sync.Mutex // one build at a time
+	access      atomic.Pointer[access]
 	subscribers atomic.Int32
 	closed      chan struct{}
 	closeOnce   sync.Once
@@ -98,9 +105,9 @@ type ttftSample struct {
 }
 
 type secondSlot struct {
-	epoch              int64 // unix second the slot holds
-	routed, answered   uint64
-	serverErrors, fail uint64
+	epoch                      int64 // unix second the slot holds
+	routed, answered           uint64
+	serverErrors, streamErrors uint64
 }
 
 type shareBucket struct {
@@ -146,6 +153,7 @@ func New(opts Options) *Dashboard {
 		prefix:      make(map[string][]hitSample),
 		closed:      make(chan struct{}),
 	}
+	d.SetAccess(opts.Token, opts.OpenMutations)
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -153,6 +161,19 @@ func New(opts Options) *Dashboard {
 		d.now = time.Now
 	}
 	return d
+}
+
+// access is who may see session keys and mutate, swapped as a whole.
+type access struct {
+	token         string
+	tokenSum      [sha256.Size]byte
+	openMutations bool
+}
+
+// SetAccess sets the admin token and whether mutations need none, for
+// streams opened and snapshots built from now on (a reloaded configuration).
+func (d *Dashboard) SetAccess(token string, openMutations bool) {
+	d.access.Store(&access{token: token, tokenSum: sha256.Sum256([]byte(token)), openMutations: openMutations})
 }
 
 // Decision records one routing decision (proxy.Options.Decisions).
@@ -230,7 +251,7 @@ func (d *Dashboard) Request(_ string, _ balancer.Reason, code int) {
 func (d *Dashboard) StreamError(string) {
 	now := d.now()
 	d.mu.Lock()
-	d.second(now).fail++
+	d.second(now).streamErrors++
 	d.mu.Unlock()
 }
 

@@ -255,3 +255,27 @@ func TestDecisionDoesNotAllocate(t *testing.T) {
 		t.Errorf("%v allocations per Decision, want 0", n)
 	}
 }
+
+// BenchmarkDecision measures the dashboard's cost on the request path: one
+// decision recorded, from every proxy goroutine at once.
+func BenchmarkDecision(b *testing.B) {
+	bal, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil {
+		b.Fatal(err)
+	}
+	d := New(Options{Balancer: bal})
+	p := &request.Profile{Model: "m", SessionKey: "session-1", PromptTokens: 1000}
+	res, err := bal.Select(p, t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d.Decision(t0, res, p, 1)
+		}
+	})
+}

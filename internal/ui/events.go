@@ -54,7 +54,7 @@ func (d *Dashboard) publish(now time.Time) *published {
 	s := d.Snapshot(now)
 	p := &published{at: now, next: make(chan struct{})}
 	p.full = frame(s)
-	if d.opts.Token != "" {
+	if s.TokenConfigured {
 		p.redacted = frame(s.redacted())
 	}
 	d.pub.Lock()
@@ -96,13 +96,13 @@ func frame(s *Snapshot) []byte {
 // authorized reports whether r presents the admin token (always true when
 // none is configured).
 func (d *Dashboard) authorized(r *http.Request) bool {
-	if d.opts.Token == "" {
+	a := d.access.Load()
+	if a.token == "" {
 		return true
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	want := sha256.Sum256([]byte(d.opts.Token))
 	sum := sha256.Sum256([]byte(got))
-	return ok && subtle.ConstantTimeCompare(sum[:], want[:]) == 1
+	return ok && subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) == 1
 }
 
 // serveEvents streams snapshots as server-sent events (GET /admin/events).

@@ -157,3 +157,28 @@ func TestPageIsSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// TestSetAccess checks that a reloaded token applies to the next stream and
+// snapshot, and that open_mutations says whether mutations need no token.
+func TestSetAccess(t *testing.T) {
+	d, bal, _ := newTestDashboard(t, Options{OpenMutations: true})
+	route(t, d, bal, &request.Profile{SessionKey: "alice-1"}, t0)
+	srv := serve(t, d)
+	if s := openStream(t, srv.URL, "").next(t); !s.Authorized || s.TokenConfigured || !s.OpenMutations {
+		t.Errorf("no token: authorized %v, token configured %v, open mutations %v; want true, false, true",
+			s.Authorized, s.TokenConfigured, s.OpenMutations)
+	}
+	d.SetAccess("new-token", true)
+	d.publish(t0.Add(time.Second))
+	if s := openStream(t, srv.URL, "old").next(t); s.Authorized || s.OpenMutations || s.Decisions[0].Session == "alice-1" {
+		t.Errorf("wrong token after the reload: authorized %v, open mutations %v, session %q",
+			s.Authorized, s.OpenMutations, s.Decisions[0].Session)
+	}
+	if s := openStream(t, srv.URL, "new-token").next(t); !s.Authorized || s.Decisions[0].Session != "alice-1" {
+		t.Errorf("the reloaded token: authorized %v, session %q", s.Authorized, s.Decisions[0].Session)
+	}
+	d.SetAccess("", false)
+	if s := d.Snapshot(t0); s.OpenMutations || s.TokenConfigured {
+		t.Errorf("no token and mutations off: open mutations %v, token configured %v", s.OpenMutations, s.TokenConfigured)
+	}
+}

@@ -20,6 +20,8 @@ type Snapshot struct {
 	IntervalSeconds float64   `json:"interval_seconds"`
 	// TokenConfigured: the admin API expects a bearer token for mutations.
 	TokenConfigured bool `json:"token_configured"`
+	// OpenMutations: the admin API accepts mutations without a token.
+	OpenMutations bool `json:"open_mutations"`
 	// Authorized: this stream sees session keys in full (no token is
 	// configured, or the stream presented it).
 	Authorized  bool             `json:"authorized"`
@@ -124,10 +126,11 @@ func (d *Dashboard) Snapshot(now time.Time) *Snapshot {
 	alerts := d.bal.Alerts(now)
 	imbalance := d.bal.ImbalanceIndex(now)
 	sessionPins, prefixPins := d.bal.PinCounts()
+	acc := d.access.Load()
 
 	s := &Snapshot{
 		At: now, Policy: d.bal.Policy(), IntervalSeconds: d.opts.Interval.Seconds(),
-		TokenConfigured: d.opts.Token != "", Authorized: true,
+		TokenConfigured: acc.token != "", OpenMutations: acc.token == "" && acc.openMutations, Authorized: true,
 		Alerts: alerts,
 		Pins:   Pins{Session: sessionPins, Prefix: prefixPins},
 	}
@@ -153,7 +156,7 @@ func (d *Dashboard) Snapshot(now time.Time) *Snapshot {
 		}
 		f.AnsweredPerMinute += slot.answered
 		f.ServerErrors += slot.serverErrors
-		f.StreamErrors += slot.fail
+		f.StreamErrors += slot.streamErrors
 	}
 	f.RequestsPerSecond /= rateWindow.Seconds()
 

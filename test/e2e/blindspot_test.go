@@ -18,10 +18,19 @@ import (
 //
 // Timers: scrape.interval 60s so that no scrape happens during the bursts
 // (seed default 3s: the same holds for any burst shorter than one interval).
+//
+// Policy cost runs the same scenario: its own pending prefill and in-flight
+// counts spread the burst the same way.
 func TestWLCBlindSpot(t *testing.T) {
+	for _, policy := range []string{"llmlb", "cost"} {
+		t.Run(policy, func(t *testing.T) { testWLCBlindSpot(t, policy) })
+	}
+}
+
+func testWLCBlindSpot(t *testing.T, policy string) {
 	const n = 4
 	sim := startSim(t, n)
-	srv := startServe(t, sim.replicasYAML(n)+"scrape:\n  interval: 60s\n  timeout: 2s\n")
+	srv := startServe(t, sim.replicasYAML(n)+"scrape:\n  interval: 60s\n  timeout: 2s\nrouting:\n  policy: "+policy+"\n")
 	srv.waitAllLive(t, n)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -72,5 +81,5 @@ func TestWLCBlindSpot(t *testing.T) {
 			t.Errorf("%s got %d of 16 requests, want 4 (by replica %v)", simName(i), per[simName(i)], per)
 		}
 	}
-	t.Logf("GUARANTEE 2 blind spot: 16 requests in two bursts of 8 inside one scrape interval -> by replica %v", per)
+	t.Logf("GUARANTEE 2 blind spot (%s): 16 requests in two bursts of 8 inside one scrape interval -> by replica %v", policy, per)
 }

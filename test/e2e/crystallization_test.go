@@ -23,7 +23,16 @@ import (
 // Timers: session_ttl 4s, prefix_ttl 2s, alerts window 5s / for 4s; the
 // measured window starts 6 s in (past both TTLs) and lasts 10 s. Seed
 // defaults (60m, 5m, 1m / 5m): the same bound, measured from minute 5 on.
+//
+// Policy cost runs the same scenario: its bounded-load rule, not pins,
+// keeps the shared prompt's replica from taking everything.
 func TestCrystallization(t *testing.T) {
+	for _, policy := range []string{"llmlb", "cost"} {
+		t.Run(policy, func(t *testing.T) { testCrystallization(t, policy) })
+	}
+}
+
+func testCrystallization(t *testing.T, policy string) {
 	const (
 		n        = 4
 		warmup   = 6 * time.Second
@@ -35,6 +44,7 @@ func TestCrystallization(t *testing.T) {
   interval: 500ms
   timeout: 250ms
 routing:
+  policy: `+policy+`
   affinity:
     session_ttl: 4s
     prefix_ttl: 2s
@@ -97,6 +107,6 @@ routing:
 			t.Errorf("alert firing: %+v", a)
 		}
 	}
-	t.Logf("GUARANTEE 1 crystallization: %d requests, %d in the window after the TTLs; busiest %s share %.3f (bound %.2f, fair 0.25); by replica %v",
-		total, winReqs, busiest, maxShare, bound, inWin)
+	t.Logf("GUARANTEE 1 crystallization (%s): %d requests, %d in the window after the TTLs; busiest %s share %.3f (bound %.2f, fair 0.25); by replica %v",
+		policy, total, winReqs, busiest, maxShare, bound, inWin)
 }

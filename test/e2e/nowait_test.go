@@ -23,10 +23,19 @@ import (
 //
 // Timers: scrape 200ms/150ms (seed 3s/1s: the queue is seen up to 3 s later;
 // until then the balancer's own in-flight count steers by load).
+//
+// Policy cost runs the same scenario: the queue it scrapes is work ahead
+// of the new session, worth more than the warm prefix.
 func TestNoWaitColdStart(t *testing.T) {
+	for _, policy := range []string{"llmlb", "cost"} {
+		t.Run(policy, func(t *testing.T) { testNoWaitColdStart(t, policy) })
+	}
+}
+
+func testNoWaitColdStart(t *testing.T, policy string) {
 	const n = 3
 	sim := startSim(t, n)
-	srv := startServe(t, sim.replicasYAML(n)+"scrape:\n  interval: 200ms\n  timeout: 150ms\n")
+	srv := startServe(t, sim.replicasYAML(n)+"scrape:\n  interval: 200ms\n  timeout: 150ms\nrouting:\n  policy: "+policy+"\n")
 	srv.waitAllLive(t, n)
 	system := "You are the agent of project nowait. " + strings.Repeat("shared context ", 200)
 
@@ -43,7 +52,7 @@ func TestNoWaitColdStart(t *testing.T) {
 			hotIdx = i
 		}
 	}
-	if hotIdx < 0 || !hasPin(srv.pins(t), "prefix", hot) {
+	if hotIdx < 0 || policy == "llmlb" && !hasPin(srv.pins(t), "prefix", hot) {
 		t.Fatalf("no prefix pin on %q after the first request: %+v", hot, srv.pins(t))
 	}
 
@@ -93,8 +102,8 @@ func TestNoWaitColdStart(t *testing.T) {
 			t.Errorf("a new session went to %s, which has a queue (route %s)", hot, r.Route)
 		}
 	}
-	t.Logf("GUARANTEE 6 no-wait: %s queued (waiting %v) with the warm prefix pin; 12 new sessions -> by replica %v",
-		hot, srv.replicas(t)[hot].ScrapedWaiting, tally(replies))
+	t.Logf("GUARANTEE 6 no-wait (%s): %s queued (waiting %v) with the warm prefix; 12 new sessions -> by replica %v",
+		policy, hot, srv.replicas(t)[hot].ScrapedWaiting, tally(replies))
 }
 
 func hasPin(ps []pinStatus, kind, replica string) bool {

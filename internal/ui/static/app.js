@@ -76,13 +76,13 @@ function kvBar(v) {
     `<rect width="${w}" height="10" fill="${color}" rx="2"/></svg>${pct(v)}`;
 }
 
-function canMutate() { return snap && snap.authorized && (!snap.token_configured || token); }
+function canMutate() { return snap && snap.authorized && (snap.token_configured ? !!token : snap.open_mutations); }
 
 function renderHeader(s) {
   $('policy').textContent = 'policy ' + s.policy;
   $('updated').textContent = 'updated ' + clock(s.at);
   let st = '';
-  if (!s.token_configured) st = 'the admin API has no token: drain / undrain enabled';
+  if (!s.token_configured) st = s.open_mutations ? 'no admin token needed here: drain / undrain enabled' : 'no admin_token configured: drain / undrain are off';
   else if (!token) st = 'session keys hidden; give the token to see them and to drain';
   else st = s.authorized ? 'token accepted' : 'token not accepted';
   $('token-state').textContent = st;
@@ -143,14 +143,15 @@ function renderReplicas(s) {
       <td><span class="share"><svg viewBox="0 0 120 24" preserveAspectRatio="none" aria-hidden="true">${sparkline(r.share_history.slice(first), 1, color)}</svg>${pct(r.share)}</span></td>
       <td class="num">${r.ejections}</td>
       <td>${action}</td></tr>`;
-  }).join('');
+  }).join('') || '<tr><td colspan="12" class="empty">no replica configured</td></tr>';
 }
 
+// mergeDecisions adds a snapshot's decisions (newest first) to the ones
+// kept: sequence numbers only grow, unless the balancer restarted.
 function mergeDecisions(list) {
+  if (list.length && decisions.length && list[0].seq < decisions[0].seq) decisions = [];
   const newest = decisions.length ? decisions[0].seq : 0;
-  const fresh = list.filter((d) => d.seq > newest);
-  if (list.length && list[list.length - 1].seq < newest - 1e6) decisions = []; // server restarted
-  decisions = fresh.concat(decisions).slice(0, KEEP_DECISIONS);
+  decisions = list.filter((d) => d.seq > newest).concat(decisions).slice(0, KEEP_DECISIONS);
 }
 
 function renderDecisions() {
