@@ -114,7 +114,7 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads,
 		buildInfo,
-		&modelSeries{m: m, c: m.ttft}, &modelSeries{m: m, c: m.duration}, &modelSeries{m: m, c: m.tokens},
+		&modelSeries{m: m, cs: []prometheus.Collector{m.ttft, m.duration, m.tokens}},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -123,28 +123,38 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 }
 
 // modelSeries creates the series of every known model before collecting
-// vec, so a model's latency and token series exist (at zero) as soon as a
-// replica is known to serve it.
+// the client-facing vectors, so a model's latency and token series exist
+// (at zero) as soon as a replica is known to serve it.
+// One collector holds the three vectors: the registry collects collectors
+// concurrently, so a model's series must all exist before any is collected.
 type modelSeries struct {
-	m *Metrics
-	c prometheus.Collector
+	m  *Metrics
+	cs []prometheus.Collector
 }
 
-func (s *modelSeries) Describe(ch chan<- *prometheus.Desc) { s.c.Describe(ch) }
+func (s *modelSeries) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s.cs {
+		c.Describe(ch)
+	}
+}
 
 func (s *modelSeries) Collect(ch chan<- prometheus.Metric) {
 	for _, model := range s.m.bal.Models() {
 		s.m.initModel(model)
 	}
-	s.c.Collect(ch)
+	for _, c := range s.cs {
+		c.Collect(ch)
+	}
 }
 
 // initModel creates a model's client-facing series once.
 func (m *Metrics) initModel(model string) {
 	model = label(model)
-	if _, done := m.known.LoadOrStore(model, true); done {
+	if _, done := m.known.Load(model); done {
 		return
 	}
+	// Children first, then the mark: whoever sees the mark sees the series
+	// (creating a child twice is harmless).
 	for _, r := range routeReasons {
 		m.ttft.WithLabelValues(model, r)
 		m.duration.WithLabelValues(model, r)
@@ -152,6 +162,7 @@ func (m *Metrics) initModel(model string) {
 	for _, k := range tokenKinds {
 		m.tokens.WithLabelValues(model, k)
 	}
+	m.known.Store(model, true)
 }
 
 // ModelLabel bounds a model name to the models some replica serves;

@@ -330,6 +330,7 @@ func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string)
 // MaxAttempts distinct replicas, and never once a byte reached the client.
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof *request.Profile) {
 	ctx := r.Context()
+	body = askUsage(ctx, r.URL.Path, prof, body)
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {

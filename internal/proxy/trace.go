@@ -16,6 +16,10 @@ type Trace struct {
 	Replica  string          // replica of the last attempt ("" when none was chosen)
 	Reason   balancer.Reason // its route reason
 	Attempts int             // replicas tried
+	// UsageAsked is set when the proxy added stream_options.include_usage
+	// to a streamed request that did not ask for usage (askUsage): the
+	// wrapper must then remove the usage chunk from what the client sees.
+	UsageAsked bool
 }
 
 type traceKey struct{}

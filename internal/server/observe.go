@@ -51,7 +51,7 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderRequestID, id)
 	var tr proxy.Trace
 	r = r.WithContext(proxy.WithTrace(r.Context(), &tr))
-	ow := &observingWriter{ResponseWriter: w, now: o.now, ttftAt: time.Time{}}
+	ow := &observingWriter{ResponseWriter: w, now: o.now, trace: &tr}
 	o.next.ServeHTTP(ow, r)
 	end := o.now()
 	ow.finish()
@@ -144,7 +144,8 @@ func clientHost(addr string) string {
 // usage (from the stream's chunks or the JSON body).
 type observingWriter struct {
 	http.ResponseWriter
-	now func() time.Time
+	now   func() time.Time
+	trace *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
 
 	status  int
 	bytes   int64
@@ -191,6 +192,9 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 		w.status = http.StatusOK
 		w.classify()
 	}
+	if w.kind == kindStream && w.trace != nil && w.trace.UsageAsked {
+		return w.writeStripped(p)
+	}
 	n, err := w.ResponseWriter.Write(p)
 	w.bytes += int64(n)
 	switch w.kind {
@@ -204,6 +208,42 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// writeStripped relays a stream whose usage chunk the client did not ask
+// for: whole lines only (a partial line waits for its end), minus the
+// data line of the usage-only chunk. It reports p as written.
+func (w *observingWriter) writeStripped(p []byte) (int, error) {
+	w.line = append(w.line, p...)
+	start := 0
+	for {
+		i := bytes.IndexByte(w.line[start:], '\n')
+		if i < 0 {
+			break
+		}
+		line := w.line[start : start+i+1]
+		start += i + 1
+		if w.dataLine(line[:len(line)-1]) {
+			continue // the usage chunk: counted, not relayed
+		}
+		n, err := w.ResponseWriter.Write(line)
+		w.bytes += int64(n)
+		if err != nil {
+			w.line = w.line[:0]
+			return 0, err
+		}
+	}
+	rest := copy(w.line, w.line[start:])
+	w.line = w.line[:rest]
+	if len(w.line) > maxSSELine { // not an event stream after all: pass it on
+		n, err := w.ResponseWriter.Write(w.line)
+		w.bytes += int64(n)
+		w.line = w.line[:0]
+		if err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
 }
 
 // Flush implements http.Flusher (streams are flushed chunk by chunk).
@@ -266,22 +306,23 @@ var (
 
 // dataLine reads one SSE line. Before the first token every data line is
 // decoded (the first chunk is often role-only: it is not a token); after
-// it, only a chunk carrying usage is.
-func (w *observingWriter) dataLine(line []byte) {
+// it, only a chunk carrying usage is. It reports whether the line is a
+// usage-only chunk (usage and no choices).
+func (w *observingWriter) dataLine(line []byte) (usageOnly bool) {
 	line = bytes.TrimRight(line, "\r")
 	if !bytes.HasPrefix(line, dataPrefix) {
-		return
+		return false
 	}
 	payload := bytes.TrimSpace(line[len(dataPrefix):])
 	if len(payload) == 0 || payload[0] != '{' {
-		return // "[DONE]"
+		return false // "[DONE]"
 	}
 	if !w.ttftAt.IsZero() && (!bytes.Contains(payload, usageKey) || bytes.Contains(payload, nullUsage)) {
-		return
+		return false
 	}
 	var c chunk
 	if json.Unmarshal(payload, &c) != nil {
-		return
+		return false
 	}
 	if w.model == "" {
 		w.model = c.Model
@@ -297,6 +338,7 @@ func (w *observingWriter) dataLine(line []byte) {
 		}
 	}
 	w.setUsage(&c)
+	return c.Usage != nil && len(c.Choices) == 0
 }
 
 func (w *observingWriter) setUsage(c *chunk) {
@@ -309,10 +351,16 @@ func (w *observingWriter) setUsage(c *chunk) {
 	}
 }
 
-// finish reads the usage of a non-streamed JSON response.
+// finish relays what a stripped stream still holds (a last line without
+// its newline) and reads the usage of a non-streamed JSON response.
 func (w *observingWriter) finish() {
 	if w.status == 0 {
 		w.status = http.StatusOK
+	}
+	if w.kind == kindStream && w.trace != nil && w.trace.UsageAsked && len(w.line) > 0 {
+		n, _ := w.ResponseWriter.Write(w.line)
+		w.bytes += int64(n)
+		w.line = w.line[:0]
 	}
 	if w.kind != kindJSON || w.tooLong || w.body.Len() == 0 {
 		return

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -274,4 +275,109 @@ func TestAccessLogRequestIDAndMetricsEndToEnd(t *testing.T) {
 func fmtSscan(line string, v *float64) {
 	f := strings.Fields(line)
 	_, _ = fmt.Sscan(f[len(f)-1], v)
+}
+
+// TestUsageAskedAndStripped: a streamed request that did not ask for usage
+// reaches the replica with stream_options.include_usage, its tokens are
+// counted, and the client's stream carries no usage chunk; a client that
+// asked (even for no usage) gets exactly what the replica sent.
+func TestUsageAskedAndStripped(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		var req struct {
+			StreamOptions *struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		if err := json.Unmarshal(b, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"model\":\"sim-model\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+		io.WriteString(w, "data: {\"model\":\"sim-model\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n")
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			// split across two writes, as a replica may
+			io.WriteString(w, `data: {"model":"sim-model","choices":[],"usage":{"prompt_tokens":7,`)
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "\"completion_tokens\":1}}\n\n")
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer upstream.Close()
+	fake, setIdle := idleFleet()
+	cfg := testConfig(upstream.URL)
+	setIdle(&cfg)
+	srv, err := New(cfg, testLogger(), WithFetcher(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.UseListeners(listen(t), listen(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	e := &env{t: t, srv: srv, proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(), http: &http.Client{}}
+	e.waitReplicas("the replica serving the model", func(rs []balancer.ReplicaStatus) bool {
+		return len(rs) == 1 && len(rs[0].Models) == 1
+	})
+	send := func(body string) string {
+		res, err := e.http.Post(e.proxy+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%d: %s", res.StatusCode, b)
+		}
+		return string(b)
+	}
+
+	got := send(`{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if strings.Contains(got, "usage") || !strings.Contains(got, `"content":"Hi"`) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
+		t.Errorf("client stream (no usage asked) = %q", got)
+	}
+	mu.Lock()
+	if !strings.Contains(bodies[0], `"stream_options":{"include_usage":true}`) {
+		t.Errorf("replica got %s, want include_usage added", bodies[0])
+	}
+	mu.Unlock()
+
+	got = send(`{"model":"sim-model","stream":true,"stream_options":{"include_usage":true},"messages":[]}`)
+	if !strings.Contains(got, `"usage":{"prompt_tokens":7,"completion_tokens":1}`) {
+		t.Errorf("client that asked for usage got %q", got)
+	}
+	got = send(`{"model":"sim-model","stream":true,"stream_options":{"include_usage":false},"messages":[]}`)
+	if strings.Contains(got, "usage") {
+		t.Errorf("client that declined usage got %q", got)
+	}
+	mu.Lock()
+	if strings.Contains(bodies[2], `"include_usage":true`) {
+		t.Errorf("a client's stream_options was changed: %s", bodies[2])
+	}
+	mu.Unlock()
+
+	res, err := e.http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`llmlb_tokens_total{kind="prompt",model="sim-model"} 14`, // the first two requests
+		`llmlb_tokens_total{kind="completion",model="sim-model"} 2`,
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
