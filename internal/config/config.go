@@ -4,6 +4,7 @@
 package config
 
 import (
+	"github.com/llmlb/llmlb/internal/policy"
 	"log/slog"
 	"slices"
 	"time"
@@ -96,7 +97,7 @@ func Default() Config {
 		AdminListen: "127.0.0.1:9090",
 		Admin:       Admin{AllowedHosts: []string{}},
 		Discovery:   DefaultDiscovery(),
-		Routing:     balancer.DefaultConfig(),
+		Routing:     defaultRouting(),
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{
 			Interval:       3 * time.Second,
@@ -162,4 +163,13 @@ func (c Config) LogValue() slog.Value {
 func (r Replica) LogValue() slog.Value {
 	type plain Replica
 	return slog.AnyValue(plain(r.Redacted()))
+}
+
+// defaultRouting is the core's configuration with policy cost, the policy
+// that measured best on every benchmark run (BENCHMARKS.md); the seed
+// algorithm stays selectable as routing.policy: llmlb.
+func defaultRouting() balancer.Config {
+	r := balancer.DefaultConfig()
+	r.Policy = policy.NameCost
+	return r
 }

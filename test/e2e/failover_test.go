@@ -46,7 +46,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
-				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 80, Stream: true,
+				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 200, Stream: true,
 					OnStart: func(replica string) {
 						if replica == name {
 							streaming.Add(1)
