@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +126,8 @@ func TestValidateWithDiscovery(t *testing.T) {
 }
 
 // TestNeedRestart: a reload names the changed sections it cannot apply,
-// and none when only the replicas or the admin access changed.
+// and none when only the replicas, the admin access, routing or the log
+// level changed (a routing.policy change is refused by the core itself).
 func TestNeedRestart(t *testing.T) {
 	a := config.Default()
 	b := config.Default()
@@ -133,10 +136,46 @@ func TestNeedRestart(t *testing.T) {
 	if got := needRestart(a, b); len(got) != 0 {
 		t.Errorf("replicas and token changed: %v, want nothing", got)
 	}
-	b.Routing.Policy = "rr"
+	b.Routing.Affinity.SessionTTL = time.Minute
+	b.Log.Level = "debug"
+	if got := needRestart(a, b); len(got) != 0 {
+		t.Errorf("routing and log level changed: %v, want nothing", got)
+	}
 	b.Scrape.Interval = time.Second
 	b.Discovery.Type = "dns"
-	if d := cmp.Diff([]string{"discovery", "routing", "scrape"}, needRestart(a, b)); d != "" {
+	if d := cmp.Diff([]string{"discovery", "scrape"}, needRestart(a, b)); d != "" {
 		t.Error(d)
+	}
+}
+
+// TestWatchFile: a change of the file's content is reported (the watcher
+// may start after any of the writes, so the test keeps writing new content
+// until one is seen; no timing is asserted).
+func TestWatchFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "llmlb.yaml")
+	if err := os.WriteFile(path, []byte("listen: :8080\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changes := make(chan struct{}, 1)
+	go watchFile(ctx, path, 5*time.Millisecond, func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	})
+	deadline := time.After(30 * time.Second)
+	for i := 1; ; i++ {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: :%d\n", 8080+i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changes:
+			return
+		case <-deadline:
+			t.Fatal("no change of the file was reported")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

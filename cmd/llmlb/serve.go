@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/signal"
 	"reflect"
 	"syscall"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/server"
@@ -20,7 +22,7 @@ import (
 // until the signal (SIGTERM/SIGINT cancels ctx), then drains in-flight
 // responses up to server.shutdown_timeout and exits 0.
 func runServe(ctx context.Context, args []string) error {
-	cfg, err := serveConfig(args, os.Stderr)
+	cfg, path, watch, err := serveFlags(args, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -44,6 +46,12 @@ func runServe(ctx context.Context, args []string) error {
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
 	go reloadOnHUP(reloadCtx, hup, args, srv, logger)
+	if path != "" && watch > 0 {
+		go watchFile(reloadCtx, path, watch, func() {
+			logger.Info("reload: configuration file changed", slog.String("file", path))
+			hup <- syscall.SIGHUP
+		})
+	}
 	return srv.Run(ctx)
 }
 
@@ -58,6 +66,47 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, srv *
 		}
 		reload(args, srv, logger)
 	}
+}
+
+// watchFile calls changed each time path's content differs from what it
+// was at the previous look, every interval until ctx ends. It compares
+// content, not modification times: Kubernetes swaps a ConfigMap's files by
+// symlink, and editors may keep the time. An unreadable file is not a
+// change (a reload would only be rejected); it is looked at again.
+func watchFile(ctx context.Context, path string, every time.Duration, changed func()) {
+	sum := func() ([32]byte, bool) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return [32]byte{}, false
+		}
+		return sha256.Sum256(b), true
+	}
+	last, _ := sum()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if cur, ok := sum(); ok && cur != last {
+			last = cur
+			changed()
+		}
+	}
+}
+
+// logLevel is serve's log level; a reload sets it (log.level).
+var logLevel slog.LevelVar
+
+// parseLevel reads log.level (Validate has rejected bad levels already).
+func parseLevel(s string) slog.Level {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return level
 }
 
 // reload re-reads the file (and flags) and applies the replica list and the
@@ -84,16 +133,24 @@ func reload(args []string, srv *server.Server, logger *slog.Logger) {
 		logger.Error("reload: replicas partly applied", append(attrs, slog.String("error", err.Error()))...)
 		return
 	}
-	srv.Metrics().Reload("applied")
 	logger.Info("reload: replicas applied", attrs...)
+	if err := srv.ReloadRouting(cfg); err != nil {
+		srv.Metrics().Reload("partial")
+		logger.Error("reload: routing settings not applied", slog.String("error", err.Error()))
+	} else {
+		logger.Info("reload: routing settings applied")
+	}
+	logLevel.Set(parseLevel(cfg.Log.Level))
+	srv.Metrics().Reload("applied")
 	if changed := needRestart(srv.Config(), cfg); len(changed) > 0 {
 		logger.Warn("reload: changed settings not applied; they need a restart", slog.Any("sections", changed))
 	}
 }
 
-// needRestart lists the top-level sections whose new value differs from
-// the running one among those a reload does not apply (all but the
-// replica list and the admin access).
+// needRestart lists the sections whose new value differs from the running
+// one among those a reload does not apply (all but the replica list, the
+// admin access, routing (its policy and seed aside, refused with their own
+// error) and log.level).
 func needRestart(running, next config.Config) []string {
 	a, b := running.Redacted(), next.Redacted()
 	var out []string
@@ -102,9 +159,9 @@ func needRestart(running, next config.Config) []string {
 		a, b any
 	}{
 		{"listen", a.Listen, b.Listen}, {"admin_listen", a.AdminListen, b.AdminListen},
-		{"discovery", a.Discovery, b.Discovery}, {"routing", a.Routing, b.Routing},
+		{"discovery", a.Discovery, b.Discovery},
 		{"request", a.Request, b.Request}, {"scrape", a.Scrape, b.Scrape}, {"proxy", a.Proxy, b.Proxy},
-		{"server", a.Server, b.Server}, {"log", a.Log, b.Log},
+		{"server", a.Server, b.Server}, {"log.format", a.Log.Format, b.Log.Format},
 	} {
 		if !reflect.DeepEqual(s.a, s.b) {
 			out = append(out, s.name)
@@ -124,12 +181,20 @@ func logWarnings(cfg config.Config, logger *slog.Logger) {
 // serveConfig reads serve's flags: the file (or the defaults), overridden by
 // --listen, --admin-listen, --replica and --log-level, then validated.
 func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
+	cfg, _, _, err := serveFlags(args, stderr)
+	return cfg, err
+}
+
+// serveFlags is serveConfig that also returns the file's path and how
+// often to look for changes to it (--watch-config).
+func serveFlags(args []string, stderr io.Writer) (config.Config, string, time.Duration, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "YAML configuration `FILE` (default: built-in defaults)")
 	listen := fs.String("listen", "", "proxy listen `ADDR` (overrides listen; default :8080)")
 	adminListen := fs.String("admin-listen", "", "admin listen `ADDR` (overrides admin_listen; default 127.0.0.1:9090)")
 	logLevel := fs.String("log-level", "", "log `LEVEL`: debug|info|warn|error (overrides log.level)")
+	watch := fs.Duration("watch-config", 5*time.Second, "re-read the --config file this often and reload it when its content changes (0: only on SIGHUP)")
 	policy := fs.String("policy", "", "routing `POLICY` (overrides routing.policy): cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree,\nor another router's name: cache_aware, round_robin, consistent_hash, least_request")
 	var replicas []string
 	fs.Func("replica", "replica `name=URL` or URL, repeatable (replaces the file's list)", func(s string) error {
@@ -145,23 +210,23 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return config.Config{}, err
+		return config.Config{}, "", 0, err
 	}
 	if fs.NArg() > 0 {
-		return config.Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return config.Config{}, "", 0, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
-		return config.Config{}, err
+		return config.Config{}, "", 0, err
 	}
 	cfg := config.Default()
 	if *path != "" {
 		var err error
 		if cfg, err = config.Load(*path); err != nil {
-			return config.Config{}, err
+			return config.Config{}, "", 0, err
 		}
 	}
 	if err := config.ApplyFlags(&cfg, *listen, *adminListen, replicas); err != nil {
-		return config.Config{}, err
+		return config.Config{}, "", 0, err
 	}
 	if *logLevel != "" {
 		cfg.Log.Level = *logLevel
@@ -169,23 +234,23 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 	if *policy != "" {
 		p, err := resolvePolicy(*policy)
 		if err != nil {
-			return config.Config{}, err
+			return config.Config{}, "", 0, err
 		}
 		cfg.Routing.Policy = p
 	}
 	if err := cfg.Validate(); err != nil {
-		return config.Config{}, errors.Join(errors.New("invalid configuration (see llmlb validate)"), err)
+		return config.Config{}, "", 0, errors.Join(errors.New("invalid configuration (see llmlb validate)"), err)
 	}
-	return cfg, nil
+	if *watch < 0 {
+		return config.Config{}, "", 0, fmt.Errorf("--watch-config %v: must not be negative", *watch)
+	}
+	return cfg, *path, *watch, nil
 }
 
 // newLogger builds the slog logger of log.level and log.format.
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		level = slog.LevelInfo // Validate has rejected bad levels already
-	}
-	opts := &slog.HandlerOptions{Level: level}
+	logLevel.Set(parseLevel(c.Level))
+	opts := &slog.HandlerOptions{Level: &logLevel}
 	if c.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

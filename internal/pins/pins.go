@@ -563,3 +563,13 @@ func (t *Table) alloc() *entry {
 	}
 	return &entry{}
 }
+
+// SetConfig replaces the table's rules (a configuration reload): new TTLs
+// apply to every pin at its next lookup or sweep, and lower bounds evict
+// as the next pins are bound. cfg must have passed Validate.
+func (t *Table) SetConfig(cfg Config) {
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	t.cfg = cfg
+}

@@ -164,6 +164,16 @@ func NewCost(cfg CostConfig) (*Cost, error) {
 // Name returns "cost".
 func (p *Cost) Name() string { return NameCost }
 
+// SetSettings replaces cost's parameters, keeping its index and sessions
+// (a configuration reload).
+func (p *Cost) SetSettings(s Settings) error {
+	if err := s.Cost.Validate(); err != nil {
+		return err
+	}
+	p.cfg = s.Cost
+	return nil
+}
+
 // SetExplain turns per-candidate detail in Choice.Detail on or off.
 func (p *Cost) SetExplain(on bool) { p.explain = on }
 

@@ -143,6 +143,16 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 	return Choice{Index: smallest, Reason: ReasonLoad, Detail: "match below threshold: smallest tree"}
 }
 
+// SetSettings replaces prefix-tree's parameters, keeping its trees (a
+// configuration reload).
+func (p *PrefixTree) SetSettings(s Settings) error {
+	if err := s.PrefixTree.Validate(); err != nil {
+		return err
+	}
+	p.cfg = s.PrefixTree
+	return nil
+}
+
 // RemoveReplica drops a replica's share of every tree (SGLang's
 // remove_tenant), so a replica that returns starts cold.
 func (p *PrefixTree) RemoveReplica(name string) {

@@ -252,6 +252,13 @@ func defaultName(raw string) string {
 	return raw
 }
 
+// ReloadRouting applies a reloaded configuration's routing section to the
+// running core (balancer.Reconfigure): everything but the policy and the
+// seed, which need a restart and are refused with an error.
+func (s *Server) ReloadRouting(cfg config.Config) error {
+	return s.bal.Reconfigure(cfg.Routing)
+}
+
 // Config returns the configuration the server was built with.
 func (s *Server) Config() config.Config { return s.cfg }
 
