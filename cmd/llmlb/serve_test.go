@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/server"
 )
@@ -119,5 +120,43 @@ func TestServeWarnsAboutAnExposedAdmin(t *testing.T) {
 	logWarnings(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if logs.Len() != 0 {
 		t.Errorf("warning on loopback: %s", logs.String())
+	}
+}
+
+// TestReloadAppliesRouting: a reload applies routing settings to the running
+// core and refuses a policy change, naming it.
+func TestReloadAppliesRouting(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "llmlb.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("routing:\n  cost:\n    bounded_load: 2\n")
+	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "localhost:0"}
+	cfg, err := serveConfig(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	srv, err := server.New(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("routing:\n  cost:\n    bounded_load: 1.25\n  affinity:\n    session_ttl: 5m\n")
+	reload(args, srv, logger)
+	got := srv.Balancer().Config()
+	if got.Cost.BoundedLoad != 1.25 || got.Affinity.SessionTTL != 5*time.Minute {
+		t.Fatalf("after reload: bounded_load %v, session_ttl %v; want 1.25 and 5m", got.Cost.BoundedLoad, got.Affinity.SessionTTL)
+	}
+	write("routing:\n  policy: rr\n")
+	reload(args, srv, logger)
+	if p := srv.Balancer().Policy(); p != "cost" {
+		t.Fatalf("policy after a reload asking for rr = %s, want cost (it needs a restart)", p)
+	}
+	if !strings.Contains(logs.String(), "needs a restart") {
+		t.Fatalf("the refused policy change is not logged:\n%s", logs.String())
 	}
 }
