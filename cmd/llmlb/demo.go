@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/llmlb/llmlb/internal/balancer"
 	"io"
 	"log/slog"
 	"net"
@@ -204,6 +205,11 @@ func demo(ctx context.Context, o demoOptions, out io.Writer) error {
 		sc.writeHeader(out)
 	}
 
+	// Traffic starts once every replica passed its first scrape: a replica
+	// never seen healthy takes no traffic (start-up order), and the demo's
+	// clients should not open with a burst of 503s.
+	waitLive(ctx, srv.Balancer(), len(fleet.Replicas), 10*time.Second)
+
 	gen := traffic.New(traffic.Options{
 		BaseURL: sc.proxy, Model: o.model, Users: o.users, Projects: 3,
 		BurstMin: 1, BurstMax: 5, Turns: 8, Think: 2 * time.Second, MaxTokens: 64,
@@ -312,4 +318,21 @@ func listenOrFree(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return net.Listen("tcp", net.JoinHostPort(host, "0"))
+}
+
+// waitLive returns when n replicas are LIVE, ctx ends or limit passes.
+func waitLive(ctx context.Context, bal *balancer.Balancer, n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		live := 0
+		for _, r := range bal.Replicas(time.Now()) {
+			if r.State == "LIVE" {
+				live++
+			}
+		}
+		if live >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

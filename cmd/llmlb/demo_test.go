@@ -148,6 +148,11 @@ func TestDemoPlain(t *testing.T) {
 	if len(ticks) < 3 {
 		t.Errorf("want a line per tick with every replica and the episode, got %d:\n%s", len(ticks), got)
 	}
+	// Traffic waits for the replicas' first scrapes: nothing fails before
+	// the flap (a replica never seen healthy takes no traffic).
+	if first := regexp.MustCompile(`(?m)^\[0:01\] .*requests \((\d+) failed\)`).FindStringSubmatch(got); first == nil || first[1] != "0" {
+		t.Errorf("requests failed in the first second, before any fault:\n%s", got)
+	}
 	for _, want := range []string{"logs   " + o.logFile, "sim-3 flapping (0:0", "done: "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
