@@ -4,13 +4,18 @@ package kvindex
 // with linear probing and backward-shift deletion. The index inserts and
 // deletes a block for nearly every block it evicts, and Go's built-in map
 // slows down under such churn (deleted slots lengthen its probe sequences
-// until it grows); backward-shift deletion leaves no such slots.
+// until it grows); backward-shift deletion leaves no such slots. A key and
+// its value share a slot, so a probe touches one cache line.
 type table struct {
-	keys  []uint64 // 0 = empty; key 0 is stored as zeroKey
-	vals  []int32
+	slots []slot // key 0 = empty; key 0 is stored as zeroKey
 	n     int
 	mask  uint64
-	shift uint // 64 - log2(len(keys)): slot takes the product's top bits
+	shift uint // 64 - log2(len(slots)): home takes the product's top bits
+}
+
+type slot struct {
+	key uint64
+	val int32
 }
 
 // zeroKey stands for block hash 0, since 0 marks an empty slot.
@@ -18,7 +23,7 @@ const zeroKey = 0x9e3779b97f4a7c15
 
 func newTable() table {
 	const initial = 1024
-	return table{keys: make([]uint64, initial), vals: make([]int32, initial), mask: initial - 1, shift: 64 - 10}
+	return table{slots: make([]slot, initial), mask: initial - 1, shift: 64 - 10}
 }
 
 func fixKey(h uint64) uint64 {
@@ -28,15 +33,15 @@ func fixKey(h uint64) uint64 {
 	return h
 }
 
-// slot is the home slot of key k (a multiplicative mix of k).
-func (t *table) slot(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 >> t.shift }
+// home is the first slot probed for key k (a multiplicative mix of k).
+func (t *table) home(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 >> t.shift }
 
 func (t *table) get(h uint64) (int32, bool) {
 	k := fixKey(h)
-	for i := t.slot(k); ; i = (i + 1) & t.mask {
-		switch t.keys[i] {
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		switch s := &t.slots[i]; s.key {
 		case k:
-			return t.vals[i], true
+			return s.val, true
 		case 0:
 			return 0, false
 		}
@@ -44,17 +49,17 @@ func (t *table) get(h uint64) (int32, bool) {
 }
 
 func (t *table) put(h uint64, v int32) {
-	if 2*(t.n+1) > len(t.keys) {
+	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
 	k := fixKey(h)
-	for i := t.slot(k); ; i = (i + 1) & t.mask {
-		switch t.keys[i] {
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		switch s := &t.slots[i]; s.key {
 		case k:
-			t.vals[i] = v
+			s.val = v
 			return
 		case 0:
-			t.keys[i], t.vals[i] = k, v
+			s.key, s.val = k, v
 			t.n++
 			return
 		}
@@ -63,35 +68,34 @@ func (t *table) put(h uint64, v int32) {
 
 func (t *table) del(h uint64) {
 	k := fixKey(h)
-	i := t.slot(k)
-	for ; t.keys[i] != k; i = (i + 1) & t.mask {
-		if t.keys[i] == 0 {
+	i := t.home(k)
+	for ; t.slots[i].key != k; i = (i + 1) & t.mask {
+		if t.slots[i].key == 0 {
 			return
 		}
 	}
 	// Backward shift: move later entries of the probe run into the hole
 	// when their home slot is not after it.
-	for j := (i + 1) & t.mask; t.keys[j] != 0; j = (j + 1) & t.mask {
-		home := t.slot(t.keys[j])
-		if (j-home)&t.mask >= (j-i)&t.mask {
-			t.keys[i], t.vals[i] = t.keys[j], t.vals[j]
+	for j := (i + 1) & t.mask; t.slots[j].key != 0; j = (j + 1) & t.mask {
+		h := t.home(t.slots[j].key)
+		if (j-h)&t.mask >= (j-i)&t.mask {
+			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
-	t.keys[i], t.vals[i] = 0, 0
+	t.slots[i] = slot{}
 	t.n--
 }
 
 func (t *table) grow() {
-	old, oldVals := t.keys, t.vals
-	t.keys = make([]uint64, 2*len(old))
-	t.vals = make([]int32, 2*len(old))
-	t.mask = uint64(len(t.keys) - 1)
+	old := t.slots
+	t.slots = make([]slot, 2*len(old))
+	t.mask = uint64(len(t.slots) - 1)
 	t.shift--
 	t.n = 0
-	for i, k := range old {
-		if k != 0 {
-			t.put(k, oldVals[i]) // k is already fixed; put maps only 0
+	for _, s := range old {
+		if s.key != 0 {
+			t.put(s.key, s.val) // the key is already fixed; put maps only 0
 		}
 	}
 }
