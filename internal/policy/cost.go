@@ -55,6 +55,10 @@ type CostConfig struct {
 	Sessions int
 }
 
+// maxIndexBlocks bounds the blocks of one prompt the index matches and
+// records: 8,192 blocks are 131,072 tokens, vLLM's longest common context.
+const maxIndexBlocks = 8192
+
 // maxUtilization caps rho in the delay that added prefill causes others.
 const maxUtilization = 0.99
 
@@ -219,6 +223,10 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	if r != nil {
 		blocks, tokens, session = r.PromptBlocks, max(r.PromptTokens, 0), r.SessionKey
 	}
+	// The index work runs under the balancer's lock: a prompt is matched and
+	// recorded up to maxIndexBlocks (beyond any served context), so one
+	// hostile prompt cannot hold routing up for long.
+	blocks = blocks[:min(len(blocks), maxIndexBlocks)]
 	p.mapCandidates(cands)
 	n := len(cands)
 	clear(p.depth)

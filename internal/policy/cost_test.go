@@ -201,3 +201,18 @@ func TestSettingsApply(t *testing.T) {
 		t.Fatalf("SplitSpecs = %q, want %q", got, want)
 	}
 }
+
+// TestCostBoundsIndexWorkPerRequest: a prompt longer than any context is
+// indexed up to maxIndexBlocks only (the work runs under the routing lock).
+func TestCostBoundsIndexWorkPerRequest(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(1)
+	cands[0].KVCacheTokens = 1 << 30
+	c := p.Choose(costPrompt("huge", 20_000, 0, ""), cands, t0)
+	if got := p.index.Len(0); got != maxIndexBlocks {
+		t.Fatalf("indexed %d blocks of a 20,000-block prompt, want %d", got, maxIndexBlocks)
+	}
+	if c.PrefillTokens != 20_000*tokenize.BlockSize {
+		t.Fatalf("prefill = %d, want the whole prompt", c.PrefillTokens)
+	}
+}
