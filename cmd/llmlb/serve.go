@@ -49,7 +49,12 @@ func runServe(ctx context.Context, args []string) error {
 	if path != "" && watch > 0 {
 		go watchFile(reloadCtx, path, watch, func() {
 			logger.Info("reload: configuration file changed", slog.String("file", path))
-			hup <- syscall.SIGHUP
+			// Never block: a reload already queued reads the file anew, and
+			// once reloadOnHUP has returned nobody reads hup any more.
+			select {
+			case hup <- syscall.SIGHUP:
+			default:
+			}
 		})
 	}
 	return srv.Run(ctx)

@@ -507,7 +507,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	}
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
-		KVCacheTokens: sane(snap.KVCacheTokens)}
+		KVCacheTokens: min(sane(snap.KVCacheTokens), maxKVCacheTokens)}
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }

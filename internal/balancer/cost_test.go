@@ -145,3 +145,23 @@ func TestCostExplainDetail(t *testing.T) {
 		t.Fatalf("log attributes %v lack the estimate and the candidates' detail", keys)
 	}
 }
+
+// TestLyingMetricsAreIgnored: a replica exporting an absurd decode step,
+// prefill rate or KV capacity teaches the balancer nothing from it.
+func TestLyingMetricsAreIgnored(t *testing.T) {
+	b := costFleet(t, 2)
+	lie := Snapshot{KVCacheTokens: 1e30}
+	b.ObserveScrape("a", lie, nil, t0)
+	lie.PromptTokens, lie.PrefillSeconds, lie.PrefillCount = 1e15, 1e-6, 1
+	lie.DecodeSeconds, lie.DecodeCount = 1e-9, 1000 // 1 ps a token
+	b.ObserveScrape("a", lie, nil, t0.Add(3*time.Second))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.byName["a"]
+	if a.rates.decode != 0 || b.fleetPrefill.rate() != 0 {
+		t.Fatalf("learned decode step %v, prefill rate %v from absurd samples", a.rates.decode, b.fleetPrefill.rate())
+	}
+	if a.snap.KVCacheTokens != maxKVCacheTokens {
+		t.Fatalf("KV capacity %v, want it capped at %v", a.snap.KVCacheTokens, float64(maxKVCacheTokens))
+	}
+}

@@ -122,7 +122,10 @@ func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill, slope *decodeSlo
 	if s.PromptTokens < p.PromptTokens || s.PrefillCount < p.PrefillCount || s.DecodeCount < p.DecodeCount {
 		return true
 	}
-	if dn, dt := s.DecodeCount-p.DecodeCount, s.DecodeSeconds-p.DecodeSeconds; dn > 0 && dt > 0 {
+	// Samples outside what any GPU does are a misbehaving exporter's, and
+	// would otherwise herd traffic to it (a decode step of 1 ns) or poison
+	// the fleet's pooled rate.
+	if dn, dt := s.DecodeCount-p.DecodeCount, s.DecodeSeconds-p.DecodeSeconds; dn > 0 && dt > 0 && dt/dn >= minDecodeStep && dt/dn <= maxDecodeStep {
 		batch := (s.Running + p.Running) / 2 // the interval's batch, roughly
 		l.decode = smooth(l.decode, dt/dn)
 		l.decodeAt = smooth(l.decodeAt, batch)
@@ -134,7 +137,7 @@ func (l *learnedRates) observe(s Snapshot, fleet *fleetPrefill, slope *decodeSlo
 		fleet.outputs = fleet.outputs*fleetDecay + do + dn
 	}
 	if dn, dt := s.PrefillCount-p.PrefillCount, s.PrefillSeconds-p.PrefillSeconds; dn > 0 && dt > 0 && l.decode > 0 {
-		if computed := (s.PromptTokens - p.PromptTokens) - max(0, s.PrefixHits-p.PrefixHits); computed > 0 {
+		if computed := (s.PromptTokens - p.PromptTokens) - max(0, s.PrefixHits-p.PrefixHits); computed > 0 && computed/dt <= maxPrefillRate {
 			fleet.add(computed, dt, dn*l.decode)
 		}
 	}
@@ -288,3 +291,13 @@ func (r *replica) saturatedAt() float64 {
 	}
 	return 0
 }
+
+// Plausible bounds of what a replica's /metrics may teach; samples outside
+// are a misbehaving exporter's and are ignored (a decode step of 1 ns would
+// herd traffic to it; an absurd prefill rate would poison the fleet's).
+const (
+	minDecodeStep    = 1e-4    // seconds between two tokens (10,000 tokens/s for one sequence)
+	maxDecodeStep    = 60      // seconds
+	maxPrefillRate   = 1e7     // prompt tokens per second of one replica
+	maxKVCacheTokens = 1 << 40 // KV capacity in tokens
+)
