@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/llmlb/llmlb/internal/testutil/syncbuf"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +17,8 @@ import (
 	"github.com/llmlb/llmlb/internal/ui"
 )
 
-// syncBuffer is a bytes.Buffer safe for the demo's writer and the test's reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a goroutine-safe buffer (package syncbuf).
+type syncBuffer = syncbuf.Buffer
 
 // testDemoOptions are the flags' defaults, on free loopback ports, with a
 // log file in dir.

@@ -30,26 +30,8 @@ func adminDo(h http.Handler, method, path, auth string) int {
 // the admin API at once (it used to be ignored until a restart); a reload
 // of an invalid file changes nothing, says so at ERROR and is counted.
 func TestReloadAppliesAdminToken(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "llmlb.yaml")
-	write := func(body string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("admin:\n  allow_unauthenticated_mutations: true\n")
-	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "localhost:0"}
-	cfg, err := serveConfig(args, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	srv, err := server.New(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := newReloadServer(t, "admin:\n  allow_unauthenticated_mutations: true\n")
+	write, args, srv, logger, logs := rs.write, rs.args, rs.srv, rs.logger, rs.logs
 	h := srv.AdminHandler()
 	// Opted in on loopback: the mutation reaches the fleet (404: no such replica).
 	if got := adminDo(h, "POST", "/admin/replicas/ghost/drain", ""); got != http.StatusNotFound {
@@ -126,25 +108,8 @@ func TestServeWarnsAboutAnExposedAdmin(t *testing.T) {
 // TestReloadAppliesRouting: a reload applies routing settings to the running
 // core and refuses a policy change, naming it.
 func TestReloadAppliesRouting(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "llmlb.yaml")
-	write := func(body string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("routing:\n  cost:\n    bounded_load: 2\n")
-	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "localhost:0"}
-	cfg, err := serveConfig(args, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	srv, err := server.New(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := newReloadServer(t, "routing:\n  cost:\n    bounded_load: 2\n")
+	write, args, srv, logger, logs := rs.write, rs.args, rs.srv, rs.logger, rs.logs
 	write("routing:\n  cost:\n    bounded_load: 1.25\n  affinity:\n    session_ttl: 5m\n")
 	reload(args, srv, logger)
 	got := srv.Balancer().Config()
@@ -159,4 +124,37 @@ func TestReloadAppliesRouting(t *testing.T) {
 	if !strings.Contains(logs.String(), "needs a restart") {
 		t.Fatalf("the refused policy change is not logged:\n%s", logs.String())
 	}
+}
+
+// reloadServer is a server built from a config file the test rewrites
+// before calling reload.
+type reloadServer struct {
+	write  func(body string)
+	args   []string
+	srv    *server.Server
+	logger *slog.Logger
+	logs   *bytes.Buffer
+}
+
+func newReloadServer(t *testing.T, body string) reloadServer {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "llmlb.yaml")
+	rs := reloadServer{logs: &bytes.Buffer{}}
+	rs.write = func(body string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.write(body)
+	rs.args = []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "localhost:0"}
+	cfg, err := serveConfig(rs.args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.logger = slog.New(slog.NewTextHandler(rs.logs, nil))
+	if rs.srv, err = server.New(cfg, rs.logger); err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }

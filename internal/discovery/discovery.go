@@ -269,3 +269,28 @@ func targetName(preferred, host string, port int) string {
 func targetURL(scheme, host string, port int) string {
 	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
+
+// pollEvery is the loop of the polling sources (DNS, GPUStack): fetch at
+// once and then every interval until ctx ends; a set fetched goes to
+// update, a failure to failed and the last set stays.
+func pollEvery(ctx context.Context, interval time.Duration, fetch func(context.Context) ([]Target, error),
+	update func([]Target), failed func(error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ts, err := fetch(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			failed(err)
+		default:
+			update(ts)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -76,24 +76,12 @@ func (d *DNS) Run(ctx context.Context, update func([]Target)) error {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	resolve := func(ctx context.Context) ([]Target, error) {
 		rctx, cancel := context.WithTimeout(ctx, min(interval, 10*time.Second))
-		ts, err := d.Resolve(rctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			d.log.Warn("discovery: dns resolution failed; keeping the last set", slog.String("error", err.Error()))
-		default:
-			update(ts)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+		defer cancel()
+		return d.Resolve(rctx)
 	}
+	return pollEvery(ctx, interval, resolve, update, func(err error) {
+		d.log.Warn("discovery: dns resolution failed; keeping the last set", slog.String("error", err.Error()))
+	})
 }

@@ -175,22 +175,7 @@ func (g *GPUStack) Run(ctx context.Context, update func([]Target)) error {
 	if interval <= 0 {
 		interval = 15 * time.Second
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ts, err := g.Poll(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			g.log.Warn("discovery: gpustack poll failed; keeping the last set", slog.String("error", err.Error()))
-		default:
-			update(ts)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	return pollEvery(ctx, interval, g.Poll, update, func(err error) {
+		g.log.Warn("discovery: gpustack poll failed; keeping the last set", slog.String("error", err.Error()))
+	})
 }

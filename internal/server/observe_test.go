@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/llmlb/llmlb/internal/testutil/syncbuf"
 	"io"
 	"log/slog"
 	"net/http"
@@ -122,23 +123,8 @@ func TestRequestIDAndTraceID(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a goroutine-safe buffer (package syncbuf).
+type syncBuffer = syncbuf.Buffer
 
 // TestAccessLogRequestIDAndMetricsEndToEnd: through a running server to a
 // replica that streams a role-only chunk, two content chunks and usage:
