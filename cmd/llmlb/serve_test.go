@@ -108,9 +108,9 @@ func TestServeWarnsAboutAnExposedAdmin(t *testing.T) {
 // TestReloadAppliesRouting: a reload applies routing settings to the running
 // core and refuses a policy change, naming it.
 func TestReloadAppliesRouting(t *testing.T) {
-	rs := newReloadServer(t, "routing:\n  cost:\n    bounded_load: 2\n")
+	rs := newReloadServer(t, "routing:\n  policy: cost\n  cost:\n    bounded_load: 2\n")
 	write, args, srv, logger, logs := rs.write, rs.args, rs.srv, rs.logger, rs.logs
-	write("routing:\n  cost:\n    bounded_load: 1.25\n  affinity:\n    session_ttl: 5m\n")
+	write("routing:\n  policy: cost\n  cost:\n    bounded_load: 1.25\n  affinity:\n    session_ttl: 5m\n")
 	reload(args, srv, logger)
 	got := srv.Balancer().Config()
 	if got.Cost.BoundedLoad != 1.25 || got.Affinity.SessionTTL != 5*time.Minute {

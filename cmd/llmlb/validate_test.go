@@ -37,10 +37,10 @@ func TestValidateCommand(t *testing.T) {
 		wantStdout string // substring
 		wantStderr []string
 	}{
-		{name: "example", args: []string{"--config", "../../examples/llmlb.yaml"}, wantStdout: "ok: 4 replicas, policy cost\n"},
-		{name: "positional file and flags", args: []string{"--replica", "http://x:1", "../../examples/llmlb.yaml"}, wantStdout: "ok: 1 replicas, policy cost\n"},
+		{name: "example", args: []string{"--config", "../../examples/llmlb.yaml"}, wantStdout: "ok: 4 replicas, policy llmlb\n"},
+		{name: "positional file and flags", args: []string{"--replica", "http://x:1", "../../examples/llmlb.yaml"}, wantStdout: "ok: 1 replicas, policy llmlb\n"},
 		{name: "print redacts", args: []string{"--print", "--config", secret}, wantStdout: "api_key: <redacted>"},
-		{name: "print ends with a comment", args: []string{"--print", "--config", "../../examples/llmlb.yaml"}, wantStdout: "\n# ok: 4 replicas, policy cost\n"},
+		{name: "print ends with a comment", args: []string{"--print", "--config", "../../examples/llmlb.yaml"}, wantStdout: "\n# ok: 4 replicas, policy llmlb\n"},
 		{name: "parse errors", args: []string{"--config", bad}, wantErr: "bad.yaml: 2 problem(s)", wantStderr: []string{
 			`config: ` + bad + `: line 2: routing.afinity: unknown key (did you mean "affinity"?)`,
 			`config: ` + bad + `: line 4: replicas[0]: "localhost:8000" is not an absolute http(s) URL (e.g. http://10.0.0.5:8000)`,

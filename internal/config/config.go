@@ -4,7 +4,6 @@
 package config
 
 import (
-	"github.com/llmlb/llmlb/internal/policy"
 	"log/slog"
 	"slices"
 	"time"
@@ -97,7 +96,7 @@ func Default() Config {
 		AdminListen: "127.0.0.1:9090",
 		Admin:       Admin{AllowedHosts: []string{}},
 		Discovery:   DefaultDiscovery(),
-		Routing:     defaultRouting(),
+		Routing:     balancer.DefaultConfig(),
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{
 			Interval:       3 * time.Second,
@@ -163,14 +162,4 @@ func (c Config) LogValue() slog.Value {
 func (r Replica) LogValue() slog.Value {
 	type plain Replica
 	return slog.AnyValue(plain(r.Redacted()))
-}
-
-// defaultRouting is the core's configuration with policy cost, whose TTFT
-// measured within 1.06x of the best policy on every benchmark run
-// (BENCHMARKS.md); the seed algorithm stays selectable as routing.policy:
-// llmlb.
-func defaultRouting() balancer.Config {
-	r := balancer.DefaultConfig()
-	r.Policy = policy.NameCost
-	return r
 }
