@@ -58,23 +58,27 @@ type Explanation struct {
 
 // ReplicaStatus is a copy of one replica's state for /admin/replicas and metrics.
 type ReplicaStatus struct {
-	Name             string    `json:"name"`
-	URL              string    `json:"url"`
-	Models           []string  `json:"models"`
-	State            string    `json:"state"`
-	Draining         bool      `json:"draining"`
-	EffectiveRunning float64   `json:"effective_running"`
-	EffectiveWaiting float64   `json:"effective_waiting"`
-	ScrapedRunning   float64   `json:"scraped_running"`
-	ScrapedWaiting   float64   `json:"scraped_waiting"`
-	KVCacheUsage     float64   `json:"kv_cache_usage"`
-	InFlight         int       `json:"in_flight"`
-	InFlightWeight   float64   `json:"in_flight_weight"`
-	CooldownSeconds  float64   `json:"cooldown_seconds"`
-	Ejections        int       `json:"ejections"`
-	LastScrape       time.Time `json:"last_scrape"`
-	LastScrapeOK     bool      `json:"last_scrape_ok"`
-	Requests         uint64    `json:"requests"`
+	Name             string   `json:"name"`
+	URL              string   `json:"url"`
+	Models           []string `json:"models"`
+	State            string   `json:"state"`
+	Draining         bool     `json:"draining"`
+	EffectiveRunning float64  `json:"effective_running"`
+	EffectiveWaiting float64  `json:"effective_waiting"`
+	ScrapedRunning   float64  `json:"scraped_running"`
+	ScrapedWaiting   float64  `json:"scraped_waiting"`
+	KVCacheUsage     float64  `json:"kv_cache_usage"`
+	InFlight         int      `json:"in_flight"`
+	InFlightWeight   float64  `json:"in_flight_weight"`
+	// PeerInFlight is other llmlb instances' in-flight requests on the
+	// replica (shared state), counted in the effective load; in_flight is
+	// this instance's own.
+	PeerInFlight    int       `json:"peer_in_flight"`
+	CooldownSeconds float64   `json:"cooldown_seconds"`
+	Ejections       int       `json:"ejections"`
+	LastScrape      time.Time `json:"last_scrape"`
+	LastScrapeOK    bool      `json:"last_scrape_ok"`
+	Requests        uint64    `json:"requests"`
 
 	// What policy cost prices the replica with (docs/ROUTING.md): its KV
 	// capacity from vllm:cache_config_info (0: not exported), the prefill
@@ -132,8 +136,12 @@ type replica struct {
 
 	inFlight       int   // the balancer's own in-flight requests
 	inFlightWeight int64 // their token weights, in micro-units (wlc_in_flight)
-	requests       uint64
-	traffic        window // requests routed, for the alerts
+	// Peers' in-flight requests on this replica (shared state, shared.go):
+	// part of the effective load, never of this instance's reservations.
+	peerInFlight int
+	peerWeight   int64
+	requests     uint64
+	traffic      window // requests routed, for the alerts
 
 	draining, removed bool
 
@@ -149,7 +157,7 @@ type replica struct {
 // effective returns the effective load of SPEC s2.2 (incident 2: the WLC
 // blind spot between two scrapes).
 func (r *replica) effective() (running, waiting float64) {
-	wlc := float64(r.inFlightWeight) / microUnit
+	wlc := float64(r.inFlightWeight+r.peerWeight) / microUnit
 	running = max(r.snap.Running, wlc)
 	waiting = r.snap.Waiting + max(0, wlc-r.snap.Running)
 	return running, waiting
@@ -193,6 +201,12 @@ type Balancer struct {
 	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
 	fleetDecode  float64      // median of the replicas' decode steps
 	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
+
+	// Shared state (shared.go): where affinity changes are published, and
+	// the peers' latest in-flight loads with the earliest of their expiries.
+	sharer      Sharer
+	peers       map[string]peerLoad
+	peersExpire time.Time
 }
 
 // New returns a balancer with no replicas. cfg must have passed Validate.
@@ -338,6 +352,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expl = Explanation{Policy: b.cfg.Policy}
+	b.refreshPeers(now)
 
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
@@ -359,7 +374,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 		}
 		b.expl.CandidateSet = "fallback"
 		b.counters.Fallbacks++
-		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil
+		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil // publishes nothing
 	}
 
 	// Steps 2-4. No-wait, least-loaded and pin: the policy's choice (policy
@@ -379,6 +394,9 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	res := b.reserve(b.candReps[c.Index], reason, p, now)
 	if c.PrefillTokens > 0 {
 		b.addPending(res, float64(c.PrefillTokens), now)
+	}
+	if b.sharer != nil {
+		b.publish(p, res.rep, reason, now)
 	}
 	return res, nil
 }
@@ -406,7 +424,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 		}
 		running, waiting := r.effective()
 		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
-			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight,
+			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight + r.peerInFlight,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
 			MeanOutput:     b.fleetPrefill.meanOutput(),
@@ -538,6 +556,7 @@ func (b *Balancer) Tick(now time.Time) []Transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Transition
+	b.refreshPeers(now)
 	for _, r := range b.replicas {
 		out = b.named(r, r.health.Tick(now), out)
 	}
@@ -551,6 +570,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]ReplicaStatus, 0, len(b.replicas))
+	b.refreshPeers(now)
 	for _, r := range b.replicas {
 		running, waiting := r.effective()
 		out = append(out, ReplicaStatus{
@@ -558,7 +578,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			State: r.health.State().String(), Draining: r.draining,
 			EffectiveRunning: running, EffectiveWaiting: waiting,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
-			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit,
+			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit, PeerInFlight: r.peerInFlight,
 			CooldownSeconds: r.health.Cooldown().Seconds(), Ejections: r.health.Ejections(),
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),

@@ -46,7 +46,8 @@ func (l *llmlb) warmGap() float64 {
 
 // countRunning is a replica's running in requests, not tokens:
 // max(scraped running, in-flight count).
-func countRunning(r *replica) float64 { return max(r.snap.Running, float64(r.inFlight)) }
+// Peers' in-flight requests count too (shared state).
+func countRunning(r *replica) float64 { return max(r.snap.Running, float64(r.inFlight+r.peerInFlight)) }
 
 // Name returns "llmlb" or "llmlb-warm".
 func (l *llmlb) Name() string {

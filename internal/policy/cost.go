@@ -59,6 +59,10 @@ type CostConfig struct {
 // records: 8,192 blocks are 131,072 tokens, vLLM's longest common context.
 const maxIndexBlocks = 8192
 
+// MaxIndexBlocks is maxIndexBlocks for other packages (shared state
+// publishes no more of a prompt than the index would record).
+const MaxIndexBlocks = maxIndexBlocks
+
 // maxUtilization caps rho in the delay that added prefill causes others.
 const maxUtilization = 0.99
 
@@ -194,9 +198,15 @@ func (p *Cost) RemoveReplica(name string) {
 func (p *Cost) Record(name string, blocks []uint64, capacityTokens int) {
 	id := p.id(name)
 	if p.index.Capacity(id) == 0 {
+		if p.cfg.KVCacheTokens > 0 {
+			capacityTokens = p.cfg.KVCacheTokens
+		}
+		if capacityTokens <= 0 {
+			capacityTokens = DefaultKVCacheTokens
+		}
 		p.index.SetCapacity(id, capacityTokens/tokenize.BlockSize)
 	}
-	p.index.Touch(id, blocks)
+	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
 }
 
 // ForgetCache forgets what a replica holds (it restarted: its counters went

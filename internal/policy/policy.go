@@ -93,3 +93,11 @@ type ReplicaRemover interface {
 type CacheForgetter interface {
 	ForgetCache(name string)
 }
+
+// BlockRecorder is implemented by policies that index the prompt blocks each
+// replica was sent (cost): Record notes that a peer balancer sent the named
+// replica a prompt with these blocks (shared state), as if this one had.
+// capacityTokens sizes a replica new to the index (0: the policy's default).
+type BlockRecorder interface {
+	Record(name string, blocks []uint64, capacityTokens int)
+}
