@@ -45,6 +45,8 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rate        = fs.Float64("rate", 0, "arrivals per second (new sessions for closed-loop workloads); 0 = the workload's default for --replicas")
 		users       = fs.Int("users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
 		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
+		balancers   = fs.Int("balancers", 1, "routing cores in front of the fleet, each request sent to one at random; with more than 1 every policy runs twice, with independent and with shared state (docs/SHARED_STATE.md)")
+		shareDelay  = fs.Duration("share-delay", bench.DefaultShareDelay, "--balancers: time for a change of one balancer's pins or block index to reach the others")
 		quiet       = fs.Bool("quiet", false, "no progress line on stderr")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 
@@ -82,6 +84,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *replicas < 1 {
 		return fmt.Errorf("--replicas %d: need at least 1", *replicas)
 	}
+	if *balancers < 1 {
+		return fmt.Errorf("--balancers %d: need at least 1", *balancers)
+	}
+	if *shareDelay <= 0 {
+		return fmt.Errorf("--share-delay %s: must be > 0", *shareDelay)
+	}
 	if len(benchSplitList(*policies)) == 0 {
 		return errors.New("--policies: name at least one policy")
 	}
@@ -113,6 +121,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Routing:  cfg,
 		Flaps:    flaps,
 		Parallel: *parallel,
+
+		Balancers:  *balancers,
+		ShareDelay: *shareDelay,
 	}
 	if !*quiet {
 		opts.Progress = stderr

@@ -156,10 +156,15 @@ type replica struct {
 
 // effective returns the effective load of SPEC s2.2 (incident 2: the WLC
 // blind spot between two scrapes).
+//
+// Peers' in-flight requests (shared state) count in the running load but
+// not in the inferred queue: they arrive up to state.load_interval late, so
+// a request a peer has just finished would show as a phantom queue and
+// break every pin on the replica (spill: queue) until the next refresh.
 func (r *replica) effective() (running, waiting float64) {
-	wlc := float64(r.inFlightWeight+r.peerWeight) / microUnit
-	running = max(r.snap.Running, wlc)
-	waiting = r.snap.Waiting + max(0, wlc-r.snap.Running)
+	own := float64(r.inFlightWeight) / microUnit
+	running = max(r.snap.Running, own+float64(r.peerWeight)/microUnit)
+	waiting = r.snap.Waiting + max(0, own-r.snap.Running)
 	return running, waiting
 }
 

@@ -128,9 +128,16 @@ func TestSharedState(t *testing.T) {
 				t.Fatalf("a: effective %v, peer %d, own %d; want 3, 3, 0", st.EffectiveRunning, st.PeerInFlight, st.InFlight)
 			}
 			for range 2 { // least-loaded is b while the peer's load counts
-				if res, _ := b.Select(&Profile{}, t0.Add(time.Second)); res.Replica != "b" {
+				res, _ := b.Select(&Profile{}, t0.Add(time.Second))
+				if res.Replica != "b" {
 					t.Fatalf("routed to %s, want b (a carries the peer's 3)", res.Replica)
 				}
+				b.Release(res, OutcomeOK, t0.Add(time.Second))
+			}
+			// A peer's load is late: it counts as running, never as a queue
+			// that would break a's pins.
+			if st.EffectiveWaiting != 0 {
+				t.Fatalf("a: effective waiting %v from a peer's load, want 0", st.EffectiveWaiting)
 			}
 			if st := statusOf(t, b, "a", exp); st.EffectiveRunning != 0 || st.PeerInFlight != 0 {
 				t.Fatalf("after the TTL: effective %v, peer %d; want 0", st.EffectiveRunning, st.PeerInFlight)

@@ -37,6 +37,13 @@ const (
 	DefaultTickInterval   = time.Second
 	DefaultShareWindow    = 10 * time.Second
 	DefaultMaxAttempts    = 3
+	// Shared state between several balancers (--balancers): a change is
+	// seen by the others DefaultShareDelay after it was made (a Redis round
+	// trip on a loaded network, generously), and loads are published as
+	// `serve` does (state.load_interval, state.load_ttl).
+	DefaultShareDelay   = 50 * time.Millisecond
+	DefaultLoadInterval = 250 * time.Millisecond
+	DefaultLoadTTL      = 2 * time.Second
 )
 
 // AllPolicies are the policies compared by default: the baselines of SPEC
@@ -100,7 +107,15 @@ type Options struct {
 	ShareWindow    time.Duration // window of the imbalance index (default 10 s)
 	MaxAttempts    int           // Select attempts per request when replicas refuse (default 3)
 	Parallel       int           // policy runs at once (default GOMAXPROCS)
-	Progress       io.Writer     // progress line every ~1 s of wall time; nil = none
+	// Balancers is the number of routing cores in front of the fleet
+	// (default 1). With more than one, each arrival goes to one of them at
+	// random (seeded), and every policy runs twice: independent cores, and
+	// cores sharing state (package sharedstate's Bus) with ShareDelay.
+	Balancers    int
+	ShareDelay   time.Duration // default DefaultShareDelay
+	LoadInterval time.Duration // default DefaultLoadInterval
+	LoadTTL      time.Duration // default DefaultLoadTTL
+	Progress     io.Writer     // progress line every ~1 s of wall time; nil = none
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }
@@ -133,6 +148,18 @@ func (o *Options) setDefaults() {
 	if o.Parallel <= 0 {
 		o.Parallel = runtime.GOMAXPROCS(0)
 	}
+	if o.Balancers == 0 {
+		o.Balancers = 1
+	}
+	if o.ShareDelay == 0 {
+		o.ShareDelay = DefaultShareDelay
+	}
+	if o.LoadInterval == 0 {
+		o.LoadInterval = DefaultLoadInterval
+	}
+	if o.LoadTTL == 0 {
+		o.LoadTTL = DefaultLoadTTL
+	}
 }
 
 func (o *Options) validate() error {
@@ -148,6 +175,12 @@ func (o *Options) validate() error {
 	}
 	if o.Drain < 0 || o.ScrapeInterval < 0 || o.TickInterval < 0 || o.ShareWindow < 0 || o.MaxAttempts < 0 {
 		errs = append(errs, errors.New("bench: negative interval or attempts"))
+	}
+	if o.Balancers < 1 {
+		errs = append(errs, fmt.Errorf("bench: balancers: %d, must be >= 1", o.Balancers))
+	}
+	if o.ShareDelay < 0 || o.LoadInterval <= 0 || o.LoadTTL <= 0 {
+		errs = append(errs, errors.New("bench: share delay must be >= 0, load interval and TTL > 0"))
 	}
 	seen := map[string]bool{}
 	for _, p := range o.Policies {
@@ -218,9 +251,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	runs := make([]*run, len(opts.Policies))
-	for i, p := range opts.Policies {
-		runs[i] = &run{opts: &opts, policy: p}
+	var runs []*run
+	for _, p := range opts.Policies {
+		if opts.Balancers == 1 {
+			runs = append(runs, &run{opts: &opts, policy: p, label: p})
+			continue
+		}
+		for _, shared := range []bool{false, true} {
+			runs = append(runs, &run{opts: &opts, policy: p, shared: shared, label: RunLabel(p, opts.Balancers, shared)})
+		}
 	}
 	results := make([]Result, len(runs))
 	errs := make([]error, len(runs))
@@ -240,7 +279,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			defer func() { <-sem }()
 			res, err := r.execute(ctx)
 			if err != nil {
-				errs[i] = fmt.Errorf("bench: policy %s: %w", r.policy, err)
+				errs[i] = fmt.Errorf("bench: policy %s: %w", r.label, err)
 				cancel() // one failure stops the others
 				return
 			}
@@ -279,6 +318,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		Profile:         opts.Profile.Name,
 		DurationSeconds: opts.Duration.Seconds(),
 		Seed:            opts.Seed,
+		Balancers:       opts.Balancers,
 		Flaps:           flapStrings(opts.Flaps),
 		Results:         results,
 	}, nil
@@ -314,7 +354,7 @@ func progressLine(runs []*run, total time.Duration, wall time.Duration) string {
 	fmt.Fprintf(&b, "bench %4.0fs wall |", wall.Seconds())
 	for _, r := range runs {
 		done := time.Duration(r.progress.Load())
-		fmt.Fprintf(&b, " %s %s/%s", r.policy, shortDur(min(done, total)), shortDur(total))
+		fmt.Fprintf(&b, " %s %s/%s", r.label, shortDur(min(done, total)), shortDur(total))
 		if r.finished.Load() {
 			b.WriteString(" done")
 		}
@@ -336,4 +376,14 @@ func shortDur(d time.Duration) string {
 type runProgress struct {
 	progress atomic.Int64 // virtual time done (ns since Epoch)
 	finished atomic.Bool
+}
+
+// RunLabel names one run of a policy with several balancers: "cost x4
+// independent" or "cost x4 shared".
+func RunLabel(policy string, balancers int, shared bool) string {
+	mode := "independent"
+	if shared {
+		mode = "shared"
+	}
+	return fmt.Sprintf("%s x%d %s", policy, balancers, mode)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/sharedstate"
 	"github.com/llmlb/llmlb/internal/tokenize"
 	"github.com/llmlb/llmlb/internal/workload"
 )
@@ -15,17 +17,22 @@ import (
 // errReplicaDown is what a scrape of a flapping replica reports while down.
 var errReplicaDown = errors.New("bench: connection refused (flap fault)")
 
-// run is one policy's simulation: its own engines, balancer and workload.
+// run is one policy's simulation: its own engines, balancer(s) and workload.
 type run struct {
 	runProgress
 	opts   *Options
 	policy string
+	label  string // the policy, and with several balancers how they share state
+	shared bool   // several balancers share state through bus
 
 	eng      []simEngine
 	names    []string
 	index    map[string]int
-	down     []time.Duration // flap period per replica, 0 = never down
-	bal      *balancer.Balancer
+	down     []time.Duration      // flap period per replica, 0 = never down
+	bal      *balancer.Balancer   // bals[0]
+	bals     []*balancer.Balancer // Options.Balancers routing cores over the same engines
+	pick     *rand.Rand           // which core takes each arrival
+	bus      *sharedstate.Bus     // shared runs: the cores' shared state
 	wl       workload.Workload
 	h        *eventHeap
 	emit     func(engine.Event)
@@ -35,7 +42,7 @@ type run struct {
 	arrivals bool // the arrival source is still open
 
 	// Source indices in the heap; their order breaks ties at one instant.
-	srcMark, srcScrape0, srcTick, srcArrival int
+	srcMark, srcScrape0, srcTick, srcArrival, srcBus, srcLoad int
 
 	acc accumulator
 }
@@ -54,6 +61,7 @@ type flight struct {
 	req        *workload.Request
 	res        *balancer.Reservation
 	replica    int
+	core       int // the balancer that routed it
 	arrived    time.Duration
 	firstToken time.Duration // -1 until the first token
 }
@@ -67,11 +75,26 @@ func (r *run) setup() error {
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(o.Seed)
 	}
-	bal, err := balancer.New(cfg)
-	if err != nil {
-		return err
+	// Several balancers: the same code N times, each its own seed; an
+	// arrival goes to one at random (the same draws in both modes).
+	r.bals = make([]*balancer.Balancer, max(o.Balancers, 1))
+	cores := make([]sharedstate.Core, len(r.bals))
+	for i := range r.bals {
+		c := cfg
+		c.Seed += uint64(i)
+		if r.bals[i], err = balancer.New(c); err != nil {
+			return err
+		}
+		cores[i] = r.bals[i]
 	}
-	r.bal = bal
+	r.bal = r.bals[0]
+	r.pick = rand.New(rand.NewPCG(uint64(o.Seed), 0xba1a))
+	if r.shared {
+		r.bus = sharedstate.NewBus(o.ShareDelay, o.LoadTTL, cores...)
+		for i, b := range r.bals {
+			b.SetSharer(r.bus.Member(i))
+		}
+	}
 	wl, err := o.NewWorkload()
 	if err != nil {
 		return err
@@ -90,20 +113,30 @@ func (r *run) setup() error {
 		}
 		r.names[i] = replicaName(i)
 		r.index[r.names[i]] = i
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: r.names[i], URL: "sim://" + r.names[i]}, Epoch); err != nil {
-			return err
+		for _, bal := range r.bals {
+			if err := bal.AddReplica(balancer.ReplicaSpec{Name: r.names[i], URL: "sim://" + r.names[i]}, Epoch); err != nil {
+				return err
+			}
 		}
 	}
 	for _, f := range o.Flaps {
 		i, _ := replicaIndex(f.Replica, n)
 		r.down[i] = f.Period
 	}
-	// Sources: engines 0..n-1, mark, scrapes, tick, arrival.
+	// Sources: engines 0..n-1, mark, scrapes, tick, arrival, shared-state
+	// deliveries and load publication.
 	r.srcMark = n
 	r.srcScrape0 = n + 1
 	r.srcTick = 2*n + 1
 	r.srcArrival = 2*n + 2
-	r.h = newEventHeap(2*n + 3)
+	r.srcBus = 2*n + 3
+	r.srcLoad = 2*n + 4
+	r.h = newEventHeap(2*n + 5)
+	r.h.set(r.srcBus, never)
+	r.h.set(r.srcLoad, never)
+	if r.shared {
+		r.h.set(r.srcLoad, int64(o.LoadInterval))
+	}
 	r.h.set(r.srcMark, int64(o.Duration))
 	for i := range n {
 		// Staggered phases: replica i is first scraped at i/n of an interval,
@@ -151,24 +184,47 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 		case src < r.srcTick:
 			r.scrape(src - r.srcScrape0)
 		case src == r.srcTick:
-			r.bal.Tick(r.at())
+			for _, b := range r.bals {
+				b.Tick(r.at())
+			}
 			r.h.set(r.srcTick, r.nextAfterDuration(key+int64(r.opts.TickInterval)))
-		default:
+		case src == r.srcArrival:
 			r.arrival()
+		case src == r.srcBus:
+			r.bus.Deliver(r.at())
+		case src == r.srcLoad:
+			for i := range r.bals {
+				r.bus.PublishLoad(i, r.at())
+			}
+			r.h.set(r.srcLoad, r.nextAfterDuration(key+int64(r.opts.LoadInterval)))
+		}
+		if r.bus != nil {
+			r.rekeyBus()
 		}
 	}
 	r.progress.Store(int64(min(r.now, r.opts.Duration)))
 	// Every reservation the core holds must be a request still in an
 	// engine: a leak here would distort every load-aware policy.
 	held := 0
-	for _, st := range r.bal.Replicas(r.at()) {
-		held += st.InFlight
+	for _, b := range r.bals {
+		for _, st := range b.Replicas(r.at()) {
+			held += st.InFlight
+		}
 	}
 	if held != len(r.flights) {
 		return Result{}, fmt.Errorf("bench: the core holds %d reservations but %d requests are in flight", held, len(r.flights))
 	}
 	r.finished.Store(true)
 	return r.result(end, time.Since(wall)), nil
+}
+
+// rekeyBus keys the next shared-state delivery (shared runs).
+func (r *run) rekeyBus() {
+	if t, ok := r.bus.Next(); ok {
+		r.h.set(r.srcBus, int64(max(t.Sub(Epoch), r.now)))
+	} else {
+		r.h.set(r.srcBus, never)
+	}
 }
 
 // at is the current virtual instant.
@@ -235,13 +291,19 @@ func (r *run) isDown(i int) bool {
 // vLLM gauges go to the balancer, exactly what the serve shell's scraper does.
 func (r *run) scrape(i int) {
 	now := r.at()
+	// Every balancer scrapes the replica (at the same instant here).
 	if r.isDown(i) {
-		r.bal.ObserveScrape(r.names[i], balancer.Snapshot{}, errReplicaDown, now)
+		for _, b := range r.bals {
+			b.ObserveScrape(r.names[i], balancer.Snapshot{}, errReplicaDown, now)
+		}
 	} else {
 		e := r.eng[i]
 		e.Advance(now, r.emit)
 		r.rekeyEngine(i)
-		r.bal.ObserveScrape(r.names[i], snapshotOf(e.Stats(), r.opts.Profile), nil, now)
+		snap := snapshotOf(e.Stats(), r.opts.Profile)
+		for _, b := range r.bals {
+			b.ObserveScrape(r.names[i], snap, nil, now)
+		}
 		r.rekeyArrival()
 	}
 	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.opts.ScrapeInterval)))
@@ -269,19 +331,26 @@ func (r *run) arrival() {
 	if req.Turn >= 2 {
 		r.acc.turn2Arrived++
 	}
+	// The request's balancer (with one, always the same draw is skipped:
+	// results with one balancer stay what they were).
+	core := 0
+	if len(r.bals) > 1 {
+		core = r.pick.IntN(len(r.bals))
+	}
+	bal := r.bals[core]
 	var exclude []string
 	for range r.opts.MaxAttempts {
-		res, err := r.bal.Select(&req.Profile, now, exclude...)
+		res, err := bal.Select(&req.Profile, now, exclude...)
 		if err != nil {
 			break
 		}
 		i, ok := r.index[res.Replica]
 		if !ok {
-			r.bal.Release(res, balancer.OutcomeCanceled, now)
+			bal.Release(res, balancer.OutcomeCanceled, now)
 			break
 		}
 		if r.isDown(i) {
-			r.bal.Release(res, balancer.OutcomeTransportError, now)
+			bal.Release(res, balancer.OutcomeTransportError, now)
 			r.acc.refused++
 			exclude = append(exclude, res.Replica)
 			continue
@@ -292,14 +361,14 @@ func (r *run) arrival() {
 		id := r.nextID
 		if err := e.Add(engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.Output}, now); err != nil {
 			// The replica answers 400 (prompt too long): not its fault.
-			r.bal.Release(res, balancer.OutcomeOK, now)
+			bal.Release(res, balancer.OutcomeOK, now)
 			r.acc.rejected++
 			r.wl.Complete(req, r.now)
 			r.rekeyEngine(i)
 			r.rekeyArrival()
 			return
 		}
-		r.flights[id] = &flight{req: req, res: res, replica: i, arrived: r.now, firstToken: -1}
+		r.flights[id] = &flight{req: req, res: res, replica: i, core: core, arrived: r.now, firstToken: -1}
 		r.acc.routed(i, r.now, req, res)
 		r.rekeyEngine(i)
 		r.rekeyArrival()
@@ -323,13 +392,13 @@ func (r *run) onEvent(ev engine.Event) {
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
 		}
-		r.bal.FirstToken(f.res)
+		r.bals[f.core].FirstToken(f.res)
 	case engine.Finished, engine.Aborted:
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
 		}
 		delete(r.flights, ev.ID)
-		r.bal.Release(f.res, balancer.OutcomeOK, ev.At)
+		r.bals[f.core].Release(f.res, balancer.OutcomeOK, ev.At)
 		r.acc.done(f, at, ev, r.opts.Duration)
 		r.wl.Complete(f.req, at)
 	}

@@ -11,13 +11,17 @@ import (
 // Report is the outcome of one `llmlb bench` run: one Result per policy, all
 // on the same workload, fleet and seed. It is what --json prints.
 type Report struct {
-	Workload        string   `json:"workload"`
-	Replicas        int      `json:"replicas"`
-	Profile         string   `json:"profile"`
-	DurationSeconds float64  `json:"duration_seconds"`
-	Seed            int64    `json:"seed"`
-	Flaps           []string `json:"flaps,omitempty"`
-	Results         []Result `json:"results"`
+	Workload        string  `json:"workload"`
+	Replicas        int     `json:"replicas"`
+	Profile         string  `json:"profile"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Seed            int64   `json:"seed"`
+	// Balancers is the number of routing cores (1 unless --balancers); with
+	// more, each policy has two results, "<policy> xN independent" and
+	// "<policy> xN shared".
+	Balancers int      `json:"balancers,omitempty"`
+	Flaps     []string `json:"flaps,omitempty"`
+	Results   []Result `json:"results"`
 }
 
 // Percentiles of a latency distribution, in seconds (nearest rank).
@@ -121,6 +125,9 @@ func ReadJSON(r io.Reader) (*Report, error) {
 func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "workload %s, %d x %s, %s virtual, seed %d", rep.Workload, rep.Replicas, rep.Profile,
 		fmtDur(rep.DurationSeconds), rep.Seed)
+	if rep.Balancers > 1 {
+		fmt.Fprintf(w, ", %d balancers (each request to one at random)", rep.Balancers)
+	}
 	if len(rep.Flaps) > 0 {
 		fmt.Fprintf(w, ", flaps %s", strings.Join(rep.Flaps, ","))
 	}

@@ -135,9 +135,18 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		prefill += st.PrefillComputed
 		preempt += st.Preemptions
 	}
-	c := r.bal.Counters()
+	var c balancer.Counters
+	for _, b := range r.bals {
+		bc := b.Counters()
+		c.Spills += bc.Spills
+		c.Rebinds += bc.Rebinds
+		c.ForceRebinds += bc.ForceRebinds
+		c.PrefixDrops += bc.PrefixDrops
+		c.Ejections += bc.Ejections
+		c.Fallbacks += bc.Fallbacks
+	}
 	res := Result{
-		Policy:             r.policy,
+		Policy:             r.label,
 		Requests:           a.arrived,
 		Completed:          a.completedInDuration,
 		Finished:           a.finishedAll,

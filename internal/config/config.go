@@ -5,11 +5,13 @@ package config
 
 import (
 	"log/slog"
+	"net/url"
 	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/sharedstate"
 )
 
 // Config is the whole configuration of `llmlb serve`.
@@ -28,6 +30,10 @@ type Config struct {
 	Proxy   Proxy           // proxy
 	Server  Server          // server
 	Log     Log             // log
+
+	// State shares pins and the KV block index with other llmlb instances
+	// through Redis (state.redis_url; docs/SHARED_STATE.md). Off by default.
+	State sharedstate.Config
 }
 
 // Admin decides who may use the admin listener besides the token holder
@@ -121,7 +127,8 @@ func Default() Config {
 			MaxConnections:    10000,
 			ShutdownTimeout:   60 * time.Second,
 		},
-		Log: Log{Level: "info", Format: "text", Access: true},
+		Log:   Log{Level: "info", Format: "text", Access: true},
+		State: sharedstate.DefaultConfig(),
 	}
 }
 
@@ -139,7 +146,24 @@ func (c Config) Redacted() Config {
 		c.AdminToken = redacted
 	}
 	c.Discovery = c.Discovery.Redacted()
+	c.State.RedisURL = redactPassword(c.State.RedisURL)
 	return c
+}
+
+// redactPassword hides the password of a URL's user information.
+func redactPassword(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return redactURL(raw)
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), redacted)
+		return u.String()
+	}
+	return raw
 }
 
 // Redacted returns a copy of r with its api_key replaced by "<redacted>".

@@ -2,6 +2,7 @@ package config
 
 import (
 	"github.com/llmlb/llmlb/internal/keyname"
+	"github.com/llmlb/llmlb/internal/sharedstate"
 	"reflect"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ var (
 	replicaType  = reflect.TypeFor[Replica]()
 	discoType    = reflect.TypeFor[Discovery]()
 	gpustackType = reflect.TypeFor[Gpustack]()
+	stateType    = reflect.TypeFor[sharedstate.Config]()
 )
 
 // envKeys are the keys that name an environment variable holding a secret
@@ -27,6 +29,7 @@ var envKeys = map[reflect.Type]map[string]string{
 	replicaType:  {"api_key_env": "APIKey"},
 	discoType:    {"api_key_env": "APIKey"},
 	gpustackType: {"api_key_env": "APIKey"},
+	stateType:    {"redis_url_env": "RedisURL"}, // the URL may hold a password
 }
 
 // field is one YAML key of a struct.

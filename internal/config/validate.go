@@ -61,6 +61,9 @@ func (c Config) Validate() error {
 			v.errs = append(v.errs, fmt.Errorf("config: routing.%w", err))
 		}
 	}
+	for _, err := range leaves(c.State.Validate()) {
+		v.errs = append(v.errs, fmt.Errorf("config: %w", err))
+	}
 	if rv, ok := any(c.Request).(interface{ Validate() error }); ok {
 		for _, err := range leaves(rv.Validate()) {
 			v.errs = append(v.errs, fmt.Errorf("config: %w", err))

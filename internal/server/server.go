@@ -24,6 +24,7 @@ import (
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/scrape"
+	"github.com/llmlb/llmlb/internal/sharedstate"
 	"github.com/llmlb/llmlb/internal/ui"
 )
 
@@ -70,8 +71,9 @@ type Server struct {
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
 
-	discovery discovery.Source  // nil: static replicas only
-	syncer    *discovery.Syncer // applies discovery's sets
+	discovery discovery.Source   // nil: static replicas only
+	syncer    *discovery.Syncer  // applies discovery's sets
+	shared    *sharedstate.Redis // nil: no shared state (state.redis_url unset)
 
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
@@ -139,6 +141,17 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.handler = &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access}
+	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
+	// changes to Redis and applies its peers'; Run runs the client.
+	if cfg.State.Enabled() {
+		if s.shared, err = sharedstate.New(cfg.State, bal, logger, o.now); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		bal.SetSharer(s.shared)
+		if err := s.metrics.Registry().Register(s.shared); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	adminAPI, err := admin.NewHandler(admin.Options{
 		Balancer: bal,
 		Fleet:    fleet{s},
@@ -363,6 +376,16 @@ func (s *Server) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Add(4)
+	if s.shared != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			if err := s.shared.Run(bgCtx); err != nil {
+				s.log.Error("server: shared state stopped", slog.String("error", err.Error()))
+			}
+		}()
+		s.log.Info("shared state on", slog.String("instance", s.shared.ID()))
+	}
 	go func() {
 		defer bg.Done()
 		if err := s.scraper.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {

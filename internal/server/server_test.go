@@ -104,6 +104,14 @@ func start(t *testing.T, n int, tweak func(*config.Config), opts ...Option) *env
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fleet.Close() })
+	return startOn(t, fleet, tweak, opts...)
+}
+
+// startOn runs llmlb in front of an existing fleet (several instances may
+// share one).
+func startOn(t *testing.T, fleet *simreplica.Fleet, tweak func(*config.Config), opts ...Option) *env {
+	t.Helper()
+	n := len(fleet.URLs())
 	cfg := testConfig(fleet.URLs()...)
 	if tweak != nil {
 		tweak(&cfg)
