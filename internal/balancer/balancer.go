@@ -358,6 +358,10 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	defer b.mu.Unlock()
 	b.expl = Explanation{Policy: b.cfg.Policy}
 	b.refreshPeers(now)
+	var before [2]pinState
+	if b.sharer != nil {
+		before = b.pinsBefore(p, now)
+	}
 
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
@@ -379,7 +383,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 		}
 		b.expl.CandidateSet = "fallback"
 		b.counters.Fallbacks++
-		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil // publishes nothing
+		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil // changes no affinity
 	}
 
 	// Steps 2-4. No-wait, least-loaded and pin: the policy's choice (policy
@@ -401,7 +405,7 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}
 	if b.sharer != nil {
-		b.publish(p, res.rep, reason, now)
+		b.publish(p, before, res.rep, now)
 	}
 	return res, nil
 }

@@ -64,29 +64,47 @@ func (b *Balancer) SetSharer(s Sharer) {
 	b.sharer = s
 }
 
-// publish tells the sharer what Select just decided: the pins of the
-// request's keys as they stand now (or their deletion) and, for policies
-// that index prompt blocks, the blocks the chosen replica was sent.
-func (b *Balancer) publish(p *Profile, r *replica, reason Reason, now time.Time) {
-	if reason == ReasonFallback {
-		return // a last resort changes no affinity
+// pinState is a request's pin of one kind as Select found it, to publish
+// what changed.
+type pinState struct {
+	kind    pins.Kind
+	key     string
+	replica string
+	ok      bool
+}
+
+// pinsBefore records the request's pins before the policy runs.
+func (b *Balancer) pinsBefore(p *Profile, now time.Time) [2]pinState {
+	st := [2]pinState{{kind: pins.Session, key: p.SessionKey}, {kind: pins.Prefix, key: p.PrefixKey}}
+	for i := range st {
+		if st[i].key != "" {
+			st[i].replica, _, st[i].ok = b.pins.Lookup(st[i].kind, st[i].key, now)
+		}
 	}
-	for _, k := range [...]struct {
-		kind pins.Kind
-		key  string
-	}{{pins.Session, p.SessionKey}, {pins.Prefix, p.PrefixKey}} {
-		if k.key == "" {
+	return st
+}
+
+// publish tells the sharer what Select changed: a pin bound, moved, used
+// (which refreshes its TTL and ends a run of spills) or deleted, and, for
+// policies that index prompt blocks, the blocks the chosen replica was sent.
+// A spill publishes nothing: spill counts are each instance's own, and a
+// peer must not take a spilled pin for a used one.
+func (b *Balancer) publish(p *Profile, before [2]pinState, r *replica, now time.Time) {
+	for _, was := range before {
+		if was.key == "" {
 			continue
 		}
-		if name, _, ok := b.pins.Lookup(k.kind, k.key, now); ok {
-			d := Delta{Kind: DeltaPin, At: now, PinKind: k.kind, Key: k.key, Replica: name}
+		name, _, ok := b.pins.Lookup(was.kind, was.key, now)
+		used := b.expl.PinKind == was.kind.String() && b.expl.PinDecision == "used"
+		switch {
+		case ok && (!was.ok || was.replica != name || used):
+			d := Delta{Kind: DeltaPin, At: now, PinKind: was.kind, Key: was.key, Replica: name}
 			if pr := b.byName[name]; pr != nil {
 				d.URL = pr.url
 			}
 			b.sharer.Publish(d)
-		} else if b.expl.PinKind == k.kind.String() && b.expl.PinReplica != "" {
-			// The pin this request consulted is gone: dropped or dead.
-			b.sharer.Publish(Delta{Kind: DeltaUnpin, At: now, PinKind: k.kind, Key: k.key})
+		case !ok && was.ok:
+			b.sharer.Publish(Delta{Kind: DeltaUnpin, At: now, PinKind: was.kind, Key: was.key})
 		}
 	}
 	if _, ok := b.policy.(policy.BlockRecorder); ok && len(p.PromptBlocks) > 0 {

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -72,13 +73,31 @@ func TestSharedState(t *testing.T) {
 			// B keeps using the pin; A hears of each use.
 			for k := time.Duration(1); k <= 3; k++ {
 				at := t0.Add(k * ttl / 2)
-				if _, err := b.Select(&Profile{SessionKey: "s1"}, at); err != nil {
+				got, err := b.Select(&Profile{SessionKey: "s1"}, at)
+				if err != nil {
 					t.Fatal(err)
 				}
+				b.Release(got, OutcomeOK, at)
 				out.deliver(a, at)
 			}
 			if got := pinOf(a, "session", "s1", t0.Add(2*ttl)); got != res.Replica {
 				t.Fatalf("A's pin after %v of use at B only: %q, want %s", 2*ttl, got, res.Replica)
+			}
+		}},
+		{"a spill publishes nothing: spill counts are each instance's own", func(t *testing.T) {
+			a := newFleet(t, 2, nil)
+			out := &outbox{}
+			a.SetSharer(out)
+			res, _ := a.Select(&Profile{SessionKey: "s1"}, t0)
+			a.Release(res, OutcomeOK, t0)
+			out.deltas = nil
+			a.ObserveScrape(res.Replica, Snapshot{Running: 1, Waiting: 1}, nil, t0.Add(time.Second))
+			got, _ := a.Select(&Profile{SessionKey: "s1"}, t0.Add(2*time.Second))
+			if !strings.HasPrefix(got.Explanation.PinDecision, "spill") {
+				t.Fatalf("decision %q, want a spill", got.Explanation.PinDecision)
+			}
+			if len(out.deltas) != 0 {
+				t.Fatalf("a spill published %+v", out.deltas)
 			}
 		}},
 		{"a dropped prefix pin is dropped at the peer", func(t *testing.T) {
