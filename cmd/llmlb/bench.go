@@ -47,6 +47,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
 		balancers   = fs.Int("balancers", 1, "routing cores in front of the fleet, each request sent to one at random; with more than 1 every policy runs twice, with independent and with shared state (docs/SHARED_STATE.md)")
 		shareDelay  = fs.Duration("share-delay", bench.DefaultShareDelay, "--balancers: time for a change of one balancer's pins or block index to reach the others")
+		shareLoad   = fs.Bool("share-load", true, "--balancers: shared state includes in-flight loads (serve's state.share_load)")
 		quiet       = fs.Bool("quiet", false, "no progress line on stderr")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 
@@ -122,8 +123,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Flaps:    flaps,
 		Parallel: *parallel,
 
-		Balancers:  *balancers,
-		ShareDelay: *shareDelay,
+		Balancers:   *balancers,
+		ShareDelay:  *shareDelay,
+		NoShareLoad: !*shareLoad,
 	}
 	if !*quiet {
 		opts.Progress = stderr

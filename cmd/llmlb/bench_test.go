@@ -26,6 +26,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"stray argument", []string{"extra"}, "unexpected argument"},
 		{"bad duration", []string{"--duration", "soon"}, "invalid value"},
 		{"no replicas", []string{"--replicas", "0"}, "at least 1"},
+		{"no balancers", []string{"--balancers", "0"}, "--balancers 0: need at least 1"},
+		{"no share delay", []string{"--balancers", "2", "--share-delay", "0s"}, "--share-delay 0s: must be > 0"},
 		{"no policies", []string{"--policies", " , "}, "at least one policy"},
 		{"unknown profile", []string{"--profile", "tpu-v9"}, "tpu-v9"},
 		{"unknown workload", []string{"--workload", "gaming"}, "gaming"},

@@ -115,7 +115,10 @@ type Options struct {
 	ShareDelay   time.Duration // default DefaultShareDelay
 	LoadInterval time.Duration // default DefaultLoadInterval
 	LoadTTL      time.Duration // default DefaultLoadTTL
-	Progress     io.Writer     // progress line every ~1 s of wall time; nil = none
+	// NoShareLoad: shared runs share pins and the block index only, not
+	// in-flight loads (serve's state.share_load: false).
+	NoShareLoad bool
+	Progress    io.Writer // progress line every ~1 s of wall time; nil = none
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }
@@ -258,7 +261,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			continue
 		}
 		for _, shared := range []bool{false, true} {
-			runs = append(runs, &run{opts: &opts, policy: p, shared: shared, label: RunLabel(p, opts.Balancers, shared)})
+			label := RunLabel(p, opts.Balancers, shared, !opts.NoShareLoad)
+			runs = append(runs, &run{opts: &opts, policy: p, shared: shared, label: label})
 		}
 	}
 	results := make([]Result, len(runs))
@@ -379,11 +383,15 @@ type runProgress struct {
 }
 
 // RunLabel names one run of a policy with several balancers: "cost x4
-// independent" or "cost x4 shared".
-func RunLabel(policy string, balancers int, shared bool) string {
+// independent", "cost x4 shared" or, without the loads, "cost x4
+// shared-no-load".
+func RunLabel(policy string, balancers int, shared, load bool) string {
 	mode := "independent"
-	if shared {
+	switch {
+	case shared && load:
 		mode = "shared"
+	case shared:
+		mode = "shared-no-load"
 	}
 	return fmt.Sprintf("%s x%d %s", policy, balancers, mode)
 }

@@ -134,7 +134,7 @@ func (r *run) setup() error {
 	r.h = newEventHeap(2*n + 5)
 	r.h.set(r.srcBus, never)
 	r.h.set(r.srcLoad, never)
-	if r.shared {
+	if r.shared && !o.NoShareLoad {
 		r.h.set(r.srcLoad, int64(o.LoadInterval))
 	}
 	r.h.set(r.srcMark, int64(o.Duration))

@@ -40,6 +40,10 @@ type Config struct {
 	// load of an instance that died stops counting after LoadTTL.
 	LoadInterval time.Duration
 	LoadTTL      time.Duration
+	// ShareLoad publishes this instance's in-flight requests and adds the
+	// peers' to the effective load (state.share_load, true). Off, only
+	// pins and the block index are shared (BENCHMARKS.md compares both).
+	ShareLoad bool
 	// QueueSize bounds the changes waiting to be written (state.queue_size,
 	// 8192); beyond it changes are dropped and counted, routing goes on.
 	QueueSize int
@@ -59,6 +63,7 @@ func DefaultConfig() Config {
 		OpTimeout:    50 * time.Millisecond,
 		LoadInterval: 250 * time.Millisecond,
 		LoadTTL:      2 * time.Second,
+		ShareLoad:    true,
 		QueueSize:    8192,
 		StreamMaxLen: 10_000,
 		ReplayWindow: 5 * time.Minute,

@@ -179,6 +179,9 @@ func (s *Redis) write(ctx context.Context) {
 				}
 			}
 		case <-tick.C:
+			if !s.cfg.ShareLoad {
+				continue
+			}
 			load = true
 		}
 		if now := time.Now(); now.Before(retryAt) {
@@ -343,6 +346,9 @@ func (s *Redis) apply(m redis.XMessage) {
 		}
 		s.core.Apply(balancer.Delta{Kind: balancer.DeltaBlocks, At: now, Replica: str("r"), URL: str("u"), Blocks: blocks}, now)
 	case "l":
+		if !s.cfg.ShareLoad {
+			return
+		}
 		ttl, err := strconv.ParseInt(str("ttl"), 10, 64)
 		var loads []balancer.ReplicaLoad
 		if err != nil || ttl <= 0 || json.Unmarshal([]byte(str("j")), &loads) != nil {
