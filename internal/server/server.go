@@ -144,11 +144,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
 	// changes to Redis and applies its peers'; Run runs the client.
 	if cfg.State.Enabled() {
-		if s.shared, err = sharedstate.New(cfg.State, bal, logger, o.now); err != nil {
-			return nil, fmt.Errorf("server: %w", err)
-		}
-		bal.SetSharer(s.shared)
-		if err := s.metrics.Registry().Register(s.shared); err != nil {
+		if s.shared, err = sharedstate.Attach(cfg.State, bal, s.metrics.Registry(), logger, o.now); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -91,6 +92,23 @@ func New(cfg Config, core Core, logger *slog.Logger, now func() time.Time) (*Red
 	}
 	return &Redis{cfg: cfg, id: id, core: core, rdb: redis.NewClient(opt), log: logger, now: now,
 		queue: make(chan balancer.Delta, cfg.QueueSize)}, nil
+}
+
+// Attach is what a shell (`serve`, `epp`) does to share bal's state: a
+// client for cfg whose changes bal publishes, its metrics registered on reg
+// (nil: none). The caller runs Run with its background context.
+func Attach(cfg Config, bal *balancer.Balancer, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Redis, error) {
+	s, err := New(cfg, bal, logger, now)
+	if err != nil {
+		return nil, err
+	}
+	if reg != nil {
+		if err := reg.Register(s); err != nil {
+			return nil, fmt.Errorf("sharedstate: metrics: %w", err)
+		}
+	}
+	bal.SetSharer(s)
+	return s, nil
 }
 
 var quietOnce sync.Once
