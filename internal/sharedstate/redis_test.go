@@ -2,6 +2,7 @@ package sharedstate
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,35 @@ func TestRedisDownRoutingGoesOnAndRecovers(t *testing.T) {
 		}
 		a.Release(res, balancer.OutcomeOK, time.Now())
 		return pinOf(b, "session", "after") == res.Replica
+	})
+}
+
+// A Redis that hangs (SIGSTOP) rather than refuses: every operation runs
+// into its deadline, routing never waits for it, and sharing resumes when
+// it answers again.
+func TestRedisHungRoutingGoesOn(t *testing.T) {
+	srv := redisserver.Start(t)
+	a, b := core(t, "llmlb"), core(t, "llmlb")
+	ra := instance(t, srv.URL(), "A", a)
+	instance(t, srv.URL(), "B", b)
+	eventually(t, "A reaches Redis", ra.Up)
+	srv.Pause()
+	for i := range 200 {
+		res, err := a.Select(&balancer.Profile{SessionKey: fmt.Sprintf("hung-%d", i)}, time.Now())
+		if err != nil {
+			t.Fatalf("request %d with Redis hung: %v", i, err)
+		}
+		a.Release(res, balancer.OutcomeOK, time.Now())
+	}
+	eventually(t, "A reports Redis down", func() bool { return !ra.Up() })
+	srv.Resume()
+	eventually(t, "sharing resumes by itself", func() bool {
+		res, err := a.Select(&balancer.Profile{SessionKey: "resumed"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Release(res, balancer.OutcomeOK, time.Now())
+		return pinOf(b, "session", "resumed") == res.Replica
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -76,9 +77,25 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
+	s.Resume() // a paused process is killed all the same; resumed, it exits at once
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// Pause stops the process without closing its connections (SIGSTOP): a
+// Redis that hangs rather than refuses. Resume continues it.
+func (s *Server) Pause() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 func (s *Server) ping() bool {
