@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,49 @@ func TestSharedState(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.run)
+	}
+}
+
+// discard is a Sharer that does what the Redis client's Publish does on the
+// routing path (copy the blocks, a non-blocking send) and drops the rest.
+type discard struct{ ch chan Delta }
+
+func (d discard) Publish(x Delta) {
+	if len(x.Blocks) > 0 {
+		x.Blocks = append([]uint64(nil), x.Blocks...)
+	}
+	select {
+	case d.ch <- x:
+	default:
+	}
+}
+
+// BenchmarkSelectReleaseShared is Select + Release with and without a
+// Sharer on 4 replicas: the cost of publishing on the routing path (pins
+// looked up before and after, a Delta built, the blocks copied for cost).
+func BenchmarkSelectReleaseShared(b *testing.B) {
+	for _, pol := range []string{"llmlb", "cost"} {
+		for _, shared := range []bool{false, true} {
+			b.Run(fmt.Sprintf("policy=%s/shared=%v", pol, shared), func(b *testing.B) {
+				bal := newFleet(b, 4, func(c *Config) { c.Policy = pol })
+				if shared {
+					bal.SetSharer(discard{make(chan Delta)})
+				}
+				profiles := make([]*Profile, 1000)
+				for i := range profiles {
+					profiles[i] = costProfile(fmt.Sprint("doc", i%50), 200, 20)
+					profiles[i].SessionKey = fmt.Sprint("session-", i)
+				}
+				now := t0.Add(time.Second)
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					res, err := bal.Select(profiles[i%len(profiles)], now)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bal.Release(res, OutcomeOK, now)
+				}
+			})
+		}
 	}
 }
