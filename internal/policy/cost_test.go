@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -214,5 +215,48 @@ func TestCostBoundsIndexWorkPerRequest(t *testing.T) {
 	}
 	if c.PrefillTokens != 20_000*tokenize.BlockSize {
 		t.Fatalf("prefill = %d, want the whole prompt", c.PrefillTokens)
+	}
+}
+
+func TestCostFinishedRefreshesTheIndex(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(1)
+	cands[0].KVCacheTokens = 20 * tokenize.BlockSize // 20 blocks
+	long := costPrompt("long", 8, 0, "")
+	p.Choose(long, cands, t0)                          // a long request starts
+	p.Choose(costPrompt("short", 8, 0, ""), cands, t0) // a short one starts and finishes
+	// The long one finishes last: vLLM frees its blocks now, so they are the
+	// freshest and the next new prompt evicts the short one's instead.
+	p.Finished(cands[0].Name, long.PromptBlocks, t0)
+	p.Choose(costPrompt("next", 8, 0, ""), cands, t0)
+	if c := p.Choose(costPrompt("long", 8, 1, ""), cands, t0); c.CachedTokens != 8*tokenize.BlockSize {
+		t.Fatalf("the prompt that finished last matched %d tokens, want all 8 blocks", c.CachedTokens)
+	}
+	if c := p.Choose(costPrompt("short", 8, 1, ""), cands, t0); c.CachedTokens >= 8*tokenize.BlockSize {
+		t.Fatalf("the prompt that finished first matched %d tokens; its blocks were the least recently freed", c.CachedTokens)
+	}
+	p.Finished("unknown", long.PromptBlocks, t0) // a replica it never routed to: ignored
+}
+
+func TestCostBusyFleetKeepsALongPrefixWhereItIs(t *testing.T) {
+	// a holds a 1,600-token prefix behind 2,000 tokens of queued prefill;
+	// b is idle. On an idle fleet b gives the first token sooner (copying
+	// the prefix costs 0.16 s, the queue 0.2 s). On a fleet at half its
+	// prefill capacity the copy also takes capacity the next requests
+	// would have used, and the request waits behind a's queue instead.
+	for _, busy := range []bool{false, true} {
+		p := newCost(t, nil)
+		cands := costCands(2)
+		if busy { // 600K tokens in the last minute on 20K tokens/s: 50%
+			for i := range 300 {
+				p.Choose(costPrompt("cold", 0, 125, fmt.Sprint(i)), cands, t0)
+			}
+		}
+		first := p.Choose(costPrompt("prefix", 100, 0, ""), cands, t0)
+		cands[first.Index].PendingPrefill, cands[first.Index].PendingRequests = 2000, 1
+		c := p.Choose(costPrompt("prefix", 100, 1, "next"), cands, t0)
+		if stayed := c.Index == first.Index; stayed != busy {
+			t.Errorf("busy fleet %v: stayed on the cached replica %v (%+v)", busy, stayed, c)
+		}
 	}
 }

@@ -101,3 +101,13 @@ type CacheForgetter interface {
 type BlockRecorder interface {
 	Record(name string, blocks []uint64, capacityTokens int)
 }
+
+// FinishObserver is implemented by policies that model replicas' caches and
+// want to know when a request finished successfully on a replica: vLLM frees
+// a request's blocks when it finishes, so their place in the replica's LRU
+// eviction order is set then, not when the request was routed. blocks are
+// the request's prompt blocks (Request.PromptBlocks); the policy must not
+// keep them.
+type FinishObserver interface {
+	Finished(replica string, blocks []uint64, now time.Time)
+}
