@@ -514,6 +514,10 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	case OutcomeOK:
 		if f, ok := b.policy.(policy.FinishObserver); ok && len(res.blocks) > 0 {
 			f.Finished(r.name, res.blocks, now)
+			if b.sharer != nil { // the peers' indexes learn the same order
+				b.sharer.Publish(Delta{Kind: DeltaBlocks, At: now, Replica: r.name, URL: r.url,
+					Blocks: res.blocks[:min(len(res.blocks), maxSharedBlocks)]})
+			}
 		}
 		tr = r.health.ObserveRequest(true, "", now)
 	case OutcomeServerError:

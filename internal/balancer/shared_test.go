@@ -129,8 +129,11 @@ func TestSharedState(t *testing.T) {
 			p := costProfile("doc", 200, 0)
 			res, _ := a.Select(p, t0)
 			a.Release(res, OutcomeOK, t0)
-			if k := out.kinds(); len(k) != 1 || k[0] != DeltaBlocks || len(out.deltas[0].Blocks) != 200 {
-				t.Fatalf("published %v, want one blocks record of 200", k)
+			// One record when routed, one when it finished (its blocks' place
+			// in the replica's LRU order is set then).
+			if k := out.kinds(); len(k) != 2 || k[0] != DeltaBlocks || k[1] != DeltaBlocks ||
+				len(out.deltas[0].Blocks) != 200 || len(out.deltas[1].Blocks) != 200 {
+				t.Fatalf("published %v, want two blocks records of 200", k)
 			}
 			out.deliver(b, t0)
 			got, _ := b.Select(costProfile("doc", 200, 10), t0.Add(time.Second))
