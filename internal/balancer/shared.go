@@ -27,7 +27,8 @@ const (
 	// DeltaUnpin: the pin of Key (of PinKind) was deleted (a dropped
 	// prefix pin, a pin on a dead replica).
 	DeltaUnpin
-	// DeltaBlocks: Replica was sent a prompt with these chained block hashes.
+	// DeltaBlocks: Replica was sent a prompt with these chained block
+	// hashes, or finished one (policy cost re-records a prompt then).
 	DeltaBlocks
 )
 
