@@ -42,7 +42,8 @@ type Config struct {
 	LoadTTL      time.Duration
 	// ShareLoad publishes this instance's in-flight requests and adds the
 	// peers' to the effective load (state.share_load, true). Off, only
-	// pins and the block index are shared (BENCHMARKS.md compares both).
+	// pins and the block index are shared: better with policy llmlb, whose
+	// least-loaded choice herds on a shared view (BENCHMARKS.md).
 	ShareLoad bool
 	// QueueSize bounds the changes waiting to be written (state.queue_size,
 	// 8192); beyond it changes are dropped and counted, routing goes on.
