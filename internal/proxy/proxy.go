@@ -68,7 +68,9 @@ type Options struct {
 	Proxy    config.Proxy
 	// APIKey returns the replica's api key ("" = none); nil means none.
 	APIKey func(replica string) string
-	// Transport reaches the replicas; nil means NewTransport(Proxy).
+	// Transport reaches the replicas; nil means the proxy's own HTTP/1.1
+	// transport (transport.go), with NewTransport(Proxy) for what it does
+	// not handle (protocol upgrades).
 	Transport http.RoundTripper
 	// Metrics records measurements; nil records nothing.
 	Metrics Recorder
@@ -150,7 +152,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	tr := opts.Transport
 	if tr == nil {
-		tr = NewTransport(cfg)
+		tr = newConnTransport(cfg)
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
