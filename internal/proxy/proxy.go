@@ -18,6 +18,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -102,6 +103,39 @@ type Proxy struct {
 	rp          *httputil.ReverseProxy
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
+	targets     urlCache   // replicas' parsed URLs
+}
+
+// urlCache keeps the replicas' URLs parsed: url.Parse per attempt was an
+// avoidable cost (issue 14). It is cleared when it outgrows maxCachedURLs
+// (replicas come and go with discovery).
+type urlCache struct {
+	mu sync.Mutex
+	m  map[string]*url.URL
+}
+
+const maxCachedURLs = 1024
+
+// parse returns raw parsed, or an error if it is not a URL with a host.
+// The result is shared: callers must not modify it.
+func (c *urlCache) parse(raw string) (*url.URL, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u, ok := c.m[raw]; ok {
+		return u, nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && u.Host == "" {
+		err = errors.New("no host")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil || len(c.m) >= maxCachedURLs {
+		c.m = make(map[string]*url.URL)
+	}
+	c.m[raw] = u
+	return u, nil
 }
 
 // New returns a Proxy. It starts no goroutines.
@@ -435,10 +469,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 			p.transitions(ts)
 		}
 	}()
-	target, err := url.Parse(res.URL)
-	if err == nil && target.Host == "" {
-		err = errors.New("no host")
-	}
+	target, err := p.targets.parse(res.URL)
 	if err != nil {
 		a.err = fmt.Errorf("proxy: replica %s has a bad url: %w", res.Replica, err)
 		return a
