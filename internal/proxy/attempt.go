@@ -37,7 +37,7 @@ var (
 type attempt struct {
 	res    *balancer.Reservation
 	target *url.URL
-	body   []byte // the request body, read whole
+	body   *outBody // the request body, read whole
 	start  time.Time
 	w      *trackingWriter
 

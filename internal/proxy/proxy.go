@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -104,6 +106,56 @@ type Proxy struct {
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
+	// ownTransport: the proxy's own transport (transport.go) reaches the
+	// replicas, so request bodies may be pooled (readGrowing, outBody).
+	ownTransport bool
+}
+
+// outBody is the request body the attempts send. Every reader made of it
+// counts as open until it is closed, and a closed reader reads nothing, so
+// the buffer may go back to the pool once none is open.
+type outBody struct {
+	b    []byte
+	open atomic.Int32
+}
+
+func (o *outBody) reader() io.ReadCloser {
+	o.open.Add(1)
+	r := &bodyReader{o: o}
+	r.r.Reset(o.b)
+	return r
+}
+
+// bodyReader is one reader of an outBody.
+type bodyReader struct {
+	mu     sync.Mutex // a transport may close it on another goroutine
+	r      bytes.Reader
+	o      *outBody
+	closed bool
+}
+
+var errBodyClosed = errors.New("proxy: request body read after close")
+
+// Read implements io.Reader.
+func (r *bodyReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, errBodyClosed
+	}
+	return r.r.Read(p)
+}
+
+// Close implements io.Closer.
+func (r *bodyReader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.r.Reset(nil)
+		r.o.open.Add(-1)
+	}
+	return nil
 }
 
 // urlCache keeps the replicas' URLs parsed: url.Parse per attempt was an
@@ -187,6 +239,7 @@ func New(opts Options) (*Proxy, error) {
 	tr := opts.Transport
 	if tr == nil {
 		tr = newConnTransport(cfg)
+		p.ownTransport = true
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
@@ -268,11 +321,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
+			putBody(body)
 			p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, err.Error())
 			return
 		}
 	}
-	p.route(w, r, body, &prof)
+	out := &outBody{b: askUsage(r.Context(), path, &prof, body)}
+	if len(out.b) != len(body) {
+		putBody(body) // askUsage made a new body
+		body = nil
+	}
+	// The buffer goes back to the pool only once no reader of it is open:
+	// the proxy's own transport has written a request whole when it
+	// returns; another one may still be writing (it closes the body when
+	// done).
+	defer func() {
+		if body != nil && p.ownTransport && out.open.Load() == 0 {
+			putBody(body)
+		}
+	}()
+	p.route(w, r, out, &prof)
 }
 
 // readBody reads the whole request body under the size limit; over it the
@@ -297,6 +365,9 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
 	body, err := readGrowing(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes), r.ContentLength)
+	if err != nil {
+		putBody(body)
+	}
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -318,24 +389,27 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 }
 
 // readGrowing reads r to its end. The buffer grows only as bytes arrive
-// (doubling, never past the announced length + 1), so a client that
-// announces 32 MB and sends one byte costs a few KiB, not 32 MB held for
-// read_body_timeout (issue 10, item 1). The caller bounds r.
+// (doubling, from the announced length + 1 or 16 KiB, whichever is
+// smaller), so a client that announces 32 MB and sends one byte costs a few
+// KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
+// come from and go back to bodyPool (issue 14): the caller hands the
+// result back with putBody when nothing reads it any more. The caller
+// bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
 	if announced >= 0 && announced < size-1 {
 		size = announced + 1 // +1: room to see EOF without growing
 	}
-	buf := make([]byte, 0, size)
+	buf := getBody(int(size))
 	for {
 		if len(buf) == cap(buf) {
 			next := int64(cap(buf)) * 2
 			if announced >= int64(len(buf)) && announced < next-1 {
 				next = announced + 1
 			}
-			grown := make([]byte, len(buf), next)
-			copy(grown, buf)
+			grown := append(getBody(int(next)), buf...)
+			putBody(buf)
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
@@ -347,6 +421,46 @@ func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// Request bodies are pooled in power-of-two classes from minPooledBody to
+// maxPooledBody bytes; larger ones are left to the garbage collector.
+const (
+	minPooledBody = 4 << 10
+	maxPooledBody = 8 << 20
+)
+
+var bodyPool [24 - 12 + 1]sync.Pool // classes 2^12 .. 2^23 (and 2^24 unused)
+
+// bodyClass is the pool class whose buffers hold size bytes; -1 if none.
+func bodyClass(size int) int {
+	if size > maxPooledBody {
+		return -1
+	}
+	return max(bits.Len(uint(size-1)), 12) - 12
+}
+
+// getBody returns an empty buffer of at least size bytes.
+func getBody(size int) []byte {
+	c := bodyClass(size)
+	if c < 0 {
+		return make([]byte, 0, size)
+	}
+	if v, ok := bodyPool[c].Get().(*[]byte); ok {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, minPooledBody<<c)
+}
+
+// putBody returns a buffer of getBody's to the pool. Nothing may read or
+// write it afterwards.
+func putBody(b []byte) {
+	c := cap(b)
+	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
+		return
+	}
+	b = b[:0]
+	bodyPool[bodyClass(c)].Put(&b)
 }
 
 // dotSegments reports whether a (decoded) URL path has a "." or ".."
@@ -369,9 +483,8 @@ func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string)
 
 // route selects, proxies and fails over (SPEC s3 + failover): at most
 // MaxAttempts distinct replicas, and never once a byte reached the client.
-func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof *request.Profile) {
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) {
 	ctx := r.Context()
-	body = askUsage(ctx, r.URL.Path, prof, body)
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
@@ -441,7 +554,7 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // try runs one attempt on the reserved replica and releases the reservation
 // when it ends, also when ReverseProxy aborts the handler with
 // http.ErrAbortHandler (the deferred release runs while the panic unwinds).
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *balancer.Reservation, prof *request.Profile) *attempt {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile) *attempt {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w},
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
@@ -486,9 +599,9 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 	}
 	a.body = body
 	in := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
-	in.ContentLength = int64(len(body))
+	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
-	if len(body) > 0 {
+	if len(body.b) > 0 {
 		in.Body = http.NoBody // rewrite gives the outbound request its body
 	} else {
 		in.Body = http.NoBody
@@ -535,11 +648,16 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// known length (ReverseProxy's own wrapper hides that), so that the
 	// request's headers and body leave in one write (issue 14), and GetBody
 	// lets the transport resend it on a dead keep-alive connection.
-	if len(a.body) > 0 {
-		body := a.body
-		pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		pr.Out.ContentLength = int64(len(body))
+	switch body := a.body; {
+	case len(body.b) == 0:
+	case p.ownTransport:
+		pr.Out.Body = body.reader()
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
+		pr.Out.ContentLength = int64(len(body.b))
+	default:
+		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
+		pr.Out.ContentLength = int64(len(body.b))
 	}
 	pr.SetURL(a.target)
 	pr.SetXForwarded()

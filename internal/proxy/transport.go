@@ -52,6 +52,10 @@ const writeBufSize = 64 << 10
 
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
 
+// bufWriter hides the *bufio.Writer type from Request.Write (see exchange)
+// while keeping it an io.ByteWriter, so Request.Write adds no buffer.
+type bufWriter struct{ *bufio.Writer }
+
 // aLongTimeAgo is a deadline in the past: it interrupts a blocked read.
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -196,7 +200,9 @@ func (t *connTransport) exchange(ctx context.Context, c *upConn, r *http.Request
 	}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(c)
-	err = r.Write(bw) // closes r.Body
+	// Not a *bufio.Writer to Request.Write: it would flush the headers
+	// before a body it does not know to be in memory (two writes).
+	err = r.Write(bufWriter{bw}) // closes r.Body
 	if err == nil {
 		err = bw.Flush()
 	}
