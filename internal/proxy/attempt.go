@@ -374,7 +374,13 @@ func (b *upstreamBody) errorEvent() []byte {
 // Close implements io.Closer.
 func (b *upstreamBody) Close() error { return b.rc.Close() }
 
-// bufferPool recycles ReverseProxy's 32 KiB copy buffers across responses.
+// copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
+// proxy_buffer_size) rather than ReverseProxy's own 32 KiB, since a stream
+// holds its buffer as long as it lasts and SSE chunks are small (issue 14:
+// memory per in-flight stream); a large JSON answer takes a few more reads.
+const copyBufferSize = 8 << 10
+
+// bufferPool recycles ReverseProxy's copy buffers across responses.
 type bufferPool struct{ p sync.Pool }
 
 // Get implements httputil.BufferPool.
@@ -382,7 +388,7 @@ func (b *bufferPool) Get() []byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return *v
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, copyBufferSize)
 }
 
 // Put implements httputil.BufferPool.
