@@ -104,7 +104,7 @@ http {
 	}
 }
 EOF
-"$NGINX" -p "$work/nginx" -c "$work/nginx/nginx.conf" &
+"$NGINX" -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" &
 nginx_pid=$!
 pids+=("$nginx_pid")
 wait_port "$NGINX_PORT"
@@ -239,31 +239,33 @@ done
 # round and its median. "added" metrics subtract the round's direct figure.
 echo
 echo "== results (median over $ROUNDS rounds; per-round ratios llmlb/NGINX in brackets)"
-awk '
+awk -v R="$ROUNDS" '
 function median(list,   a, n, i, j, t) {
 	n = split(list, a, " ")
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 $1 == "mem" { mem[$2] = $4; next }
-{ v[$1, $2, $3] = $4; rounds[$1] = 1; metrics[$3] = 1 }
+{ v[$1, $2, $3] = $4 }
 END {
 	split("json_c1_p50_us sse_c1_p50_us ttfb_p50_us json_c'"$CONNS"'_rps sse_c'"$CONNS"'_rps json_c'"$CONNS"'_cpu_us_per_req sse_c'"$CONNS"'_cpu_us_per_req", order, " ")
 	printf "%-30s %10s %10s %10s %10s  %s\n", "metric", "direct", "nginx", "llmlb", "llmlb/nginx", "per round"
 	for (k = 1; k in order; k++) {
 		m = order[k]
 		added = (m ~ /p50_us$/)
-		d = ""; n = ""; l = ""; rs = ""; nn = ""; ll = ""
-		for (r in rounds) {
+		d = ""; n = ""; l = ""; rs = ""; shown = ""; nn = ""; ll = ""
+		for (r = 1; r <= R; r++) {
 			d = d " " v[r, "direct", m]; n = n " " v[r, "nginx", m]; l = l " " v[r, "llmlb", m]
 			if (added) { a = v[r, "nginx", m] - v[r, "direct", m]; b = v[r, "llmlb", m] - v[r, "direct", m] }
 			else { a = v[r, "nginx", m]; b = v[r, "llmlb", m] }
 			nn = nn " " a; ll = ll " " b
-			rs = rs sprintf(" %.2f", (a > 0 ? b / a : 0))
+			# the added latency of NGINX can come out <= 0 in a noisy round: no ratio then
+			if (a > 0) { rs = rs sprintf(" %.2f", b / a); shown = shown sprintf(" %.2f", b / a) }
+			else shown = shown " -"
 		}
 		name = added ? m " (added)" : m
-		if (added) printf "%-30s %10.0f %10.0f %10.0f %10.2f  [%s ]\n", name, median(d), median(nn), median(ll), median(rs), rs
-		else printf "%-30s %10.1f %10.1f %10.1f %10.2f  [%s ]\n", name, median(d), median(n), median(l), median(rs), rs
+		if (added) printf "%-30s %10.0f %10.0f %10.0f %10.2f  [%s ]\n", name, median(d), median(nn), median(ll), median(rs), shown
+		else printf "%-30s %10.1f %10.1f %10.1f %10.2f  [%s ]\n", name, median(d), median(n), median(l), median(rs), shown
 	}
 	printf "%-30s %10s %10.1f %10.1f %10.2f\n", "memory per stream (KiB)", "", mem["nginx"], mem["llmlb"], (mem["nginx"] > 0 ? mem["llmlb"] / mem["nginx"] : 0)
 }' "$results"
