@@ -51,9 +51,9 @@ type exchange struct {
 	prof     request.Profile
 	res      *balancer.Reservation
 	picked   time.Time
-	status   int    // the response's status (0 before its headers)
-	sse      bool   // the response is an event stream
-	gotBytes bool   // a response body byte arrived
+	status   int  // the response's status (0 before its headers)
+	sse      bool // the response is an event stream
+	gotBytes bool // a response body byte arrived
 	ttftAt   time.Time
 	usage    usageReader
 	done     bool   // the response ended; the reservation was released
