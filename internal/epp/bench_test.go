@@ -1,0 +1,160 @@
+package epp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/epp"
+	"github.com/llmlb/llmlb/internal/request"
+)
+
+// benchFleet is a routing core with n LIVE replicas (no I/O behind them:
+// the benchmark stops at the decision).
+func benchFleet(b *testing.B, n int) *balancer.Balancer {
+	bal, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: name, URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1), Models: []string{"sim-model"}}, now); err != nil {
+			b.Fatal(err)
+		}
+		bal.ObserveScrape(name, balancer.Snapshot{Running: float64(i % 3)}, nil, now)
+	}
+	return bal
+}
+
+func p99(xs []time.Duration) time.Duration {
+	slices.Sort(xs)
+	return xs[len(xs)*99/100]
+}
+
+func p50(xs []time.Duration) time.Duration {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// BenchmarkEPP measures the routing decision through the ext_proc round
+// trip on loopback (a gateway's request headers and body sent, the picked
+// endpoint received) against serve's own decision (request.Parse, Select,
+// Release) on the same core, and reports both P99s and the P99 the
+// picker adds. One ext_proc stream per request, as Envoy opens them; the
+// response phase is run after each decision, outside the measurement.
+//
+//	go test -run '^$' -bench EPP -benchtime 5000x ./internal/epp
+func BenchmarkEPP(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		c    call
+	}{{"full-duplex", call{mode: fullDuplex}}, {"buffered", call{mode: buffered}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			bal := benchFleet(b, 8)
+			srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ln) }()
+			defer func() {
+				_ = srv.Shutdown(context.Background())
+				<-done
+			}()
+			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			client := extprocv3.NewExternalProcessorClient(conn)
+			cfg := request.DefaultConfig()
+			hdr := http.Header{"X-Session-Id": {"s"}}
+
+			var viaEPP, direct []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				body := chatBody("sim-model", fmt.Sprintf("bench-%d", i%64), i, true)
+				c := mode.c
+				c.body, c.header = body, map[string]string{"x-session-id": fmt.Sprintf("s%d", i%64)}
+
+				// serve's decision on the same core.
+				t0 := time.Now()
+				prof, err := request.Parse(cfg, "/v1/chat/completions", hdr, body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := bal.Select(&prof, t0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				direct = append(direct, time.Since(t0))
+				bal.Release(res, balancer.OutcomeOK, time.Now())
+
+				// The picker's, over gRPC on loopback.
+				ctx, cancel := context.WithCancel(context.Background())
+				t1 := time.Now()
+				st, err := client.Process(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e := &envoy{stream: st, c: c}
+				p, err := e.request()
+				if err != nil || p.endpoint == "" {
+					b.Fatalf("%v %+v", err, p)
+				}
+				viaEPP = append(viaEPP, time.Since(t1))
+				if err := finishResponse(e); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+			}
+			b.StopTimer()
+			pe, pd := p99(viaEPP), p99(direct)
+			b.ReportMetric(float64(pe.Nanoseconds()), "p99-ns")
+			b.ReportMetric(float64(p50(viaEPP).Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(pd.Nanoseconds()), "select-p99-ns")
+			b.ReportMetric(float64((pe - pd).Nanoseconds()), "p99-extra-ns")
+		})
+	}
+}
+
+// finishResponse runs a short successful response through the stream.
+func finishResponse(e *envoy) error {
+	st := e.stream
+	if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(map[string]string{":status": "200", "content-type": "application/json"})}}}); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte(`{"choices":[]}`), EndOfStream: true}}}); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		return fmt.Errorf("want the stream's end, got %v", err)
+	}
+	return nil
+}
