@@ -525,3 +525,5 @@ func (r *rig) state(name string) string {
 	}
 	return ""
 }
+
+func runtimeStack(buf []byte) int { return runtime.Stack(buf, true) }

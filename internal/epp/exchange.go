@@ -128,7 +128,7 @@ func (x *exchange) readMetadata(req *extprocv3.ProcessingRequest) {
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
-	if x.header != nil {
+	if x.header != nil || x.decided {
 		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
 			"the gateway sent the request headers twice")
 	}
@@ -212,6 +212,10 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 
 // requestTrailers ends a body that came without end_of_stream.
 func (x *exchange) requestTrailers() error {
+	if x.header == nil {
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+			"the gateway sent request trailers before the headers")
+	}
 	if !x.decided {
 		if err := x.decide(false); err != nil || x.immediate {
 			return err
@@ -224,6 +228,9 @@ func (x *exchange) requestTrailers() error {
 // answers the request phase with the endpoint (or an immediate response).
 // headersOnly: there is no body to read (yet).
 func (x *exchange) decide(headersOnly bool) error {
+	if x.decided || x.res != nil {
+		return nil // one decision (and one reservation) per exchange
+	}
 	x.decided = true
 	var prof request.Profile
 	if !headersOnly && x.method == http.MethodPost && routedPaths[x.path] {
@@ -386,13 +393,10 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 // finish releases the reservation of a response that ended: a 5xx is the
 // replica's failure (health), anything else a success.
 func (x *exchange) finish() {
-	if x.done {
-		return
+	if x.done || x.res == nil {
+		return // released already, or nothing reserved (yet)
 	}
 	x.done = true
-	if x.res == nil {
-		return
-	}
 	o := balancer.OutcomeOK
 	if x.status >= 500 {
 		o = balancer.OutcomeServerError
