@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
@@ -59,7 +61,14 @@ func BenchmarkEPP(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		c    call
-	}{{"full-duplex", call{mode: fullDuplex, chunks: 1}}, {"buffered", call{mode: buffered}}} {
+		stub bool
+	}{
+		{"full-duplex", call{mode: fullDuplex, chunks: 1}, false},
+		{"buffered", call{mode: buffered}, false},
+		// The same gRPC hop to a stub that answers without parsing or
+		// selecting: what the transport alone costs on this machine.
+		{"bare-grpc-stub", call{mode: fullDuplex, chunks: 1}, true},
+	} {
 		b.Run(mode.name, func(b *testing.B) {
 			bal := benchFleet(b, 8)
 			srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
@@ -70,12 +79,19 @@ func BenchmarkEPP(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ln) }()
-			defer func() {
-				_ = srv.Shutdown(context.Background())
-				<-done
-			}()
+			if mode.stub {
+				gs := grpc.NewServer()
+				extprocv3.RegisterExternalProcessorServer(gs, stubPicker{})
+				go func() { _ = gs.Serve(ln) }()
+				defer gs.Stop()
+			} else {
+				done := make(chan error, 1)
+				go func() { done <- srv.Serve(ln) }()
+				defer func() {
+					_ = srv.Shutdown(context.Background())
+					<-done
+				}()
+			}
 			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				b.Fatal(err)
@@ -146,6 +162,82 @@ func BenchmarkEPP(b *testing.B) {
 			b.ReportMetric(float64(pd.Nanoseconds()), "select-p99-ns")
 			b.ReportMetric(float64((pe - pd).Nanoseconds()), "p99-extra-ns")
 		})
+	}
+}
+
+// stubPicker answers a full-duplex exchange with a fixed endpoint and
+// does nothing else (the transport's share of BenchmarkEPP).
+type stubPicker struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+func (stubPicker) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
+	ep := "10.0.0.1:8000"
+	var body []byte
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		var out []*extprocv3.ProcessingResponse
+		switch m := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestBody:
+			body = append(body, m.RequestBody.GetBody()...)
+			if !m.RequestBody.GetEndOfStream() {
+				continue
+			}
+			out = append(out, &extprocv3.ProcessingResponse{
+				Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+					Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+						Header: &corev3.HeaderValue{Key: epp.HeaderDestination, RawValue: []byte(ep)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}}}},
+				DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{epp.MetadataNamespace: structpb.NewStructValue(
+					&structpb.Struct{Fields: map[string]*structpb.Value{epp.MetadataDestination: structpb.NewStringValue(ep)}})}},
+			}, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+					StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: true}}}}}}})
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+					StreamedResponse: &extprocv3.StreamedBodyResponse{Body: m.ResponseBody.GetBody(), EndOfStream: m.ResponseBody.GetEndOfStream()}}}}}}})
+		}
+		for _, r := range out {
+			if err := st.Send(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// BenchmarkEPPProcess is the picker's own work for one whole exchange
+// (full duplex: headers, body, pick, response headers and body, release),
+// without gRPC: a stream in memory.
+//
+//	go test -run '^$' -bench EPPProcess -benchmem ./internal/epp
+func BenchmarkEPPProcess(b *testing.B) {
+	bal := benchFleet(b, 8)
+	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := chatBody("sim-model", "bench", 1, true)
+	hdr := headerMap(map[string]string{":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json", "x-session-id": "s"})
+	msgs := []*extprocv3.ProcessingRequest{
+		{ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: fullDuplex, ResponseBodyMode: fullDuplex},
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(map[string]string{":status": "200", "content-type": "text/event-stream"})}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fs := &fakeStream{ctx: context.Background(), msgs: msgs}
+		if err := srv.Process(fs); err != nil || len(fs.sent) != 5 {
+			b.Fatalf("%v, %d answers", err, len(fs.sent))
+		}
 	}
 }
 
