@@ -141,7 +141,10 @@ func New(opts Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.grpc = grpc.NewServer()
+	// A BUFFERED gateway sends the whole body in one message: let one up to
+	// the body limit through (gRPC's default is 4 MiB) so that it is
+	// answered 413 or routed, not failed by the transport.
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20))
 	extprocv3.RegisterExternalProcessorServer(s.grpc, s)
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

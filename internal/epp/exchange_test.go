@@ -237,3 +237,42 @@ func pickerGoroutines() int {
 	}
 	return c
 }
+
+// TestBufferedBodyAboveGRPCDefault: a BUFFERED gateway sends the body in
+// one message; one larger than gRPC's default 4 MiB (but within
+// proxy.max_body_bytes) is routed, not failed by the transport.
+func TestBufferedBodyAboveGRPCDefault(t *testing.T) {
+	bal := coreWith(t, 2)
+	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), MaxBodyBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		_ = srv.Shutdown(context.Background())
+		<-served
+	}()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("a ", 3<<20) + `"}`)
+	e := &envoy{stream: st, c: call{mode: buffered, path: "/v1/completions", body: body}}
+	p, err := e.request()
+	if err != nil || p.endpoint == "" {
+		t.Fatalf("a %d-byte buffered body: %+v %v", len(body), p.immediate, err)
+	}
+}

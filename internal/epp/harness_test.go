@@ -283,6 +283,7 @@ func TestHarnessImmediateAnswers(t *testing.T) {
 		{"no model", call{mode: fullDuplex, body: []byte(`{"messages":[]}`)}, 400, `"invalid_request"`},
 		{"unknown model", call{mode: fullDuplex, body: chatBody("no-such-model", "x", 1, false)}, 404, `"model_not_found"`},
 		{"too large", call{mode: fullDuplex, body: []byte(`{"model":"sim-model","prompt":"` + strings.Repeat("a", 2<<20) + `"}`), chunks: 64}, 413, `"request_too_large"`},
+		{"too large, buffered in one message", call{mode: buffered, body: []byte(`{"model":"sim-model","prompt":"` + strings.Repeat("a", 3<<19) + `"}`)}, 413, `"request_too_large"`},
 		{"empty subset", call{mode: fullDuplex, body: chatBody("sim-model", "x", 1, false), subset: []string{}}, 503, `"no_healthy_instances"`},
 		{"subset of strangers", call{mode: buffered, body: chatBody("sim-model", "x", 1, false), subset: []string{"10.1.1.1:8000", "garbage"}}, 503, `"no_healthy_instances"`},
 		{"path traversal", call{mode: fullDuplex, path: "/v1/%2e%2e/metrics", body: []byte(`{}`)}, 400, `"invalid_path"`},
