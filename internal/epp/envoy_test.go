@@ -168,6 +168,9 @@ type call struct {
 	chunks  int      // request body chunks in full-duplex mode (default 3)
 	subset  []string // nil: no subset hint
 	noProto bool     // send no protocol_config (older gateways)
+	// reqTrailers ends the request body with trailers instead of
+	// end_of_stream (full duplex).
+	reqTrailers bool
 }
 
 // picked is the picker's answer to the request phase.
@@ -283,11 +286,17 @@ func (e *envoy) request() (picked, error) {
 	for off := 0; off < len(c.body); off += size {
 		end := min(off+size, len(c.body))
 		err := e.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: c.body[off:end], EndOfStream: end == len(c.body)}}})
+			RequestBody: &extprocv3.HttpBody{Body: c.body[off:end], EndOfStream: end == len(c.body) && !c.reqTrailers}}})
 		if err == io.EOF {
 			break // the picker answered early (an immediate response): read it
 		}
 		if err != nil {
+			return out, err
+		}
+	}
+	if c.reqTrailers {
+		if err := e.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+			RequestTrailers: &extprocv3.HttpTrailers{}}}); err != nil && err != io.EOF {
 			return out, err
 		}
 	}
@@ -299,12 +308,18 @@ func (e *envoy) request() (picked, error) {
 		if err != nil {
 			return out, err
 		}
+		if resp.GetRequestTrailers() != nil && c.reqTrailers {
+			break // the body was ended by the trailers' answer
+		}
 		sb := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
 		if sb == nil {
 			return out, fmt.Errorf("full duplex: want streamed body answers, got %v", resp)
 		}
 		out.body = append(out.body, sb.GetBody()...)
 		if sb.GetEndOfStream() {
+			if c.reqTrailers {
+				return out, errors.New("full duplex: a body ended by trailers came back with end_of_stream")
+			}
 			break
 		}
 	}

@@ -45,6 +45,7 @@ type exchange struct {
 	header       http.Header
 	subset       map[string]bool // nil: no subset given
 	body         []byte
+	bodyEOS      bool // the body ended with end_of_stream (not with trailers)
 	decided      bool // the request phase was answered (endpoint or immediate response)
 	immediate    bool // an immediate response ended the exchange
 
@@ -201,6 +202,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 	x.body = append(x.body, b.GetBody()...)
 	switch {
 	case b.GetEndOfStream():
+		x.bodyEOS = true
 		return x.decide(false)
 	case x.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		// BUFFERED_PARTIAL sent what fit in its buffer: it will not send
@@ -278,7 +280,9 @@ func (x *exchange) answerPicked(ep string, headersOnly bool) error {
 		if err := x.send(headersResponse(mut, md)); err != nil {
 			return err
 		}
-		for _, r := range streamedBody(x.body, true, true) {
+		// A body that ended with trailers goes back without end_of_stream:
+		// the trailers' answer ends it.
+		for _, r := range streamedBody(x.body, x.bodyEOS, true) {
 			if err := x.send(r); err != nil {
 				return err
 			}

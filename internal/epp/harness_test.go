@@ -30,6 +30,7 @@ func TestHarnessRoutesEveryModeEndToEnd(t *testing.T) {
 		{"full duplex, chat", call{mode: fullDuplex, body: chatBody("sim-model", "a", 1, false)}, false},
 		{"full duplex, stream", call{mode: fullDuplex, body: chatBody("sim-model", "b", 1, true), chunks: 7}, false},
 		{"full duplex, stream ends with trailers", call{mode: fullDuplex, body: chatBody("sim-model", "c", 1, true)}, true},
+		{"full duplex, request body ended by trailers", call{mode: fullDuplex, body: chatBody("sim-model", "t", 1, false), reqTrailers: true}, false},
 		{"full duplex, subset of two", call{mode: fullDuplex, body: chatBody("sim-model", "d", 1, true), subset: all[2:]}, false},
 		{"full duplex, subset with unknown endpoints too", call{mode: fullDuplex, body: chatBody("sim-model", "e", 1, false),
 			subset: []string{"10.9.9.9:8000", all[1]}}, false},
