@@ -30,6 +30,9 @@ type fakeStream struct {
 	msgs []*extprocv3.ProcessingRequest
 	err  error // returned by Recv after msgs (nil: io.EOF)
 	sent []*extprocv3.ProcessingResponse
+	// before, when set, runs before Recv hands out message i.
+	before func(i int)
+	n      int
 }
 
 func (f *fakeStream) Context() context.Context { return f.ctx }
@@ -41,6 +44,10 @@ func (f *fakeStream) Recv() (*extprocv3.ProcessingRequest, error) {
 		}
 		return nil, io.EOF
 	}
+	if f.before != nil {
+		f.before(f.n)
+	}
+	f.n++
 	m := f.msgs[0]
 	f.msgs = f.msgs[1:]
 	return m, nil
@@ -274,5 +281,61 @@ func TestBufferedBodyAboveGRPCDefault(t *testing.T) {
 	p, err := e.request()
 	if err != nil || p.endpoint == "" {
 		t.Fatalf("a %d-byte buffered body: %+v %v", len(body), p.immediate, err)
+	}
+}
+
+// TestFirstChunkIsFirstToken: as serve's proxy, the first chunk of an event
+// stream tells the core the replica's prefill is done (policy cost's
+// pending work), while the reservation is held until the response ends.
+func TestFirstChunkIsFirstToken(t *testing.T) {
+	cfg := balancer.DefaultConfig()
+	cfg.Policy = "cost"
+	bal, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r", URL: "http://10.0.0.1:8000"}, now); err != nil {
+		t.Fatal(err)
+	}
+	bal.ObserveScrape("r", balancer.Snapshot{}, nil, now)
+	reqCfg := request.DefaultConfig()
+	reqCfg.PromptBlocks = true
+	srv, err := epp.New(epp.Options{Balancer: bal, Request: reqCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := func() (float64, int) {
+		st := bal.Replicas(time.Now())[0]
+		return st.PendingPrefill, st.InFlight
+	}
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 2000) + `"}]}`)
+	hdr := headerMap(map[string]string{":method": "POST", ":path": "/v1/chat/completions"})
+	fs := &fakeStream{ctx: context.Background(), msgs: []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(map[string]string{":status": "200", "content-type": "text/event-stream"})}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {}\n\n")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}},
+	}}
+	fs.before = func(i int) {
+		p, n := pending()
+		switch i {
+		case 3: // picked, headers answered, no body byte yet
+			if p <= 0 || n != 1 {
+				t.Errorf("before the first chunk: pending prefill %v, in flight %d; want > 0 and 1", p, n)
+			}
+		case 4: // the first chunk went through
+			if p != 0 || n != 1 {
+				t.Errorf("after the first chunk: pending prefill %v, in flight %d; want 0 and 1", p, n)
+			}
+		}
+	}
+	if err := srv.Process(fs); err != nil {
+		t.Fatal(err)
+	}
+	if p, n := pending(); p != 0 || n != 0 {
+		t.Fatalf("after the response: pending %v, in flight %d", p, n)
 	}
 }
