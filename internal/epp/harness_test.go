@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -106,6 +107,18 @@ func TestHarnessConcurrentLoadReleasesEverything(t *testing.T) {
 	}
 	if len(used) < 2 {
 		t.Errorf("64 concurrent requests all went to %v: the load was not spread", used)
+	}
+	// The admin listener counts them as serve does.
+	resp, err := http.Get("http://" + r.srv.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`llmlb_requests_total{code="200"`, "llmlb_time_to_first_byte_seconds_count", "llmlb_request_duration_seconds_count"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
 	}
 }
 
