@@ -46,6 +46,7 @@ type exchange struct {
 	subset       map[string]bool // nil: no subset given
 	body         []byte
 	bodyEOS      bool // the body ended with end_of_stream (not with trailers)
+	partial      bool // BUFFERED_PARTIAL sent only the start of the body
 	decided      bool // the request phase was answered (endpoint or immediate response)
 	immediate    bool // an immediate response ended the exchange
 
@@ -207,6 +208,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 	case x.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		// BUFFERED_PARTIAL sent what fit in its buffer: it will not send
 		// the rest here, so decide on what came.
+		x.partial = true
 		return x.decide(false)
 	}
 	return nil
@@ -237,7 +239,13 @@ func (x *exchange) decide(headersOnly bool) error {
 	var prof request.Profile
 	if !headersOnly && x.method == http.MethodPost && routedPaths[x.path] {
 		var err error
-		if prof, err = request.Parse(x.s.reqCfg, x.path, x.header, x.body); err != nil {
+		prof, err = request.Parse(x.s.reqCfg, x.path, x.header, x.body)
+		switch {
+		case err != nil && x.partial:
+			// Only the body's start: not the client's fault that it does
+			// not parse; route on the headers alone.
+			prof = request.Profile{}
+		case err != nil:
 			return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON, err.Error())
 		}
 	}

@@ -339,3 +339,30 @@ func TestFirstChunkIsFirstToken(t *testing.T) {
 		t.Fatalf("after the response: pending %v, in flight %d", p, n)
 	}
 }
+
+// TestBufferedPartialRoutesOnTheStart: BUFFERED_PARTIAL sends only what
+// fits the gateway's buffer; a start that does not parse is routed on the
+// headers, not refused as malformed.
+func TestBufferedPartialRoutesOnTheStart(t *testing.T) {
+	bal := coreWith(t, 2)
+	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := headerMap(map[string]string{":method": "POST", ":path": "/v1/chat/completions"})
+	fs := &fakeStream{ctx: context.Background(), msgs: []*extprocv3.ProcessingRequest{
+		{ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED_PARTIAL},
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","messages":[{"role":"user","content":"cut he`)}}},
+	}}
+	if err := srv.Process(fs); err != nil {
+		t.Fatal(err)
+	}
+	if len(fs.sent) != 2 || fs.sent[1].GetRequestBody() == nil {
+		t.Fatalf("want the headers' answer then the body's, got %v", fs.sent)
+	}
+	ep, err := endpointOf(fs.sent[1].GetRequestBody().GetResponse().GetHeaderMutation(), fs.sent[1].GetDynamicMetadata())
+	if err != nil || !strings.HasPrefix(ep, "10.0.0.") {
+		t.Fatalf("endpoint %q: %v", ep, err)
+	}
+}
