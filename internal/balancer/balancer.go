@@ -29,6 +29,9 @@ type Reservation struct {
 	prefill    float64 // prompt tokens the replica is expected to compute (cost-aware policies)
 	firstToken bool    // past its first token: no longer pending prefill (guarded by the lock)
 	released   bool    // guarded by the balancer's lock
+	// blocks are the prompt's blocks (the Profile's PromptBlocks, not
+	// copied), for a policy that re-records them when the request finishes.
+	blocks []uint64
 }
 
 // Weight returns the reservation's load weight (SPEC s2.2 wlc units).
@@ -331,6 +334,7 @@ func (b *Balancer) Models() []string {
 // Select chooses a replica for p and reserves its in-flight slot atomically
 // (SPEC s3). exclude names replicas already tried for this request (failover).
 // Health changes with time only through Tick, ObserveScrape and Release.
+// p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
 	if p == nil {
 		return nil, errors.New("balancer: nil request profile")
@@ -377,6 +381,9 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	}
 	b.expl.Estimate, b.expl.CachedTokens, b.expl.PrefillTokens, b.expl.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
 	res := b.reserve(b.candReps[c.Index], reason, p, now)
+	if _, ok := b.policy.(policy.FinishObserver); ok {
+		res.blocks = p.PromptBlocks
+	}
 	if c.PrefillTokens > 0 {
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}
@@ -478,6 +485,9 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	var tr []health.Transition
 	switch o {
 	case OutcomeOK:
+		if f, ok := b.policy.(policy.FinishObserver); ok && len(res.blocks) > 0 {
+			f.Finished(r.name, res.blocks, now)
+		}
 		tr = r.health.ObserveRequest(true, "", now)
 	case OutcomeServerError:
 		tr = r.health.ObserveRequest(false, "5xx", now)

@@ -1,10 +1,14 @@
 package balancer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -163,5 +167,42 @@ func TestLyingMetricsAreIgnored(t *testing.T) {
 	}
 	if a.snap.KVCacheTokens != maxKVCacheTokens {
 		t.Fatalf("KV capacity %v, want it capped at %v", a.snap.KVCacheTokens, float64(maxKVCacheTokens))
+	}
+}
+
+// finishSpy is a policy that records Finished calls.
+type finishSpy struct{ finished []string }
+
+func (s *finishSpy) Name() string { return "spy" }
+func (s *finishSpy) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
+	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
+}
+func (s *finishSpy) Finished(replica string, blocks []uint64, _ time.Time) {
+	s.finished = append(s.finished, fmt.Sprintf("%s:%d", replica, len(blocks)))
+}
+
+func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
+	spy := &finishSpy{}
+	b, err := NewWithPolicy(DefaultConfig(), spy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddReplica(ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveScrape("a", Snapshot{}, nil, t0)
+	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeTransportError, OutcomeCanceled, OutcomeOK} {
+		res, err := b.Select(costProfile("x", 3, 0), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(res, o, t0)
+		b.Release(res, o, t0) // twice: once
+	}
+	// A request without blocks tells nothing.
+	res, _ := b.Select(&Profile{PromptTokens: 10}, t0)
+	b.Release(res, OutcomeOK, t0)
+	if diff := cmp.Diff([]string{"a:3", "a:3"}, spy.finished); diff != "" {
+		t.Fatalf("Finished calls (-want +got):\n%s", diff)
 	}
 }

@@ -289,7 +289,10 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// in a queue. Nothing when idle; the cache's worth under load, when
 		// every token computed is a token someone else waits for. (KV usage
 		// as rho was measured worse: long contexts fill the KV of replicas
-		// whose queues are short.)
+		// whose queues are short. The fleet's prefill utilization as a
+		// floor was measured too: it kept a few more prefixes in place on
+		// the Mooncake trace but, by pricing every replica's prefill alike,
+		// put short prompts behind long prefills on longshort.)
 		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		est += prefill / c.PrefillRate * rho / (1 - rho)
 		// On a full cache every computed block evicts one; evicted blocks
@@ -357,6 +360,18 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		choice.Detail = p.detail(cands, limit)
 	}
 	return choice
+}
+
+// Finished records a finished request's prompt blocks again on its replica:
+// vLLM frees a request's blocks when it finishes (its prompt's tail first),
+// so they join the replica's LRU order then; a long request's prompt is
+// fresher in the replica's cache than its routing time says.
+func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
+	id, ok := p.ids[replica]
+	if !ok || len(blocks) == 0 {
+		return
+	}
+	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
 }
 
 // preferred orders two candidates whose estimates count as equal: fewer in

@@ -216,3 +216,23 @@ func TestCostBoundsIndexWorkPerRequest(t *testing.T) {
 		t.Fatalf("prefill = %d, want the whole prompt", c.PrefillTokens)
 	}
 }
+
+func TestCostFinishedRefreshesTheIndex(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(1)
+	cands[0].KVCacheTokens = 20 * tokenize.BlockSize // 20 blocks
+	long := costPrompt("long", 8, 0, "")
+	p.Choose(long, cands, t0)                          // a long request starts
+	p.Choose(costPrompt("short", 8, 0, ""), cands, t0) // a short one starts and finishes
+	// The long one finishes last: vLLM frees its blocks now, so they are the
+	// freshest and the next new prompt evicts the short one's instead.
+	p.Finished(cands[0].Name, long.PromptBlocks, t0)
+	p.Choose(costPrompt("next", 8, 0, ""), cands, t0)
+	if c := p.Choose(costPrompt("long", 8, 1, ""), cands, t0); c.CachedTokens != 8*tokenize.BlockSize {
+		t.Fatalf("the prompt that finished last matched %d tokens, want all 8 blocks", c.CachedTokens)
+	}
+	if c := p.Choose(costPrompt("short", 8, 1, ""), cands, t0); c.CachedTokens >= 8*tokenize.BlockSize {
+		t.Fatalf("the prompt that finished first matched %d tokens; its blocks were the least recently freed", c.CachedTokens)
+	}
+	p.Finished("unknown", long.PromptBlocks, t0) // a replica it never routed to: ignored
+}

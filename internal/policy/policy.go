@@ -93,3 +93,13 @@ type ReplicaRemover interface {
 type CacheForgetter interface {
 	ForgetCache(name string)
 }
+
+// FinishObserver is implemented by policies that model replicas' caches and
+// want to know when a request finished successfully on a replica: vLLM frees
+// a request's blocks when it finishes, so their place in the replica's LRU
+// eviction order is set then, not when the request was routed. blocks are
+// the request's prompt blocks (Request.PromptBlocks); the policy must not
+// keep them.
+type FinishObserver interface {
+	Finished(replica string, blocks []uint64, now time.Time)
+}
