@@ -188,23 +188,3 @@ func TestPooledBodiesStayIntact(t *testing.T) {
 		t.Error(e)
 	}
 }
-
-// TestExpectIsNotForwarded: a client's Expect: 100-continue was answered
-// by the proxy's server when it read the body; the replica gets the whole
-// request at once (and it takes the proxy's own transport).
-func TestExpectIsNotForwarded(t *testing.T) {
-	got := make(chan string, 1)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got <- r.Header.Get("Expect") + "|" + string(b)
-		io.WriteString(w, `{"ok":true}`)
-	}))
-	defer up.Close()
-	p := proxyWith(t, up.URL, nil)
-	if w := post(t, p, chatBody, map[string]string{"Expect": "100-continue"}); w.Code != http.StatusOK {
-		t.Fatalf("status %d %s", w.Code, w.Body)
-	}
-	if g := <-got; g != "|"+chatBody {
-		t.Errorf("the replica got %q, want no Expect and the body", g)
-	}
-}

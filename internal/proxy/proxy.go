@@ -659,9 +659,6 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
 		pr.Out.ContentLength = int64(len(body.b))
 	}
-	// The body was read whole (the client's 100-continue answered by our
-	// server): asking the replica for one would only add a round trip.
-	pr.Out.Header.Del("Expect")
 	pr.SetURL(a.target)
 	pr.SetXForwarded()
 	if key := p.apiKey(a.res.Replica); key != "" {

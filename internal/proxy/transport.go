@@ -144,10 +144,7 @@ func (t *connTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			closeBody(r)
 			return nil, err
 		}
-		var c *upConn
-		if try == 0 {
-			c = t.get(key)
-		}
+		c := t.get(key)
 		reused := c != nil
 		if c == nil {
 			conn, err := t.dial(ctx, "tcp", key)
@@ -172,11 +169,8 @@ func (t *connTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		c.Close()
 		// A kept-alive connection the replica had closed: nothing reached
-		// it, so the request is sent again on a new connection, once. The
-		// connections idle since before this one are most likely closed
-		// too (a replica's keep-alive timeout, a restart): they go.
+		// it, so the request is sent again on a new connection, once.
 		if stale && reused && try == 0 && ctx.Err() == nil {
-			t.dropIdleSince(key, c.idleSince)
 			continue
 		}
 		closeBody(r)
@@ -315,27 +309,6 @@ func (t *connTransport) get(key string) *upConn {
 	}
 	delete(t.idle, key)
 	return nil
-}
-
-// dropIdleSince closes key's idle connections idle since at or before t.
-func (t *connTransport) dropIdleSince(key string, since time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	list := t.idle[key]
-	keep := list[:0]
-	for _, c := range list {
-		if c.idleSince.After(since) {
-			keep = append(keep, c)
-		} else {
-			c.Close()
-		}
-	}
-	clear(list[len(keep):])
-	if len(keep) == 0 {
-		delete(t.idle, key)
-		return
-	}
-	t.idle[key] = keep
 }
 
 // put keeps c for reuse, closing the oldest idle connection over maxIdle.

@@ -97,45 +97,6 @@ func TestConnTransport(t *testing.T) {
 			t.Errorf("the replica got %d requests on %d connections, want 2 on 2", len(got), wc.dials)
 		}
 	})
-	t.Run("when every idle connection was closed, one retry on a new connection serves", func(t *testing.T) {
-		const conns = 3
-		arrived := make(chan struct{}, conns)
-		release := make(chan struct{})
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			arrived <- struct{}{}
-			<-release
-			io.WriteString(w, "ok")
-		}))
-		defer up.Close()
-		wc := &writeCounter{}
-		tr := newConnTransport(defaultProxyConfig())
-		tr.dial = wc.dial
-		var wg sync.WaitGroup
-		for range conns { // three connections at once, then idle
-			wg.Go(func() {
-				if res, err := postVia(t, tr, up.URL); err == nil {
-					readAll(t, res)
-				}
-			})
-		}
-		for range conns {
-			<-arrived
-		}
-		close(release)
-		wg.Wait()
-		up.CloseClientConnections() // a restart, or the replica's keep-alive timeout
-		go func() { <-arrived }()
-		res, err := postVia(t, tr, up.URL)
-		if err != nil || readAll(t, res) != "ok" {
-			t.Fatalf("request after every idle connection was closed: %v", err)
-		}
-		wc.mu.Lock()
-		defer wc.mu.Unlock()
-		if wc.dials != conns+1 {
-			t.Errorf("%d dials, want %d (one new connection after the stale one)", wc.dials, conns+1)
-		}
-	})
 	t.Run("1xx answers are skipped", func(t *testing.T) {
 		url := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
 			if _, err := readRequest(br); err == nil {
