@@ -71,9 +71,7 @@ type Options struct {
 	Proxy    config.Proxy
 	// APIKey returns the replica's api key ("" = none); nil means none.
 	APIKey func(replica string) string
-	// Transport reaches the replicas; nil means the proxy's own HTTP/1.1
-	// transport (transport.go), with NewTransport(Proxy) for what it does
-	// not handle (protocol upgrades).
+	// Transport reaches the replicas; nil means NewTransport(Proxy).
 	Transport http.RoundTripper
 	// Metrics records measurements; nil records nothing.
 	Metrics Recorder
@@ -106,9 +104,6 @@ type Proxy struct {
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
-	// ownTransport: the proxy's own transport (transport.go) reaches the
-	// replicas, so request bodies may be pooled (readGrowing, outBody).
-	ownTransport bool
 }
 
 // outBody is the request body the attempts send. Every reader made of it
@@ -238,8 +233,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	tr := opts.Transport
 	if tr == nil {
-		tr = newConnTransport(cfg)
-		p.ownTransport = true
+		tr = NewTransport(cfg)
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
@@ -332,11 +326,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = nil
 	}
 	// The buffer goes back to the pool only once no reader of it is open:
-	// the proxy's own transport has written a request whole when it
-	// returns; another one may still be writing (it closes the body when
-	// done).
+	// a transport may still be writing a request after its RoundTrip
+	// returned (it closes the body when done); then the buffer is left to
+	// the garbage collector.
 	defer func() {
-		if body != nil && p.ownTransport && out.open.Load() == 0 {
+		if body != nil && out.open.Load() == 0 {
 			putBody(body)
 		}
 	}()
@@ -650,13 +644,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// lets the transport resend it on a dead keep-alive connection.
 	switch body := a.body; {
 	case len(body.b) == 0:
-	case p.ownTransport:
+	default:
 		pr.Out.Body = body.reader()
 		pr.Out.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
-		pr.Out.ContentLength = int64(len(body.b))
-	default:
-		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
 		pr.Out.ContentLength = int64(len(body.b))
 	}
 	pr.SetURL(a.target)
