@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -106,51 +105,9 @@ type Proxy struct {
 	targets     urlCache   // replicas' parsed URLs
 }
 
-// outBody is the request body the attempts send. Every reader made of it
-// counts as open until it is closed, and a closed reader reads nothing, so
-// the buffer may go back to the pool once none is open.
+// outBody is the request body the attempts send, read whole.
 type outBody struct {
-	b    []byte
-	open atomic.Int32
-}
-
-func (o *outBody) reader() io.ReadCloser {
-	o.open.Add(1)
-	r := &bodyReader{o: o}
-	r.r.Reset(o.b)
-	return r
-}
-
-// bodyReader is one reader of an outBody.
-type bodyReader struct {
-	mu     sync.Mutex // a transport may close it on another goroutine
-	r      bytes.Reader
-	o      *outBody
-	closed bool
-}
-
-var errBodyClosed = errors.New("proxy: request body read after close")
-
-// Read implements io.Reader.
-func (r *bodyReader) Read(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return 0, errBodyClosed
-	}
-	return r.r.Read(p)
-}
-
-// Close implements io.Closer.
-func (r *bodyReader) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		r.closed = true
-		r.r.Reset(nil)
-		r.o.open.Add(-1)
-	}
-	return nil
+	b []byte
 }
 
 // urlCache keeps the replicas' URLs parsed: url.Parse per attempt was an
@@ -322,18 +279,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := &outBody{b: askUsage(r.Context(), path, &prof, body)}
 	if len(out.b) != len(body) {
-		putBody(body) // askUsage made a new body
-		body = nil
+		putBody(body) // askUsage made a new body; nothing else has this one
 	}
-	// The buffer goes back to the pool only once no reader of it is open:
-	// a transport may still be writing a request after its RoundTrip
-	// returned (it closes the body when done); then the buffer is left to
-	// the garbage collector.
-	defer func() {
-		if body != nil && out.open.Load() == 0 {
-			putBody(body)
-		}
-	}()
+	// A routed body is not pooled: http.Transport may still be writing it
+	// after RoundTrip returned, and it writes headers and body in one go
+	// only for a body it knows is in memory (a bytes.Reader), whose end it
+	// does not report. It is left to the garbage collector.
 	p.route(w, r, out, &prof)
 }
 
@@ -386,9 +337,9 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // (doubling, from the announced length + 1 or 16 KiB, whichever is
 // smaller), so a client that announces 32 MB and sends one byte costs a few
 // KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
-// come from and go back to bodyPool (issue 14): the caller hands the
-// result back with putBody when nothing reads it any more. The caller
-// bounds r.
+// come from bodyPool (issue 14); the caller may hand the result back with
+// putBody when nothing reads it any more (a body that was not routed). The
+// caller bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
@@ -642,11 +593,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// known length (ReverseProxy's own wrapper hides that), so that the
 	// request's headers and body leave in one write (issue 14), and GetBody
 	// lets the transport resend it on a dead keep-alive connection.
-	switch body := a.body; {
-	case len(body.b) == 0:
-	default:
-		pr.Out.Body = body.reader()
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
+	if body := a.body; len(body.b) > 0 {
+		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
 		pr.Out.ContentLength = int64(len(body.b))
 	}
 	pr.SetURL(a.target)
