@@ -1,5 +1,5 @@
 // Command llmlb is an LLM-aware load balancer for fleets of vLLM (or other
-// OpenAI-compatible) replicas. Subcommands: serve, sim, demo, bench, validate.
+// OpenAI-compatible) replicas. Subcommands: serve, epp, sim, demo, bench, validate.
 package main
 
 import (
@@ -23,6 +23,7 @@ type command struct {
 
 var commands = []command{
 	{"serve", "run the balancer in front of vLLM replicas", runServe},
+	{"epp", "run the routing core as a gateway's endpoint picker (Envoy ext_proc gRPC)", runEPP},
 	{"sim", "run simulated vLLM replicas", runSim},
 	{"demo", "simulated fleet + balancer + agent-like traffic, with a live summary", runDemo},
 	{"bench", "compare routing policies on a simulated fleet in virtual time", runBench},

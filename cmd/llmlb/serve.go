@@ -22,7 +22,19 @@ import (
 // until the signal (SIGTERM/SIGINT cancels ctx), then drains in-flight
 // responses up to server.shutdown_timeout and exits 0.
 func runServe(ctx context.Context, args []string) error {
-	cfg, path, watch, err := serveFlags(args, os.Stderr)
+	return runBalancer(ctx, args, serveFlags, nil)
+}
+
+// flagParser reads a command's flags into a validated configuration, the
+// file's path and --watch-config (serve's and epp's differ in their
+// listener flag only).
+type flagParser func(args []string, stderr io.Writer) (config.Config, string, time.Duration, error)
+
+// runBalancer runs serve's server (config, routing core, scraping, health,
+// discovery, admin listener, reloads, drain); frontend, when not nil,
+// builds what serves the proxy listener instead of the HTTP proxy (epp).
+func runBalancer(ctx context.Context, args []string, parse flagParser, frontend func(*server.Server) (server.Frontend, error)) error {
+	cfg, path, watch, err := parse(args, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -36,6 +48,13 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if frontend != nil {
+		f, err := frontend(srv)
+		if err != nil {
+			return err
+		}
+		srv.UseFrontend(f)
+	}
 	if err := srv.Listen(); err != nil {
 		return err
 	}
@@ -45,7 +64,7 @@ func runServe(ctx context.Context, args []string) error {
 	defer signal.Stop(hup)
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
-	go reloadOnHUP(reloadCtx, hup, args, srv, logger)
+	go reloadOnHUP(reloadCtx, hup, args, parse, srv, logger)
 	if path != "" && watch > 0 {
 		go watchFile(reloadCtx, path, watch, func() {
 			logger.Info("reload: configuration file changed", slog.String("file", path))
@@ -62,14 +81,14 @@ func runServe(ctx context.Context, args []string) error {
 
 // reloadOnHUP applies the re-read configuration on each SIGHUP until ctx
 // ends: see reload.
-func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, srv *server.Server, logger *slog.Logger) {
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, args []string, parse flagParser, srv *server.Server, logger *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 		}
-		reload(args, srv, logger)
+		reloadWith(parse, args, srv, logger)
 	}
 }
 
@@ -120,7 +139,12 @@ func parseLevel(s string) slog.Level {
 // by SIGHUP used to be ignored). An invalid file is logged at ERROR and
 // changes nothing. Each reload is counted in llmlb_config_reloads_total.
 func reload(args []string, srv *server.Server, logger *slog.Logger) {
-	cfg, err := serveConfig(args, io.Discard)
+	reloadWith(serveFlags, args, srv, logger)
+}
+
+// reloadWith is reload with the command's own flag parser (serve's or epp's).
+func reloadWith(parse flagParser, args []string, srv *server.Server, logger *slog.Logger) {
+	cfg, _, _, err := parse(args, io.Discard)
 	if err != nil {
 		srv.Metrics().Reload("rejected")
 		logger.Error("reload: configuration rejected, keeping the current replicas and admin access", slog.String("error", err.Error()))
@@ -194,9 +218,24 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 // often to look for changes to it (--watch-config).
 func serveFlags(args []string, stderr io.Writer) (config.Config, string, time.Duration, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("listen", "", "proxy listen `ADDR` (overrides listen; default :8080)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmlb serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--replica URL|name=URL ...] [--policy P] [--log-level L]")
+		fmt.Fprintln(stderr, "\nRuns the balancer; flags override the file, and LLMLB_<FLAG> environment variables")
+		fmt.Fprintln(stderr, "(LLMLB_CONFIG, LLMLB_LISTEN, LLMLB_ADMIN_LISTEN, LLMLB_POLICY, LLMLB_LOG_LEVEL; LLMLB_REPLICA")
+		fmt.Fprintln(stderr, "comma-separated) stand in for flags not given. SIGTERM/SIGINT drain and exit.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	return balancerFlags(fs, listen, args, stderr)
+}
+
+// balancerFlags adds the flags serve and epp share to fs (which holds the
+// command's listener flag, listen, and its usage), parses args and returns
+// the validated configuration.
+func balancerFlags(fs *flag.FlagSet, listen *string, args []string, stderr io.Writer) (config.Config, string, time.Duration, error) {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "YAML configuration `FILE` (default: built-in defaults)")
-	listen := fs.String("listen", "", "proxy listen `ADDR` (overrides listen; default :8080)")
 	adminListen := fs.String("admin-listen", "", "admin listen `ADDR` (overrides admin_listen; default 127.0.0.1:9090)")
 	logLevel := fs.String("log-level", "", "log `LEVEL`: debug|info|warn|error (overrides log.level)")
 	watch := fs.Duration("watch-config", 5*time.Second, "re-read the --config file this often and reload it when its content changes (0: only on SIGHUP)")
@@ -206,14 +245,6 @@ func serveFlags(args []string, stderr io.Writer) (config.Config, string, time.Du
 		replicas = append(replicas, s)
 		return nil
 	})
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmlb serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--replica URL|name=URL ...] [--policy P] [--log-level L]")
-		fmt.Fprintln(stderr, "\nRuns the balancer; flags override the file, and LLMLB_<FLAG> environment variables")
-		fmt.Fprintln(stderr, "(LLMLB_CONFIG, LLMLB_LISTEN, LLMLB_ADMIN_LISTEN, LLMLB_POLICY, LLMLB_LOG_LEVEL; LLMLB_REPLICA")
-		fmt.Fprintln(stderr, "comma-separated) stand in for flags not given. SIGTERM/SIGINT drain and exit.")
-		fmt.Fprintln(stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return config.Config{}, "", 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -135,6 +136,13 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry(), promhttp.HandlerOpts{}))
 	}
+	// Profiling for operators (issue 14), behind the token like the mutations.
+	mux.HandleFunc("GET /debug/pprof/", h.debug(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/cmdline", h.debug(pprof.Cmdline))
+	mux.HandleFunc("GET /debug/pprof/profile", h.debug(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/symbol", h.debug(pprof.Symbol))
+	mux.HandleFunc("POST /debug/pprof/symbol", h.debug(pprof.Symbol))
+	mux.HandleFunc("GET /debug/pprof/trace", h.debug(pprof.Trace))
 	// The dashboard (GET /ui, GET /admin/events) mounts beside these with Handle.
 	h.mux = mux
 	return h, nil
@@ -305,6 +313,28 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 		}
 		if h.opts.Fleet == nil {
 			writeError(w, http.StatusNotImplemented, "fleet mutations are not available")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// debug admits a request to /debug/pprof/ under the mutations' rule: the
+// token when one is configured; without one, only with
+// admin.allow_unauthenticated_mutations on a loopback listener. A profile
+// shows the command line and costs CPU, so it is never open by default.
+func (h *Handler) debug(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		acc := h.acc.Load()
+		switch {
+		case acc.token != "":
+			if !acc.authorized(r) {
+				unauthorized(w, "/debug/pprof/")
+				return
+			}
+		case !acc.openMutation:
+			writeError(w, http.StatusForbidden, "admin: /debug/pprof/ is disabled without admin_token; set admin_token "+
+				"(or admin.allow_unauthenticated_mutations: true with admin_listen on loopback)")
 			return
 		}
 		next(w, r)

@@ -571,3 +571,37 @@ func TestPinsCursorWalk(t *testing.T) {
 		}
 	}
 }
+
+// TestPprofNeedsTheToken: profiling (issue 14) is served behind the admin
+// token, and refused when no token is configured (unless opted in on loopback).
+func TestPprofNeedsTheToken(t *testing.T) {
+	withToken, _ := newAdmin(t, "s3cret", "a")
+	noToken, _ := newAdminWith(t, Options{}, "a")
+	optedIn, _ := newAdminWith(t, Options{AllowUnauthenticatedMutations: true}, "a")
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+		path string
+		auth string
+		want int
+	}{
+		{"no token sent", withToken, "/debug/pprof/", "", http.StatusUnauthorized},
+		{"wrong token", withToken, "/debug/pprof/", "Bearer nope", http.StatusUnauthorized},
+		{"index with token", withToken, "/debug/pprof/", "Bearer s3cret", http.StatusOK},
+		{"heap with token", withToken, "/debug/pprof/heap?debug=1", "Bearer s3cret", http.StatusOK},
+		{"goroutines with token", withToken, "/debug/pprof/goroutine?debug=1", "Bearer s3cret", http.StatusOK},
+		{"cmdline without token", withToken, "/debug/pprof/cmdline", "", http.StatusUnauthorized},
+		{"no token configured", noToken, "/debug/pprof/", "", http.StatusForbidden},
+		{"opted in on loopback", optedIn, "/debug/pprof/heap?debug=1", "", http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := do(c.h, http.MethodGet, c.path, c.auth, "")
+			if rec.Code != c.want {
+				t.Fatalf("GET %s: status %d, want %d: %s", c.path, rec.Code, c.want, rec.Body)
+			}
+			if c.want == http.StatusOK && !strings.Contains(rec.Body.String(), "goroutine") && !strings.Contains(rec.Body.String(), "heap") {
+				t.Fatalf("GET %s: not a profile: %.200s", c.path, rec.Body)
+			}
+		})
+	}
+}

@@ -66,14 +66,6 @@ const MaxIndexBlocks = maxIndexBlocks
 // maxUtilization caps rho in the delay that added prefill causes others.
 const maxUtilization = 0.99
 
-// utilizationWindow is the time constant over which the fleet's prefill
-// utilization is measured, and maxFleetUtilization caps it: a fleet past
-// 90% of its prefill capacity is overloaded, and the estimate is noisy.
-const (
-	utilizationWindow   = 60 * time.Second
-	maxFleetUtilization = 0.9
-)
-
 // DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
 // no vllm:cache_config_info and has none configured.
 const DefaultKVCacheTokens = 262_144
@@ -160,11 +152,6 @@ type Cost struct {
 	ttfts      []float64 // expected TTFT
 	prefills   []float64
 	meanPrompt float64 // running mean of routed prefill tokens: prices a foreign queue
-
-	// routed is the prefill it routed, decayed with time constant
-	// utilizationWindow since routedAt: the fleet's recent prefill load.
-	routed   float64
-	routedAt time.Time
 }
 
 // costSession remembers where a session's last request went, for requests
@@ -271,7 +258,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	limit := max(int(math.Ceil(p.cfg.BoundedLoad*float64(total+1)/float64(n))), minIn+p.cfg.BoundedLoadSlack, 1)
 
 	reuse := p.index.Reuse()
-	fleetRho := p.fleetUtilization(cands, now)
 	fastest := -1
 	start := int(p.rr % uint64(n))
 	p.rr++
@@ -313,11 +299,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// in a queue. Nothing when idle; the cache's worth under load, when
 		// every token computed is a token someone else waits for. (KV usage
 		// as rho was measured worse: long contexts fill the KV of replicas
-		// whose queues are short.) rho is at least the fleet's prefill
-		// utilization: work put on an idle replica of a busy fleet takes
-		// capacity the next requests would have used, so copying a long
-		// cached prefix to the idle replica delays them all the same.
-		rho := min(maxUtilization, max(max(float64(c.InFlight), c.ScrapedRunning)/slots, fleetRho))
+		// whose queues are short. The fleet's prefill utilization as a
+		// floor was measured too: it kept a few more prefixes in place on
+		// the Mooncake trace but, by pricing every replica's prefill alike,
+		// put short prompts behind long prefills on longshort.)
+		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		est += prefill / c.PrefillRate * rho / (1 - rho)
 		// On a full cache every computed block evicts one; evicted blocks
 		// come back with the index's measured reuse rate, and then cost
@@ -358,7 +344,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	prefill := int(p.prefills[best])
 	cached := tokens - prefill
-	p.routed += float64(prefill)
 	if len(blocks) > 0 {
 		p.index.Touch(p.candID[best], blocks)
 	}
@@ -385,28 +370,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		choice.Detail = p.detail(cands, limit)
 	}
 	return choice
-}
-
-// fleetUtilization is the fleet's recent prefill utilization: the prefill
-// routed over the last utilizationWindow (exponentially decayed) per second,
-// over the candidates' summed prefill rates, at most maxFleetUtilization.
-func (p *Cost) fleetUtilization(cands []Candidate, now time.Time) float64 {
-	if !p.routedAt.IsZero() {
-		if dt := now.Sub(p.routedAt); dt > 0 {
-			p.routed *= math.Exp(-dt.Seconds() / utilizationWindow.Seconds())
-			p.routedAt = now
-		}
-	} else {
-		p.routedAt = now
-	}
-	capacity := 0.0
-	for i := range cands {
-		capacity += cands[i].PrefillRate
-	}
-	if !(capacity > 0) {
-		return 0
-	}
-	return min(maxFleetUtilization, p.routed/utilizationWindow.Seconds()/capacity)
 }
 
 // Finished records a finished request's prompt blocks again on its replica:

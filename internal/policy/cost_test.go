@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -236,27 +235,4 @@ func TestCostFinishedRefreshesTheIndex(t *testing.T) {
 		t.Fatalf("the prompt that finished first matched %d tokens; its blocks were the least recently freed", c.CachedTokens)
 	}
 	p.Finished("unknown", long.PromptBlocks, t0) // a replica it never routed to: ignored
-}
-
-func TestCostBusyFleetKeepsALongPrefixWhereItIs(t *testing.T) {
-	// a holds a 1,600-token prefix behind 2,000 tokens of queued prefill;
-	// b is idle. On an idle fleet b gives the first token sooner (copying
-	// the prefix costs 0.16 s, the queue 0.2 s). On a fleet at half its
-	// prefill capacity the copy also takes capacity the next requests
-	// would have used, and the request waits behind a's queue instead.
-	for _, busy := range []bool{false, true} {
-		p := newCost(t, nil)
-		cands := costCands(2)
-		if busy { // 600K tokens in the last minute on 20K tokens/s: 50%
-			for i := range 300 {
-				p.Choose(costPrompt("cold", 0, 125, fmt.Sprint(i)), cands, t0)
-			}
-		}
-		first := p.Choose(costPrompt("prefix", 100, 0, ""), cands, t0)
-		cands[first.Index].PendingPrefill, cands[first.Index].PendingRequests = 2000, 1
-		c := p.Choose(costPrompt("prefix", 100, 1, "next"), cands, t0)
-		if stayed := c.Index == first.Index; stayed != busy {
-			t.Errorf("busy fleet %v: stayed on the cached replica %v (%+v)", busy, stayed, c)
-		}
-	}
 }

@@ -37,6 +37,7 @@ var (
 type attempt struct {
 	res    *balancer.Reservation
 	target *url.URL
+	body   *outBody // the request body, read whole
 	start  time.Time
 	w      *trackingWriter
 
@@ -211,6 +212,10 @@ func (t *trackingWriter) Flush() {
 	if !t.wrote {
 		t.wrote, t.status = true, http.StatusOK
 	}
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
 	_ = http.NewResponseController(t.ResponseWriter).Flush()
 }
 
@@ -240,12 +245,19 @@ type upstreamBody struct {
 	end      [32]byte // the last bytes relayed, to find [DONE] at EOF
 	endLen   int
 	done     bool
+	cut      error // a JSON answer broke: flush, then return it
 }
 
 // Read implements io.Reader.
 func (b *upstreamBody) Read(buf []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
+	}
+	if b.cut != nil {
+		// The bytes before the break were written: deliver them (and the
+		// status) before ReverseProxy aborts the connection.
+		b.a.w.Flush()
+		return 0, b.cut
 	}
 	if b.tail != nil {
 		n := copy(buf, b.tail)
@@ -300,6 +312,14 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 			b.tail = b.errorEvent()
 			return n, nil
 		}
+		// A JSON answer is not flushed as it goes (issue 14): without a
+		// flush the abort would drop its status and bytes, and the client
+		// would see a bare reset instead of a cut answer.
+		if n > 0 {
+			b.cut = err
+			return n, nil
+		}
+		b.a.w.Flush()
 	}
 	return n, err
 }
@@ -354,7 +374,13 @@ func (b *upstreamBody) errorEvent() []byte {
 // Close implements io.Closer.
 func (b *upstreamBody) Close() error { return b.rc.Close() }
 
-// bufferPool recycles ReverseProxy's 32 KiB copy buffers across responses.
+// copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
+// proxy_buffer_size) rather than ReverseProxy's own 32 KiB, since a stream
+// holds its buffer as long as it lasts and SSE chunks are small (issue 14:
+// memory per in-flight stream); a large JSON answer takes a few more reads.
+const copyBufferSize = 8 << 10
+
+// bufferPool recycles ReverseProxy's copy buffers across responses.
 type bufferPool struct{ p sync.Pool }
 
 // Get implements httputil.BufferPool.
@@ -362,7 +388,7 @@ func (b *bufferPool) Get() []byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return *v
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, copyBufferSize)
 }
 
 // Put implements httputil.BufferPool.

@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -100,6 +102,44 @@ type Proxy struct {
 	rp          *httputil.ReverseProxy
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
+	targets     urlCache   // replicas' parsed URLs
+}
+
+// outBody is the request body the attempts send, read whole.
+type outBody struct {
+	b []byte
+}
+
+// urlCache keeps the replicas' URLs parsed: url.Parse per attempt was an
+// avoidable cost (issue 14). It is cleared when it outgrows maxCachedURLs
+// (replicas come and go with discovery).
+type urlCache struct {
+	mu sync.Mutex
+	m  map[string]*url.URL
+}
+
+const maxCachedURLs = 1024
+
+// parse returns raw parsed, or an error if it is not a URL with a host.
+// The result is shared: callers must not modify it.
+func (c *urlCache) parse(raw string) (*url.URL, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u, ok := c.m[raw]; ok {
+		return u, nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && u.Host == "" {
+		err = errors.New("no host")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil || len(c.m) >= maxCachedURLs {
+		c.m = make(map[string]*url.URL)
+	}
+	c.m[raw] = u
+	return u, nil
 }
 
 // New returns a Proxy. It starts no goroutines.
@@ -153,9 +193,14 @@ func New(opts Options) (*Proxy, error) {
 		tr = NewTransport(cfg)
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      tr,
-		FlushInterval:  -1, // SSE: every chunk goes out at once, never buffered
+		Rewrite:   p.rewrite,
+		Transport: tr,
+		// 0, not -1: ReverseProxy flushes every write of a text/event-stream
+		// answer (and of one without Content-Length) by itself, so SSE
+		// chunks still go out at once, while a JSON answer of known length
+		// leaves in one write with its headers, without a flush timer per
+		// response (issue 14: 18% of the CPU under JSON load went there).
+		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
 		BufferPool:     &bufferPool{},
@@ -227,11 +272,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
+			putBody(body)
 			p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, err.Error())
 			return
 		}
 	}
-	p.route(w, r, body, &prof)
+	out := &outBody{b: askUsage(r.Context(), path, &prof, body)}
+	if len(out.b) != len(body) {
+		putBody(body) // askUsage made a new body; nothing else has this one
+	}
+	// A routed body is not pooled: http.Transport may still be writing it
+	// after RoundTrip returned, and it writes headers and body in one go
+	// only for a body it knows is in memory (a bytes.Reader), whose end it
+	// does not report. It is left to the garbage collector.
+	p.route(w, r, out, &prof)
 }
 
 // readBody reads the whole request body under the size limit; over it the
@@ -256,6 +310,9 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
 	body, err := readGrowing(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes), r.ContentLength)
+	if err != nil {
+		putBody(body)
+	}
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -277,24 +334,27 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 }
 
 // readGrowing reads r to its end. The buffer grows only as bytes arrive
-// (doubling, never past the announced length + 1), so a client that
-// announces 32 MB and sends one byte costs a few KiB, not 32 MB held for
-// read_body_timeout (issue 10, item 1). The caller bounds r.
+// (doubling, from the announced length + 1 or 16 KiB, whichever is
+// smaller), so a client that announces 32 MB and sends one byte costs a few
+// KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
+// come from bodyPool (issue 14); the caller may hand the result back with
+// putBody when nothing reads it any more (a body that was not routed). The
+// caller bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
 	if announced >= 0 && announced < size-1 {
 		size = announced + 1 // +1: room to see EOF without growing
 	}
-	buf := make([]byte, 0, size)
+	buf := getBody(int(size))
 	for {
 		if len(buf) == cap(buf) {
 			next := int64(cap(buf)) * 2
 			if announced >= int64(len(buf)) && announced < next-1 {
 				next = announced + 1
 			}
-			grown := make([]byte, len(buf), next)
-			copy(grown, buf)
+			grown := append(getBody(int(next)), buf...)
+			putBody(buf)
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
@@ -306,6 +366,46 @@ func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// Request bodies are pooled in power-of-two classes from minPooledBody to
+// maxPooledBody bytes; larger ones are left to the garbage collector.
+const (
+	minPooledBody = 4 << 10
+	maxPooledBody = 8 << 20
+)
+
+var bodyPool [24 - 12 + 1]sync.Pool // classes 2^12 .. 2^23 (and 2^24 unused)
+
+// bodyClass is the pool class whose buffers hold size bytes; -1 if none.
+func bodyClass(size int) int {
+	if size > maxPooledBody {
+		return -1
+	}
+	return max(bits.Len(uint(size-1)), 12) - 12
+}
+
+// getBody returns an empty buffer of at least size bytes.
+func getBody(size int) []byte {
+	c := bodyClass(size)
+	if c < 0 {
+		return make([]byte, 0, size)
+	}
+	if v, ok := bodyPool[c].Get().(*[]byte); ok {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, minPooledBody<<c)
+}
+
+// putBody returns a buffer of getBody's to the pool. Nothing may read or
+// write it afterwards.
+func putBody(b []byte) {
+	c := cap(b)
+	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
+		return
+	}
+	b = b[:0]
+	bodyPool[bodyClass(c)].Put(&b)
 }
 
 // dotSegments reports whether a (decoded) URL path has a "." or ".."
@@ -328,9 +428,8 @@ func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string)
 
 // route selects, proxies and fails over (SPEC s3 + failover): at most
 // MaxAttempts distinct replicas, and never once a byte reached the client.
-func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body []byte, prof *request.Profile) {
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) {
 	ctx := r.Context()
-	body = askUsage(ctx, r.URL.Path, prof, body)
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
@@ -400,7 +499,7 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // try runs one attempt on the reserved replica and releases the reservation
 // when it ends, also when ReverseProxy aborts the handler with
 // http.ErrAbortHandler (the deferred release runs while the panic unwinds).
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *balancer.Reservation, prof *request.Profile) *attempt {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile) *attempt {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w},
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
@@ -428,10 +527,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 			p.transitions(ts)
 		}
 	}()
-	target, err := url.Parse(res.URL)
-	if err == nil && target.Host == "" {
-		err = errors.New("no host")
-	}
+	target, err := p.targets.parse(res.URL)
 	if err != nil {
 		a.err = fmt.Errorf("proxy: replica %s has a bad url: %w", res.Replica, err)
 		return a
@@ -446,11 +542,12 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body []byte, res *ba
 		// silent this long before them is hung (issue 10, items 6 and 8).
 		a.startIdle()
 	}
+	a.body = body
 	in := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
-	in.ContentLength = int64(len(body))
+	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
-	if len(body) > 0 {
-		in.Body = io.NopCloser(bytes.NewReader(body))
+	if len(body.b) > 0 {
+		in.Body = http.NoBody // rewrite gives the outbound request its body
 	} else {
 		in.Body = http.NoBody
 	}
@@ -492,6 +589,15 @@ func (p *Proxy) Ejected(replica string) {
 // without a key the client's header passes only if configured.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	a := attemptFrom(pr.In.Context())
+	// The body was read whole: hand the transport an in-memory reader of a
+	// known length (ReverseProxy's own wrapper hides that), so that the
+	// request's headers and body leave in one write (issue 14), and GetBody
+	// lets the transport resend it on a dead keep-alive connection.
+	if body := a.body; len(body.b) > 0 {
+		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
+		pr.Out.ContentLength = int64(len(body.b))
+	}
 	pr.SetURL(a.target)
 	pr.SetXForwarded()
 	if key := p.apiKey(a.res.Replica); key != "" {

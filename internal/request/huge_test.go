@@ -3,6 +3,7 @@ package request
 import (
 	"bytes"
 	"net/http"
+	"reflect"
 	"runtime"
 	"testing"
 )
@@ -77,6 +78,9 @@ func FuzzDecodeObject(f *testing.F) {
 	f.Add([]byte(`{"a":1,}`))
 	f.Add([]byte(`{"a":"\"}"} x`))
 	f.Add([]byte(`{"messages":5,"m\u006fdel":"x"}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"a"}]},{"ROLE":"user","content":null,"tool_calls":[{"id":"1"}]}]}`))
+	f.Add([]byte(`{"messages":[{"role":"a","role":null,"content":"x","Content":5}, {"r\u006fle":"b"}, 1]}`))
+	f.Add([]byte(`{"messages":[{"role":"\u00e9t\u00e9","content":"\ud800","tool_calls":null}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fast, errFast := decodeObject(body)
 		slow, errSlow := decodeObjectErr(body)
@@ -92,10 +96,28 @@ func FuzzDecodeObject(f *testing.F) {
 		if len(fast.fields) != len(slow.fields) || fast.hasMessages != slow.hasMessages || (fast.messagesErr == nil) != (slow.messagesErr == nil) {
 			t.Fatalf("fields %d vs %d, messages %v vs %v", len(fast.fields), len(slow.fields), fast.hasMessages, slow.hasMessages)
 		}
+		if !sameMessages(fast.messages, slow.messages) {
+			t.Fatalf("messages %#v vs %#v", fast.messages, slow.messages)
+		}
 		for k, v := range slow.fields {
 			if !bytes.Equal(bytes.TrimSpace(fast.fields[k]), bytes.TrimSpace(v)) {
 				t.Fatalf("field %q: %q vs %q", k, fast.fields[k], v)
 			}
 		}
 	})
+}
+
+// sameMessages compares decoded messages; tool_calls by their bytes (the
+// fast path keeps a sub-slice of the body, json.Unmarshal a copy).
+func sameMessages(a, b []message) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i := range a {
+		if a[i].Role != b[i].Role || !reflect.DeepEqual(a[i].Content, b[i].Content) ||
+			!bytes.Equal(a[i].ToolCalls, b[i].ToolCalls) {
+			return false
+		}
+	}
+	return true
 }

@@ -11,9 +11,11 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/textproto"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -263,7 +265,7 @@ func decodeObject(data []byte) (*requestBody, error) {
 	if len(d) == 0 || d[0] != '{' {
 		return decodeObjectErr(data)
 	}
-	b := &requestBody{fields: make(map[string]json.RawMessage)}
+	b := &requestBody{fields: make(map[string]json.RawMessage, 8)}
 	i := skipSpace(d, 1)
 	if i < len(d) && d[i] == '}' {
 		if skipSpace(d, i+1) != len(d) {
@@ -276,8 +278,8 @@ func decodeObject(data []byte) (*requestBody, error) {
 			return decodeObjectErr(data)
 		}
 		end := skipValue(d, i)
-		var name string
-		if json.Unmarshal(d[i:end], &name) != nil {
+		name, ok := plainString(d[i:end])
+		if !ok && json.Unmarshal(d[i:end], &name) != nil {
 			return decodeObjectErr(data)
 		}
 		if i = skipSpace(d, end); i >= len(d) || d[i] != ':' {
@@ -289,8 +291,7 @@ func decodeObject(data []byte) (*requestBody, error) {
 		end = skipValue(d, i)
 		raw := json.RawMessage(d[i:end])
 		if name == "messages" {
-			var msgs []message
-			err := json.Unmarshal(raw, &msgs)
+			msgs, err := decodeMessages(raw)
 			var typeErr *json.UnmarshalTypeError
 			if err != nil && !errors.As(err, &typeErr) {
 				return decodeObjectErr(data)
@@ -315,6 +316,120 @@ func decodeObject(data []byte) (*requestBody, error) {
 			return decodeObjectErr(data)
 		}
 	}
+}
+
+// plainString returns the value of a JSON string literal that needs no
+// decoding (no escape, no control character, valid UTF-8) without
+// json.Unmarshal's reflection; ok is false for any other input, which the
+// caller then decodes with json.Unmarshal (same result, slower).
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	ascii := true
+	for _, c := range in {
+		switch {
+		case c < 0x20 || c == '"' || c == '\\':
+			return "", false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	if !ascii && !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
+// decodeMessages decodes a chat "messages" value exactly as json.Unmarshal
+// into []message does. The usual shape (an array of objects whose role is a
+// plain string, content a string, null or anything else, tool_calls
+// anything) is validated once and then walked by hand, without reflection
+// and without copying tool_calls; anything else (escaped or case-variant
+// keys, a role that is not a plain string, elements that are not objects)
+// goes to json.Unmarshal. FuzzDecodeObject holds the two to the same result.
+func decodeMessages(raw []byte) ([]message, error) {
+	if msgs, ok := walkMessages(raw); ok {
+		return msgs, nil
+	}
+	var msgs []message
+	err := json.Unmarshal(raw, &msgs)
+	return msgs, err
+}
+
+// walkMessages is decodeMessages' fast path; ok is false when it does not
+// apply (the caller then decodes with json.Unmarshal).
+func walkMessages(raw []byte) (msgs []message, ok bool) {
+	if len(raw) == 0 || raw[0] != '[' || !json.Valid(raw) {
+		return nil, false
+	}
+	// Valid JSON from here: skipValue finds every value's end.
+	msgs = make([]message, 0, bytes.Count(raw, []byte(`"role"`)))
+	i := skipSpace(raw, 1)
+	if raw[i] == ']' {
+		return msgs, true
+	}
+	for {
+		if raw[i] != '{' {
+			return nil, false
+		}
+		var m message
+		i = skipSpace(raw, i+1)
+		for raw[i] != '}' {
+			end := skipValue(raw, i)
+			key := raw[i+1 : end-1]
+			i = skipSpace(raw, skipSpace(raw, end)+1) // past ':'
+			vend := skipValue(raw, i)
+			v := raw[i:vend]
+			switch string(key) {
+			case "role":
+				if string(v) != "null" {
+					if m.Role, ok = plainString(v); !ok {
+						return nil, false
+					}
+				}
+			case "content":
+				if s, ok := plainString(v); ok {
+					m.Content = s
+				} else if json.Unmarshal(v, &m.Content) != nil {
+					return nil, false
+				}
+			case "tool_calls":
+				m.ToolCalls = json.RawMessage(v)
+			default:
+				// json.Unmarshal matches field names case-insensitively.
+				if !plainKey(key) {
+					return nil, false
+				}
+			}
+			if i = skipSpace(raw, vend); raw[i] == ',' {
+				i = skipSpace(raw, i+1)
+			}
+		}
+		msgs = append(msgs, m)
+		if i = skipSpace(raw, i+1); raw[i] == ']' {
+			return msgs, true
+		}
+		i = skipSpace(raw, i+1) // past ','
+	}
+}
+
+// plainKey reports whether an object key (raw, between its quotes) that is
+// none of message's field names also matches none of them
+// case-insensitively and needs no unescaping.
+func plainKey(key []byte) bool {
+	for _, c := range key {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	for _, name := range []string{"role", "content", "tool_calls"} {
+		if strings.EqualFold(string(key), name) {
+			return false
+		}
+	}
+	return true
 }
 
 func skipSpace(d []byte, i int) int {
@@ -435,12 +550,14 @@ func parseModel(fields map[string]json.RawMessage, required bool) (string, error
 		}
 		return "", nil
 	}
-	var model string
-	if err := json.Unmarshal(raw, &model); err != nil {
-		if required {
-			return "", badf(err, `"model" must be a string`)
+	model, ok := plainString(raw)
+	if !ok {
+		if err := json.Unmarshal(raw, &model); err != nil {
+			if required {
+				return "", badf(err, `"model" must be a string`)
+			}
+			return "", nil
 		}
-		return "", nil
 	}
 	switch {
 	case model == "" && required:
@@ -475,7 +592,7 @@ func parseOutput(fields map[string]json.RawMessage, p *Profile) error {
 // then body fields (SPEC s2.1), sanitized.
 func sessionKey(cfg Config, header http.Header, fields map[string]json.RawMessage) string {
 	for _, name := range cfg.SessionHeaders {
-		for _, v := range header.Values(name) {
+		for _, v := range header[canonicalHeader(name)] {
 			if k := sanitizeKey(v); k != "" {
 				return k
 			}
@@ -579,10 +696,24 @@ func sanitizeKey(s string) string {
 	return s
 }
 
+// canonicalNames caches the canonical form of configured header names:
+// http.Header.Values canonicalizes its argument on every call, which for
+// the nine lower-case defaults was nine allocations a request (issue 14).
+var canonicalNames sync.Map // name -> canonical name
+
+func canonicalHeader(name string) string {
+	if c, ok := canonicalNames.Load(name); ok {
+		return c.(string)
+	}
+	c := textproto.CanonicalMIMEHeaderKey(name)
+	canonicalNames.Store(name, c)
+	return c
+}
+
 // tenant returns the first configured tenant header's sanitized value.
 func tenant(cfg Config, header http.Header) string {
 	for _, name := range cfg.TenantHeaders {
-		for _, v := range header.Values(name) {
+		for _, v := range header[canonicalHeader(name)] {
 			if t := sanitizeKey(v); t != "" {
 				return t
 			}

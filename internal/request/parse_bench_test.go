@@ -46,3 +46,19 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseSmall is the proxy benchmark's request (BenchmarkProxy in
+// internal/proxy, scripts/proxybench.sh): a short chat, where Parse's fixed
+// costs (allocations, reflection) outweigh its per-byte ones.
+func BenchmarkParseSmall(b *testing.B) {
+	body := []byte(`{"model":"m","max_tokens":16,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`)
+	h := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"wrk"}}
+	cfg := DefaultConfig()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(cfg, chatPath, h, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -248,6 +248,10 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 
 // Flush implements http.Flusher (streams are flushed chunk by chunk).
 func (w *observingWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
@@ -289,13 +293,23 @@ type chunk struct {
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+	Usage *usage `json:"usage"`
+}
+
+// usage is a completion's (or stream chunk's) token usage.
+type usage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// completion is what is read of a non-streamed answer: its choices, most
+// of its bytes, are skipped rather than decoded (issue 14).
+type completion struct {
+	Model string `json:"model"`
+	Usage *usage `json:"usage"`
 }
 
 var (
@@ -337,16 +351,16 @@ func (w *observingWriter) dataLine(line []byte) (usageOnly bool) {
 			}
 		}
 	}
-	w.setUsage(&c)
+	w.setUsage(c.Usage)
 	return c.Usage != nil && len(c.Choices) == 0
 }
 
-func (w *observingWriter) setUsage(c *chunk) {
-	if c.Usage == nil {
+func (w *observingWriter) setUsage(u *usage) {
+	if u == nil {
 		return
 	}
-	w.usage = admin.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
-	if d := c.Usage.PromptTokensDetails; d != nil {
+	w.usage = admin.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	if d := u.PromptTokensDetails; d != nil {
 		w.usage.CachedTokens = d.CachedTokens
 	}
 }
@@ -365,10 +379,10 @@ func (w *observingWriter) finish() {
 	if w.kind != kindJSON || w.tooLong || w.body.Len() == 0 {
 		return
 	}
-	var c chunk
+	var c completion
 	if json.Unmarshal(w.body.Bytes(), &c) == nil {
 		w.model = c.Model
-		w.setUsage(&c)
+		w.setUsage(c.Usage)
 	}
 	w.body = bytes.Buffer{}
 }

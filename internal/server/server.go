@@ -23,6 +23,7 @@ import (
 	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 	"github.com/llmlb/llmlb/internal/ui"
@@ -70,6 +71,9 @@ type Server struct {
 	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
+	reqCfg  request.Config // cfg.Request as the proxy parses with it (PromptBlocks set for the policies that need them)
+
+	frontend Frontend // nil: the HTTP proxy serves the proxy listener
 
 	discovery discovery.Source   // nil: static replicas only
 	syncer    *discovery.Syncer  // applies discovery's sets
@@ -123,6 +127,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	if cfg.Routing.Policy == "prefix-tree" || cfg.Routing.Policy == "cost" {
 		cfg.Request.PromptBlocks = true
 	}
+	s.reqCfg = cfg.Request
 	s.proxy, err = proxy.New(proxy.Options{
 		Balancer:    bal,
 		Request:     cfg.Request,
@@ -268,6 +273,44 @@ func (s *Server) ReloadRouting(cfg config.Config) error {
 	return s.bal.Reconfigure(cfg.Routing)
 }
 
+// Frontend serves the proxy listener in place of the HTTP proxy: `llmlb
+// epp` serves the Endpoint Picker's gRPC there on the same routing core.
+type Frontend interface {
+	// Serve serves ln until Shutdown; it returns nil after Shutdown.
+	Serve(ln net.Listener) error
+	// Shutdown stops accepting and waits for the open exchanges to end;
+	// when ctx ends first it closes them and returns ctx's error.
+	Shutdown(ctx context.Context) error
+}
+
+// UseFrontend makes Run serve f on the proxy listener instead of the HTTP
+// proxy; everything else (admin listener, scraper, health ticker,
+// discovery, drain) is as for `llmlb serve`. Call it before Run.
+func (s *Server) UseFrontend(f Frontend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frontend = f
+}
+
+// RequestConfig is the request parsing configuration the proxy uses (with
+// prompt block hashes on for the policies that match prompts by them).
+func (s *Server) RequestConfig() request.Config { return s.reqCfg }
+
+// Recorder returns what the proxy records its measurements into (the
+// Prometheus metrics and the dashboard).
+func (s *Server) Recorder() proxy.Recorder { return recorders{s.metrics, s.dash} }
+
+// Transitions logs and counts health transitions caused outside the
+// server's own loops (a frontend's Release), once each, as serve does.
+func (s *Server) Transitions(ts []balancer.Transition) {
+	if len(ts) > 0 {
+		s.onTransitions(ts)
+	}
+}
+
+// Logger returns the server's logger.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
 // Config returns the configuration the server was built with.
 func (s *Server) Config() config.Config { return s.cfg }
 
@@ -407,9 +450,25 @@ func (s *Server) Run(ctx context.Context) error {
 			serveErr <- fmt.Errorf("server: %s listener: %w", what, err)
 		}
 	}
-	go serve(proxySrv, s.limitedProxyListener(), "proxy")
+	s.mu.Lock()
+	frontend := s.frontend
+	s.mu.Unlock()
+	if frontend != nil {
+		ln := s.limitedProxyListener()
+		go func() {
+			if err := frontend.Serve(ln); err != nil {
+				serveErr <- fmt.Errorf("server: grpc listener: %w", err)
+			}
+		}()
+	} else {
+		go serve(proxySrv, s.limitedProxyListener(), "proxy")
+	}
 	go serve(adminSrv, s.adminLn, "admin")
-	s.log.Info("llmlb serving", slog.String("proxy", s.ProxyAddr()), slog.String("admin", s.AdminAddr()))
+	if frontend != nil {
+		s.log.Info("llmlb serving", slog.String("grpc", s.ProxyAddr()), slog.String("admin", s.AdminAddr()))
+	} else {
+		s.log.Info("llmlb serving", slog.String("proxy", s.ProxyAddr()), slog.String("admin", s.AdminAddr()))
+	}
 
 	var runErr error
 	select {
@@ -433,7 +492,14 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = srv.Close()
 		}
 	}
-	shutdown(proxySrv, "proxy")
+	if frontend != nil {
+		if err := frontend.Shutdown(shCtx); err != nil {
+			s.log.Warn("server: drain deadline passed, closing remaining connections",
+				slog.String("listener", "grpc"), slog.String("error", err.Error()))
+		}
+	} else {
+		shutdown(proxySrv, "proxy")
+	}
 	shutdown(adminSrv, "admin")
 	stopBG()
 	bg.Wait()

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/epp"
+	"github.com/llmlb/llmlb/internal/server"
+)
+
+// DefaultGRPCListen is `llmlb epp`'s gRPC address: the port the Gateway
+// API Inference Extension's InferencePool names for its endpoint picker.
+const DefaultGRPCListen = ":9002"
+
+// runEPP is `llmlb epp`: serve's routing core behind the Endpoint Picker
+// Protocol (Envoy ext_proc over gRPC) for a Gateway API Inference
+// Extension gateway. Everything but the proxy listener is serve's: config,
+// replicas and discovery, policy, scraping, health, admin listener,
+// reloads and drain. See docs/EPP.md.
+func runEPP(ctx context.Context, args []string) error {
+	return runBalancer(ctx, args, eppFlags, newEPPFrontend)
+}
+
+// newEPPFrontend builds the ext_proc server on srv's routing core, with
+// serve's request parsing, body limit, metrics and dashboard.
+func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
+	cfg := srv.Config()
+	return epp.New(epp.Options{
+		Balancer:     srv.Balancer(),
+		Request:      srv.RequestConfig(),
+		MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
+		RouteHeaders: cfg.Proxy.RouteHeaders,
+		Metrics:      srv.Recorder(),
+		Completion:   srv.Metrics().Completion,
+		Decisions:    srv.Dashboard().Decision,
+		Transitions:  srv.Transitions,
+		Logger:       srv.Logger(),
+	})
+}
+
+// eppFlags are serve's flags with --grpc-listen in place of --listen (the
+// configuration file's listen key is not used by epp).
+func eppFlags(args []string, stderr io.Writer) (config.Config, string, time.Duration, error) {
+	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
+	listen := fs.String("grpc-listen", DefaultGRPCListen, "ext_proc gRPC listen `ADDR` (the InferencePool's endpoint picker port)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmlb epp [--grpc-listen ADDR] [--config FILE] [--admin-listen ADDR] [--replica URL|name=URL ...] [--policy P] [--log-level L]")
+		fmt.Fprintln(stderr, "\nRuns llmlb's routing core as the endpoint picker (Envoy ext_proc v3 over gRPC) of a")
+		fmt.Fprintln(stderr, "Gateway API Inference Extension InferencePool. Flags, file and LLMLB_<FLAG> environment")
+		fmt.Fprintln(stderr, "variables are serve's (LLMLB_GRPC_LISTEN for --grpc-listen). The replicas' ip:port are the")
+		fmt.Fprintln(stderr, "endpoints returned to the gateway. SIGTERM/SIGINT drain and exit. See docs/EPP.md.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	return balancerFlags(fs, listen, args, stderr)
+}

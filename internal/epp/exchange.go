@@ -1,0 +1,503 @@
+package epp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/request"
+)
+
+// routedPaths are profiled with request.Parse and routed by model, as in
+// the proxy (SPEC s10).
+var routedPaths = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/embeddings":       true,
+}
+
+// exchange is one ext_proc stream: one HTTP request and its response. It
+// runs on the stream's own goroutine only (Recv, decide, Send in turn), so
+// it needs no lock and leaves nothing running when the stream ends.
+type exchange struct {
+	s      *Server
+	stream extprocv3.ExternalProcessor_ProcessServer
+	start  time.Time
+
+	// The gateway's body modes (protocol_config of the first message);
+	// FULL_DUPLEX_STREAMED, the protocol's required mode, when not told.
+	reqMode, respMode filterv3.ProcessingMode_BodySendMode
+
+	method, path string // path: decoded, without the query
+	header       http.Header
+	subset       map[string]bool // nil: no subset given
+	body         []byte
+	bodyEOS      bool // the body ended with end_of_stream (not with trailers)
+	partial      bool // BUFFERED_PARTIAL sent only the start of the body
+	decided      bool // the request phase was answered (endpoint or immediate response)
+	immediate    bool // an immediate response ended the exchange
+
+	prof     request.Profile
+	res      *balancer.Reservation
+	picked   time.Time
+	status   int  // the response's status (0 before its headers)
+	sse      bool // the response is an event stream
+	gotBytes bool // a response body byte arrived
+	ttftAt   time.Time
+	usage    usageReader
+	done     bool   // the response ended; the reservation was released
+	served   string // the endpoint the gateway says served the request
+}
+
+// run reads the stream until it ends, answering each message.
+func (x *exchange) run() error {
+	first := true
+	for {
+		req, err := x.stream.Recv()
+		if err != nil {
+			if err == io.EOF || status.Code(err) == codes.Canceled || x.stream.Context().Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if first {
+			first = false
+			x.reqMode, x.respMode = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+			if pc := req.GetProtocolConfig(); pc != nil {
+				x.reqMode, x.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+			}
+		}
+		x.readMetadata(req)
+		if err := x.handle(req); err != nil {
+			return err
+		}
+		if x.immediate {
+			return nil
+		}
+	}
+}
+
+// handle answers one message of the stream.
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) error {
+	switch m := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(m.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(m.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return x.requestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return x.responseHeaders(m.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return x.responseBody(m.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.finish()
+		return x.send(trailersResponse(false))
+	}
+	return nil // a flow-control-only message: nothing to answer
+}
+
+// readMetadata takes the subset (request messages) and the served endpoint
+// (response messages) from the filter metadata.
+func (x *exchange) readMetadata(req *extprocv3.ProcessingRequest) {
+	fm := req.GetMetadataContext().GetFilterMetadata()
+	if fm == nil {
+		return
+	}
+	if ns := fm[SubsetNamespace]; ns != nil && !x.decided {
+		if v, ok := ns.GetFields()[SubsetKey]; ok {
+			x.subset = parseSubset(v)
+		}
+	}
+	if ns := fm[MetadataNamespace]; ns != nil {
+		if v, ok := ns.GetFields()[ServedKey]; ok {
+			x.served = v.GetStringValue()
+		}
+	}
+}
+
+func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
+	if x.header != nil || x.decided {
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+			"the gateway sent the request headers twice")
+	}
+	x.header = make(http.Header)
+	var rawPath string
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		v := hv.GetValue()
+		if raw := hv.GetRawValue(); len(raw) > 0 {
+			v = string(raw)
+		}
+		switch k := strings.ToLower(hv.GetKey()); k {
+		case ":path":
+			rawPath = v
+		case ":method":
+			x.method = v
+		default:
+			if !strings.HasPrefix(k, ":") {
+				x.header.Add(k, v)
+			}
+		}
+	}
+	u, err := url.ParseRequestURI(rawPath)
+	if err != nil {
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidPath, "the request path is not a valid URL path")
+	}
+	x.path = u.Path
+	// The proxy's own answers (SPEC s10): path traversal, /v1/models, not /v1/.
+	switch {
+	case dotSegments(x.path):
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidPath,
+			"the path must not contain \".\" or \"..\" segments (also percent-encoded)")
+	case x.path == "/v1/models" && x.method == http.MethodGet:
+		return x.models("")
+	case strings.HasPrefix(x.path, "/v1/models/") && x.method == http.MethodGet:
+		return x.models(strings.TrimPrefix(x.path, "/v1/models/"))
+	case !strings.HasPrefix(x.path, "/v1/"):
+		return x.reject(http.StatusNotFound, proxy.TypeInvalidRequest, proxy.CodeNotFound, "unknown path "+x.path)
+	}
+	switch {
+	case h.GetEndOfStream():
+		// No body (a GET): route by the headers alone, as serve does.
+		return x.decide(true)
+	case x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		// The headers are answered with the endpoint once the body is read.
+		return nil
+	case x.reqMode == filterv3.ProcessingMode_BUFFERED || x.reqMode == filterv3.ProcessingMode_BUFFERED_PARTIAL:
+		// The body comes after this answer; the endpoint goes with the body's.
+		return x.send(headersResponse(nil, nil))
+	default:
+		// NONE or STREAMED: the gateway routes on the headers' answer
+		// before any body: pick by the headers alone.
+		return x.decide(true)
+	}
+}
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
+	if x.header == nil {
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+			"the gateway sent a request body before its headers")
+	}
+	if x.decided {
+		// The body's answer went out already (NONE/STREAMED modes, or a
+		// gateway that sends more after end_of_stream): pass it on.
+		return x.send(requestBodyPassthrough(x.reqMode, b))
+	}
+	if int64(len(x.body))+int64(len(b.GetBody())) > x.s.maxBody {
+		return x.reject(http.StatusRequestEntityTooLarge, proxy.TypeInvalidRequest, proxy.CodeTooLarge,
+			fmt.Sprintf("request body exceeds the limit of %d bytes", x.s.maxBody))
+	}
+	x.body = append(x.body, b.GetBody()...)
+	switch {
+	case b.GetEndOfStream():
+		x.bodyEOS = true
+		return x.decide(false)
+	case x.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		// BUFFERED_PARTIAL sent what fit in its buffer: it will not send
+		// the rest here, so decide on what came.
+		x.partial = true
+		return x.decide(false)
+	}
+	return nil
+}
+
+// requestTrailers ends a body that came without end_of_stream.
+func (x *exchange) requestTrailers() error {
+	if x.header == nil {
+		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+			"the gateway sent request trailers before the headers")
+	}
+	if !x.decided {
+		if err := x.decide(false); err != nil || x.immediate {
+			return err
+		}
+	}
+	return x.send(trailersResponse(true))
+}
+
+// decide profiles the request, selects a replica from the subset and
+// answers the request phase with the endpoint (or an immediate response).
+// headersOnly: there is no body to read (yet).
+func (x *exchange) decide(headersOnly bool) error {
+	if x.decided || x.res != nil {
+		return nil // one decision (and one reservation) per exchange
+	}
+	x.decided = true
+	var prof request.Profile
+	if !headersOnly && x.method == http.MethodPost && routedPaths[x.path] {
+		var err error
+		prof, err = request.Parse(x.s.reqCfg, x.path, x.header, x.body)
+		switch {
+		case err != nil && x.partial:
+			// Only the body's start: not the client's fault that it does
+			// not parse; route on the headers alone.
+			prof = request.Profile{}
+		case err != nil:
+			return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON, err.Error())
+		}
+	}
+	x.prof = prof
+	now := x.s.now()
+	exclude, ok := x.outsideSubset(now)
+	if !ok {
+		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+			"no replica of the gateway's endpoint subset is known to the picker")
+	}
+	res, err := x.s.bal.Select(&x.prof, now, exclude...)
+	if err != nil {
+		return x.selectFailed(err)
+	}
+	ep, err := hostPort(res.URL)
+	if err != nil {
+		x.s.bal.Release(res, balancer.OutcomeCanceled, x.s.now())
+		x.s.log.Error("epp: replica has no usable address", slog.String("replica", res.Replica), slog.String("error", err.Error()))
+		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+			"the chosen replica has no ip:port address")
+	}
+	x.res, x.picked = res, now
+	x.logDecision(ep)
+	if x.s.decisions != nil {
+		x.s.decisions(now, res, &x.prof, 1)
+	}
+	return x.answerPicked(ep, headersOnly)
+}
+
+// answerPicked sends the endpoint in the answer the gateway routes on.
+func (x *exchange) answerPicked(ep string, headersOnly bool) error {
+	mut := destination(ep)
+	md := destinationMetadata(ep)
+	if headersOnly {
+		return x.send(headersResponse(mut, md))
+	}
+	if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		// The headers were held until now: their answer carries the
+		// endpoint, then the body goes back in chunks.
+		if err := x.send(headersResponse(mut, md)); err != nil {
+			return err
+		}
+		// A body that ended with trailers goes back without end_of_stream:
+		// the trailers' answer ends it.
+		for _, r := range streamedBody(x.body, x.bodyEOS, true) {
+			if err := x.send(r); err != nil {
+				return err
+			}
+		}
+		x.body = nil
+		return nil
+	}
+	// BUFFERED: the headers went on already; a header mutation in the
+	// body's answer still reaches the upstream request.
+	x.body = nil
+	return x.send(requestBodyResponse(mut, md))
+}
+
+// outsideSubset lists the replicas whose address is not in the gateway's
+// subset (to exclude); ok is false when a subset is given and no known
+// replica is in it (the protocol's 503).
+func (x *exchange) outsideSubset(now time.Time) (exclude []string, ok bool) {
+	if x.subset == nil {
+		return nil, true
+	}
+	in := 0
+	for _, r := range x.s.bal.Replicas(now) {
+		ep, err := hostPort(r.URL)
+		if err == nil && x.subset[ep] {
+			in++
+			continue
+		}
+		exclude = append(exclude, r.Name)
+	}
+	return exclude, in > 0
+}
+
+// selectFailed answers as the proxy does when Select finds no replica.
+func (x *exchange) selectFailed(err error) error {
+	switch {
+	case errors.Is(err, balancer.ErrUnknownModel):
+		return x.reject(http.StatusNotFound, proxy.TypeInvalidRequest, proxy.CodeModelNotFound,
+			fmt.Sprintf("the model %q does not exist on any replica", x.prof.Model))
+	case errors.Is(err, balancer.ErrNoHealthyInstances):
+		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+			"no healthy replica is available")
+	default:
+		x.s.log.Error("epp: select failed", slog.String("error", err.Error()))
+		return x.reject(http.StatusInternalServerError, proxy.TypeServer, "internal_error", "routing failed")
+	}
+}
+
+// reject ends the exchange with an immediate response in OpenAI's error
+// shape, counted like the proxy's own answers.
+func (x *exchange) reject(code int, typ, errCode, msg string) error {
+	x.decided, x.immediate = true, true
+	x.s.metrics.Request("", "", code)
+	return x.send(immediateError(code, typ, errCode, msg))
+}
+
+// models answers GET /v1/models (id "") or /v1/models/{id} itself, as the
+// proxy does: the union of the replicas' models.
+func (x *exchange) models(id string) error {
+	x.decided, x.immediate = true, true
+	code, body := modelsBody(x.s.bal.Models(), id)
+	x.s.metrics.Request("", "", code)
+	return x.send(immediateJSON(code, body))
+}
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		v := hv.GetValue()
+		if raw := hv.GetRawValue(); len(raw) > 0 {
+			v = string(raw)
+		}
+		switch strings.ToLower(hv.GetKey()) {
+		case ":status", "status":
+			x.status, _ = strconv.Atoi(v)
+		case "content-type":
+			x.sse = strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), "text/event-stream")
+		}
+	}
+	x.usage.sse = x.sse
+	var mut *extprocv3.HeaderMutation
+	if x.s.routeHdrs && x.res != nil {
+		mut = routeHeaders(x.res)
+	}
+	if h.GetEndOfStream() {
+		x.finish()
+	}
+	return x.send(responseHeadersResponse(mut))
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	if chunk := b.GetBody(); len(chunk) > 0 {
+		if !x.gotBytes && x.res != nil {
+			x.gotBytes = true
+			now := x.s.now()
+			x.s.metrics.FirstByte(x.res.Replica, now.Sub(x.picked))
+			if x.sse {
+				// A stream's first chunk comes with its first token: the
+				// replica's prefill is done (policy cost's pending work).
+				x.s.bal.FirstToken(x.res)
+				x.ttftAt = now
+			}
+		}
+		if x.status >= 200 && x.status < 300 {
+			x.usage.write(chunk)
+		}
+	}
+	if b.GetEndOfStream() {
+		x.finish()
+	}
+	return x.send(responseBodyPassthrough(x.respMode, b))
+}
+
+// finish releases the reservation of a response that ended: a 5xx is the
+// replica's failure (health), anything else a success.
+func (x *exchange) finish() {
+	if x.done || x.res == nil {
+		return // released already, or nothing reserved (yet)
+	}
+	x.done = true
+	o := balancer.OutcomeOK
+	if x.status >= 500 {
+		o = balancer.OutcomeServerError
+	}
+	x.release(o, x.status)
+	if x.status >= 200 && x.status < 300 && x.s.completion != nil {
+		ttft := time.Duration(-1)
+		if !x.ttftAt.IsZero() {
+			ttft = x.ttftAt.Sub(x.start)
+		}
+		x.usage.finish()
+		model := x.prof.Model
+		if model == "" {
+			model = x.usage.model
+		}
+		x.s.completion(model, x.res.Reason, ttft, x.s.now().Sub(x.start), x.usage.usage)
+	}
+}
+
+// end runs when the stream is over, however it ended: a response that
+// did not finish (the client or the gateway went away, the stream broke)
+// releases its reservation as cancelled, which says nothing about the
+// replica, unless the replica had already answered 5xx.
+func (x *exchange) end() {
+	if x.done || x.res == nil {
+		return
+	}
+	x.done = true
+	o, code := balancer.OutcomeCanceled, proxy.StatusClientClosed
+	if x.status != 0 {
+		code = x.status
+	}
+	if x.status >= 500 {
+		o = balancer.OutcomeServerError
+	}
+	if x.gotBytes && x.status < 500 {
+		x.s.metrics.StreamError(x.res.Replica)
+	}
+	x.release(o, code)
+}
+
+func (x *exchange) release(o balancer.Outcome, code int) {
+	x.s.metrics.Request(x.res.Replica, x.res.Reason, code)
+	if x.served != "" {
+		if ep, err := hostPort(x.res.URL); err == nil && ep != x.served {
+			x.s.log.Warn("epp: the gateway served another endpoint than the one picked",
+				slog.String("picked", ep), slog.String("served", x.served))
+		}
+	}
+	if ts := x.s.bal.Release(x.res, o, x.s.now()); len(ts) > 0 {
+		x.s.transitions(ts)
+	}
+}
+
+// send answers the gateway; a failed send ends the stream.
+func (x *exchange) send(r *extprocv3.ProcessingResponse) error {
+	if err := x.stream.Send(r); err != nil {
+		return fmt.Errorf("epp: send: %w", err)
+	}
+	return nil
+}
+
+// logDecision writes the one debug line per routing decision (never
+// header values).
+func (x *exchange) logDecision(ep string) {
+	ctx := x.stream.Context()
+	if !x.s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := append([]slog.Attr{
+		slog.String("replica", x.res.Replica),
+		slog.String("endpoint", ep),
+		slog.String("reason", string(x.res.Reason)),
+		slog.String("model", x.prof.Model),
+		slog.Bool("session", x.prof.SessionKey != ""),
+		slog.Bool("prefix", x.prof.PrefixKey != ""),
+		slog.Int("prompt_tokens", x.prof.PromptTokens),
+		slog.Bool("subset", x.subset != nil),
+	}, x.res.Explanation.LogAttrs()...)
+	x.s.log.LogAttrs(ctx, slog.LevelDebug, "route", attrs...)
+}
+
+// dotSegments reports whether a decoded URL path has a "." or ".."
+// segment (the replica would resolve it outside /v1/).
+func dotSegments(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}

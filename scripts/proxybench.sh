@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Proxy efficiency vs NGINX (issue 14; BENCHMARKS.md "Proxy efficiency vs
+# NGINX"): a static upstream (scripts/proxybench, answers at once, so the
+# proxy dominates), NGINX (Debian's nginx-light: 2 workers, keep-alive to the
+# upstream, proxy_buffering off) and `llmlb serve` in front of it, and wrk.
+# Each round measures direct, NGINX and llmlb back to back (the order rotates
+# per round) so background load hits all three alike; the summary prints
+# per-round ratios llmlb/NGINX and their medians:
+#   - added p50 at c=1 (proxied p50 - direct p50), JSON and SSE (whole stream)
+#   - requests/s at c=64, JSON and SSE
+#   - CPU per request at c=64 (utime+stime of the proxy's processes from
+#     /proc/PID/stat over the run, divided by the requests)
+#   - time to the first SSE chunk, added (scripts/proxybench ttfb)
+#   - memory per in-flight stream (RSS delta with HOLD streams held open)
+#
+#   scripts/proxybench.sh                     # 4 rounds of 5 s runs
+#   ROUNDS=6 DURATION=10 scripts/proxybench.sh
+#
+# Environment: ROUNDS (4), DURATION (seconds per wrk run, 5), CONNS (64),
+# TTFB_N (2000), HOLD (1000), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
+# proxy, +3 llmlb admin), KEEP (1: keep the work directory), PROFILE (1:
+# also write a 10 s CPU profile of llmlb under JSON c=64 to the work dir).
+# Installs nginx-light and wrk with apt-get when they are missing (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-4}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-64}
+TTFB_N=${TTFB_N:-2000}
+HOLD=${HOLD:-1000}
+BASE_PORT=${BASE_PORT:-18100}
+UP_PORT=$BASE_PORT
+NGINX_PORT=$((BASE_PORT + 1))
+LB_PORT=$((BASE_PORT + 2))
+ADMIN_PORT=$((BASE_PORT + 3))
+TOKEN=proxybench-token
+
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null; then
+	echo "== installing nginx-light and wrk"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if [ "${KEEP:-}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+echo "== building llmlb and scripts/proxybench"
+go build -o "$work/llmlb" ./cmd/llmlb
+go build -o "$work/proxybench" ./scripts/proxybench
+
+wait_port() { # port
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "port $1 did not open" >&2
+	return 1
+}
+
+"$work/proxybench" upstream -listen "127.0.0.1:$UP_PORT" &
+up_pid=$!
+pids+=("$up_pid")
+wait_port "$UP_PORT"
+
+# NGINX: 2 workers, keep-alive upstream connections, no response buffering
+# (SSE chunks pass at once), no access log (llmlb's is off too).
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 2;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+user root;
+events { worker_connections 8192; }
+http {
+	access_log off;
+	client_body_temp_path $work/nginx/body;
+	proxy_temp_path $work/nginx/proxy;
+	fastcgi_temp_path $work/nginx/fastcgi;
+	uwsgi_temp_path $work/nginx/uwsgi;
+	scgi_temp_path $work/nginx/scgi;
+	keepalive_requests 1000000;
+	upstream up {
+		server 127.0.0.1:$UP_PORT;
+		keepalive 128;
+	}
+	server {
+		listen 127.0.0.1:$NGINX_PORT;
+		location / {
+			proxy_pass http://up;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_read_timeout 120s;
+		}
+	}
+}
+EOF
+"$NGINX" -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" &
+nginx_pid=$!
+pids+=("$nginx_pid")
+wait_port "$NGINX_PORT"
+
+cat >"$work/llmlb.yaml" <<EOF
+listen: "127.0.0.1:$LB_PORT"
+admin_listen: "127.0.0.1:$ADMIN_PORT"
+admin_token: $TOKEN
+replicas:
+  - name: up
+    url: http://127.0.0.1:$UP_PORT
+server:
+  max_connections: 60000
+log:
+  level: warn
+  access: false
+EOF
+"$work/llmlb" serve --config "$work/llmlb.yaml" --watch-config 0 2>"$work/llmlb.log" &
+lb_pid=$!
+pids+=("$lb_pid")
+wait_port "$LB_PORT"
+for _ in $(seq 100); do # the replica turns LIVE after its first scrape
+	curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && break
+	sleep 0.1
+done
+
+# The processes whose CPU and memory count for each target.
+nginx_procs() { echo "$nginx_pid" $(cat /proc/"$nginx_pid"/task/*/children 2>/dev/null); }
+procs() {
+	case $1 in
+	direct) echo "$up_pid" ;;
+	nginx) nginx_procs ;;
+	llmlb) echo "$lb_pid" ;;
+	esac
+}
+port_of() {
+	case $1 in
+	direct) echo "$UP_PORT" ;;
+	nginx) echo "$NGINX_PORT" ;;
+	llmlb) echo "$LB_PORT" ;;
+	esac
+}
+cpu_ticks() { local s=0 p; for p in "$@"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
+rss_kb() { local s=0 p; for p in "$@"; do s=$((s + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status"))); done; echo "$s"; }
+hz=$(getconf CLK_TCK)
+
+body_json='{"model":"m","max_tokens":16,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}'
+body_sse='{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}'
+for kind in json sse; do
+	b=body_$kind
+	cat >"$work/$kind.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '${!b}'
+function done(summary, latency, requests)
+	io.write(string.format("RESULT requests=%d duration_us=%d p50_us=%d errors=%d\n",
+		summary.requests, summary.duration, latency:percentile(50),
+		summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
+end
+EOF
+done
+
+# run_wrk TARGET KIND CONNS: one wrk run; appends a line to results.
+results="$work/results.txt"
+run_wrk() {
+	local target=$1 kind=$2 c=$3 threads=1 ps t0 t1 out
+	[ "$c" -gt 1 ] && threads=2
+	ps=$(procs "$target")
+	t0=$(cpu_ticks $ps)
+	out=$(wrk -t"$threads" -c"$c" -d"${DURATION}s" -s "$work/$kind.lua" "http://127.0.0.1:$(port_of "$target")/v1/chat/completions" | grep '^RESULT')
+	t1=$(cpu_ticks $ps)
+	# shellcheck disable=SC2086
+	set -- $out
+	local req=${2#requests=} dur=${3#duration_us=} p50=${4#p50_us=} errs=${5#errors=}
+	if [ "$errs" != 0 ]; then echo "   $target $kind c=$c: $errs errors" >&2; fi
+	awk -v r="$round" -v t="$target" -v k="$kind" -v c="$c" -v req="$req" -v dur="$dur" -v p50="$p50" \
+		-v ticks=$((t1 - t0)) -v hz="$hz" 'BEGIN {
+		printf "%s %s %s_c%s_p50_us %s\n", r, t, k, c, p50
+		printf "%s %s %s_c%s_rps %.0f\n", r, t, k, c, req / (dur / 1e6)
+		printf "%s %s %s_c%s_cpu_us_per_req %.2f\n", r, t, k, c, ticks / hz * 1e6 / req
+	}' >>"$results"
+}
+
+run_ttfb() {
+	local target=$1 out
+	out=$("$work/proxybench" ttfb -url "http://127.0.0.1:$(port_of "$target")/v1/chat/completions" -n "$TTFB_N")
+	echo "$round $target ttfb_p50_us ${out#ttfb_p50_us=}" | awk '{print $1, $2, $3, $4}' >>"$results"
+}
+
+targets=(direct nginx llmlb)
+echo "== $ROUNDS rounds, ${DURATION}s per wrk run, c=1 and c=$CONNS, JSON and SSE ($(nproc) cores; other load on the machine: $(cut -d' ' -f1-3 /proc/loadavg))"
+for round in $(seq "$ROUNDS"); do
+	# Rotate the order so that no target always runs first.
+	order=("${targets[@]:$(((round - 1) % 3))}" "${targets[@]:0:$(((round - 1) % 3))}")
+	echo "-- round $round: ${order[*]}"
+	for kind in json sse; do
+		for c in 1 "$CONNS"; do
+			for t in "${order[@]}"; do run_wrk "$t" "$kind" "$c"; done
+		done
+	done
+	for t in "${order[@]}"; do run_ttfb "$t"; done
+done
+
+if [ "${PROFILE:-}" = 1 ]; then
+	echo "== CPU profile of llmlb under JSON c=$CONNS (10 s): $work/llmlb.cpu.pprof"
+	curl -sf -H "Authorization: Bearer $TOKEN" -o "$work/llmlb.cpu.pprof" \
+		"http://127.0.0.1:$ADMIN_PORT/debug/pprof/profile?seconds=10" &
+	prof=$!
+	wrk -t2 -c"$CONNS" -d11s -s "$work/json.lua" "http://127.0.0.1:$LB_PORT/v1/chat/completions" >/dev/null
+	wait "$prof"
+	KEEP=1
+fi
+
+# Memory per in-flight stream: RSS of the proxy's processes with HOLD
+# streams held open (each has its first chunk) minus RSS before.
+echo "== memory per in-flight stream ($HOLD streams held open)"
+for t in nginx llmlb; do
+	ps=$(procs "$t")
+	before=$(rss_kb $ps)
+	"$work/proxybench" hold -url "http://127.0.0.1:$(port_of "$t")/v1/chat/completions?hold" -n "$HOLD" >"$work/hold.out" &
+	hp=$!
+	for _ in $(seq 600); do grep -q held "$work/hold.out" && break; sleep 0.1; done
+	sleep 1
+	after=$(rss_kb $ps)
+	kill "$hp"
+	wait "$hp" 2>/dev/null || true
+	echo "mem $t kib_per_stream $(awk -v a="$after" -v b="$before" -v n="$HOLD" 'BEGIN {printf "%.1f", (a - b) / n}')" >>"$results"
+	sleep 2 # let the streams close
+done
+
+# Summary: per metric, each target's median over rounds, and llmlb/NGINX per
+# round and its median. "added" metrics subtract the round's direct figure.
+echo
+echo "== results (median over $ROUNDS rounds; per-round ratios llmlb/NGINX in brackets)"
+awk -v R="$ROUNDS" '
+function median(list,   a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+$1 == "mem" { mem[$2] = $4; next }
+{ v[$1, $2, $3] = $4 }
+END {
+	split("json_c1_p50_us sse_c1_p50_us ttfb_p50_us json_c'"$CONNS"'_rps sse_c'"$CONNS"'_rps json_c'"$CONNS"'_cpu_us_per_req sse_c'"$CONNS"'_cpu_us_per_req", order, " ")
+	printf "%-30s %10s %10s %10s %10s  %s\n", "metric", "direct", "nginx", "llmlb", "llmlb/nginx", "per round"
+	for (k = 1; k in order; k++) {
+		m = order[k]
+		added = (m ~ /p50_us$/)
+		d = ""; n = ""; l = ""; rs = ""; shown = ""; nn = ""; ll = ""
+		for (r = 1; r <= R; r++) {
+			d = d " " v[r, "direct", m]; n = n " " v[r, "nginx", m]; l = l " " v[r, "llmlb", m]
+			if (added) { a = v[r, "nginx", m] - v[r, "direct", m]; b = v[r, "llmlb", m] - v[r, "direct", m] }
+			else { a = v[r, "nginx", m]; b = v[r, "llmlb", m] }
+			nn = nn " " a; ll = ll " " b
+			# the added latency of NGINX can come out <= 0 in a noisy round: no ratio then
+			if (a > 0) { rs = rs sprintf(" %.2f", b / a); shown = shown sprintf(" %.2f", b / a) }
+			else shown = shown " -"
+		}
+		name = added ? m " (added)" : m
+		if (added) printf "%-30s %10.0f %10.0f %10.0f %10.2f  [%s ]\n", name, median(d), median(nn), median(ll), median(rs), shown
+		else printf "%-30s %10.1f %10.1f %10.1f %10.2f  [%s ]\n", name, median(d), median(n), median(l), median(rs), shown
+	}
+	printf "%-30s %10s %10.1f %10.1f %10.2f\n", "memory per stream (KiB)", "", mem["nginx"], mem["llmlb"], (mem["nginx"] > 0 ? mem["llmlb"] / mem["nginx"] : 0)
+}' "$results"
+echo
+echo "(added p50: proxied minus direct in the same round; CPU is the proxy's own processes (NGINX: master + workers), for direct the upstream's)"
+cp "$results" "${RESULTS_OUT:-/dev/null}" 2>/dev/null || true

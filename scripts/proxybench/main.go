@@ -1,0 +1,229 @@
+// Command proxybench is the Go half of scripts/proxybench.sh (issue 14): a
+// static upstream that answers instantly, so that the proxy in front of it
+// dominates what is measured, and two small clients wrk cannot be: the time
+// to the first SSE chunk, and N streams held open (memory per stream).
+//
+//	proxybench upstream -listen 127.0.0.1:18100
+//	proxybench ttfb -url http://127.0.0.1:18080/v1/chat/completions -n 2000
+//	proxybench hold -url http://127.0.0.1:18080/v1/chat/completions?hold -n 1000
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: proxybench upstream|ttfb|hold [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "upstream":
+		err = upstream(os.Args[2:])
+	case "ttfb":
+		err = ttfb(os.Args[2:])
+	case "hold":
+		err = hold(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(1)
+	}
+}
+
+// The fixed answers: a chat completion as vLLM returns it, and a stream of
+// sseChunks chunks ending with [DONE].
+const (
+	model      = "m"
+	completion = `{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},` +
+		`"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
+	sseChunks = 8
+	// RequestBody is what the clients send (scripts/proxybench.sh writes it
+	// into wrk's Lua script too).
+	requestBody = `{"model":"m","max_tokens":16,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`
+	streamBody  = `{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`
+)
+
+// vLLM's gauges as llmlb scrapes them: an idle replica.
+const metrics = `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 0
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0
+`
+
+var sseEvents = func() [][]byte {
+	var out [][]byte
+	words := []string{"Hello", "!", " How", " can", " I", " help", " you", " today?"}
+	for i := range sseChunks {
+		out = append(out, fmt.Appendf(nil, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",`+
+			`"choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`+"\n\n", words[i%len(words)]))
+	}
+	return append(out, []byte("data: [DONE]\n\n"))
+}()
+
+// upstream serves the fixed answers. POST /v1/chat/completions answers the
+// JSON completion, or the SSE stream when the body says "stream":true; with
+// ?hold it sends the first chunk and holds the stream open until the client
+// goes away.
+func upstream(args []string) error {
+	fs := flag.NewFlagSet("upstream", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:18100", "listen `ADDR`")
+	_ = fs.Parse(args)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		io.WriteString(w, metrics)
+	})
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","owned_by":"proxybench"}]}`)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte(`"stream":true`)) {
+			h := w.Header()
+			h["Content-Type"] = []string{"application/json"}
+			h["Content-Length"] = []string{fmt.Sprint(len(completion))}
+			io.WriteString(w, completion)
+			return
+		}
+		w.Header()["Content-Type"] = []string{"text/event-stream"}
+		w.Header()["Cache-Control"] = []string{"no-cache"}
+		f := w.(http.Flusher)
+		if r.URL.Query().Has("hold") {
+			w.Write(sseEvents[0])
+			f.Flush()
+			<-r.Context().Done()
+			return
+		}
+		for _, ev := range sseEvents {
+			w.Write(ev)
+			f.Flush()
+		}
+	})
+	srv := &http.Server{Addr: *listen, Handler: mux}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newClient is a keep-alive HTTP/1.1 client (as wrk's connections are).
+func newClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}}
+}
+
+// ttfb sends n streaming requests one after another on one connection and
+// prints the median and p90 time from sending to the first body chunk, in
+// microseconds: "ttfb_p50_us=... ttfb_p90_us=...".
+func ttfb(args []string) error {
+	fs := flag.NewFlagSet("ttfb", flag.ExitOnError)
+	url := fs.String("url", "", "chat completions `URL`")
+	n := fs.Int("n", 2000, "requests")
+	_ = fs.Parse(args)
+	c := newClient(1)
+	var d []time.Duration
+	buf := make([]byte, 64<<10)
+	for i := range *n + 50 {
+		req, _ := http.NewRequest(http.MethodPost, *url, strings.NewReader(streamBody))
+		req.Header.Set("Content-Type", "application/json")
+		t0 := time.Now()
+		res, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", res.StatusCode)
+		}
+		if _, err := res.Body.Read(buf); err != nil && err != io.EOF {
+			return err
+		}
+		first := time.Since(t0)
+		_, _ = io.CopyBuffer(io.Discard, res.Body, buf)
+		res.Body.Close()
+		if i >= 50 { // warm-up
+			d = append(d, first)
+		}
+	}
+	slices.Sort(d)
+	fmt.Printf("ttfb_p50_us=%.1f ttfb_p90_us=%.1f\n",
+		float64(d[len(d)/2].Nanoseconds())/1e3, float64(d[len(d)*9/10].Nanoseconds())/1e3)
+	return nil
+}
+
+// hold opens n streams (n connections), waits until each has its first
+// chunk, prints "held N" and keeps them open until SIGTERM or SIGINT.
+func hold(args []string) error {
+	fs := flag.NewFlagSet("hold", flag.ExitOnError)
+	url := fs.String("url", "", "chat completions `URL` (with ?hold)")
+	n := fs.Int("n", 1000, "streams")
+	_ = fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	c := newClient(*n)
+	var wg sync.WaitGroup
+	errs := make(chan error, *n)
+	ready := make(chan struct{}, *n)
+	for range *n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, *url, strings.NewReader(streamBody))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := c.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer res.Body.Close()
+			if _, err := bufio.NewReader(res.Body).ReadSlice('\n'); err != nil {
+				errs <- err
+				return
+			}
+			ready <- struct{}{}
+			_, _ = io.Copy(io.Discard, res.Body) // until cancelled
+		})
+	}
+	for range *n {
+		select {
+		case err := <-errs:
+			return err
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	fmt.Printf("held %d\n", *n)
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}
