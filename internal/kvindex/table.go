@@ -66,6 +66,34 @@ func (t *table) put(h uint64, v int32) {
 	}
 }
 
+// reserve grows the table if one more key would fill it over half, so that
+// the empty slot find returns can take a key.
+func (t *table) reserve() {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+}
+
+// find returns the slot holding h, or the empty slot where h would go, and
+// whether h is there.
+func (t *table) find(h uint64) (uint64, bool) {
+	k := fixKey(h)
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		switch t.slots[i].key {
+		case k:
+			return i, true
+		case 0:
+			return i, false
+		}
+	}
+}
+
+// fill stores h -> v in the empty slot i that find returned for h.
+func (t *table) fill(i, h uint64, v int32) {
+	t.slots[i] = slot{key: fixKey(h), val: v}
+	t.n++
+}
+
 func (t *table) del(h uint64) {
 	k := fixKey(h)
 	i := t.home(k)
