@@ -49,7 +49,9 @@ type Index struct {
 	clock uint32 // Touch calls so far
 	gen   uint64 // changes to the holders so far
 
-	ghosts ghosts // blocks that recently left the index (ghost.go)
+	ghosts ghosts   // blocks that recently left the index (ghost.go)
+	gone   []uint64 // hashes of freed nodes, until flush
+	sink   uint64   // keeps the loads of flush's first pass
 
 	// drops holds the last Match's drop points, deepest first, so that a
 	// Touch of the same blocks right after (no change in between) finds the
@@ -65,10 +67,64 @@ type drop struct {
 	d, node int32
 }
 
-// node is one block hash and the replicas holding it.
+// node is one block hash and the replicas holding it: the first inline
+// (most blocks have one holder, and evicting it then touches one line), the
+// others in more. A free node has first.rep == none and threads the free
+// list through first.ent.
 type node struct {
-	hash    uint64
-	holders []holder
+	hash  uint64
+	first holder
+	more  []holder
+}
+
+// count returns the number of holders.
+func (n *node) count() int {
+	if n.first.rep == none {
+		return 0
+	}
+	return 1 + len(n.more)
+}
+
+// entryOf returns replica rep's entry for the block, or none.
+func (n *node) entryOf(rep int32) int32 {
+	if n.first.rep == rep {
+		return n.first.ent
+	}
+	for _, hd := range n.more {
+		if hd.rep == rep {
+			return hd.ent
+		}
+	}
+	return none
+}
+
+func (n *node) add(hd holder) {
+	if n.first.rep == none {
+		n.first = hd
+		return
+	}
+	n.more = append(n.more, hd)
+}
+
+// remove drops replica rep from the holders and reports whether none is left.
+func (n *node) remove(rep int32) bool {
+	last := len(n.more) - 1
+	if n.first.rep == rep {
+		if last < 0 {
+			n.first.rep = none
+			return true
+		}
+		n.first, n.more = n.more[last], n.more[:last]
+		return false
+	}
+	for i, hd := range n.more {
+		if hd.rep == rep {
+			n.more[i] = n.more[last]
+			n.more = n.more[:last]
+			break
+		}
+	}
+	return false
 }
 
 // holder is one replica holding a node, with its entry.
@@ -126,6 +182,7 @@ func (x *Index) SetCapacity(rep int32, blocks int) {
 	for r.n > r.cap {
 		x.evict(rep)
 	}
+	x.flush()
 	x.settle(r)
 }
 
@@ -165,7 +222,11 @@ func (x *Index) Match(blocks []uint64, depth []int32) (deepest int) {
 		x.bisect(blocks, 0, c0, n0, len(blocks), 0)
 		deepest = int(x.drops[0].d) + 1
 		for _, dp := range x.drops {
-			for _, hd := range x.node[dp.node].holders {
+			n := &x.node[dp.node]
+			if depth[n.first.rep] == 0 {
+				depth[n.first.rep] = dp.d + 1
+			}
+			for _, hd := range n.more {
 				if depth[hd.rep] == 0 {
 					depth[hd.rep] = dp.d + 1
 				}
@@ -182,7 +243,7 @@ func (x *Index) count(h uint64) (int, int32) {
 	if !ok {
 		return 0, none
 	}
-	return len(x.node[ni].holders), ni
+	return x.node[ni].count(), ni
 }
 
 // bisect appends the drop points in [lo, hi) to x.drops, deepest first,
@@ -211,7 +272,12 @@ func (x *Index) matchWalk(blocks []uint64, depth []int32) (deepest int) {
 		}
 		walked++
 		advanced := false
-		for _, hd := range x.node[ni].holders {
+		n := &x.node[ni]
+		for i := range n.count() {
+			hd := n.first
+			if i > 0 {
+				hd = n.more[i-1]
+			}
 			if int(hd.rep) < len(depth) && depth[hd.rep] == int32(d) {
 				depth[hd.rep] = int32(d + 1)
 				advanced = true
@@ -267,6 +333,7 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 		}
 		x.evict(rep)
 	}
+	x.flush()
 	if add > r.cap {
 		// The prompt alone overflows: its deepest blocks were added and
 		// evicted again, deepest first, leaving blocks 0..cap-1.
@@ -289,10 +356,8 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 // replica rep holds, and its entry for the deepest of them.
 func (x *Index) heldFromDrops(rep int32) (int, int32) {
 	for _, dp := range x.drops {
-		for _, hd := range x.node[dp.node].holders {
-			if hd.rep == rep {
-				return int(dp.d) + 1, hd.ent
-			}
+		if ei := x.node[dp.node].entryOf(rep); ei != none {
+			return int(dp.d) + 1, ei
 		}
 	}
 	return 0, none
@@ -319,12 +384,7 @@ func (x *Index) entryOf(rep int32, h uint64) int32 {
 	if !ok {
 		return none
 	}
-	for _, hd := range x.node[ni].holders {
-		if hd.rep == rep {
-			return hd.ent
-		}
-	}
-	return none
+	return x.node[ni].entryOf(rep)
 }
 
 // hit marks the deepest block of a prompt the replica holds whole as just
@@ -343,6 +403,11 @@ func (x *Index) hit(r *replica, e int32) {
 // root); the deepest becomes a leaf, the most recently used.
 func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 	r := &x.reps[rep]
+	var sink uint64
+	for _, h := range blocks { // load the slots first, all at once (see flush)
+		sink += x.nodes.peek(h)
+	}
+	x.sink += sink
 	last := parent
 	for _, h := range blocks {
 		x.nodes.reserve()
@@ -350,7 +415,7 @@ func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 		var ni int32
 		if found {
 			ni = x.nodes.slots[i].val
-			if x.holds(ni, rep) {
+			if x.node[ni].entryOf(rep) != none {
 				break // only for hashes that are not chained
 			}
 		} else {
@@ -358,7 +423,7 @@ func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 			x.nodes.fill(i, h, ni)
 		}
 		ei := x.newEntry(ni, last)
-		x.node[ni].holders = append(x.node[ni].holders, holder{rep: rep, ent: ei})
+		x.node[ni].add(holder{rep: rep, ent: ei})
 		if last != none {
 			x.addChild(r, last)
 		}
@@ -370,16 +435,6 @@ func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 	} else if parent != none {
 		x.hit(r, parent)
 	}
-}
-
-// holds reports whether replica rep holds node ni.
-func (x *Index) holds(ni, rep int32) bool {
-	for _, hd := range x.node[ni].holders {
-		if hd.rep == rep {
-			return true
-		}
-	}
-	return false
 }
 
 // addChild counts a new held child of entry e, which stops being a leaf.
@@ -402,6 +457,7 @@ func (x *Index) RemoveReplica(rep int32) {
 	for r.n > 0 {
 		x.evict(rep)
 	}
+	x.flush()
 	x.settle(r)
 }
 
@@ -428,21 +484,48 @@ func (x *Index) newNode(h uint64) int32 {
 	var ni int32
 	if x.freeNode != none {
 		ni = x.freeNode
-		x.freeNode = x.node[ni].holders[0].rep // free list threaded through a sentinel holder
-		x.node[ni] = node{hash: h, holders: x.node[ni].holders[:0]}
+		n := &x.node[ni]
+		x.freeNode = n.first.ent
+		n.hash, n.more = h, n.more[:0]
+
 	} else {
 		ni = int32(len(x.node))
-		x.node = append(x.node, node{hash: h})
+		x.node = append(x.node, node{hash: h, first: holder{rep: none}})
 	}
 	return ni
 }
 
+// freeNodeAt frees node ni; its hash leaves the table and joins the ghosts
+// at the next flush.
 func (x *Index) freeNodeAt(ni int32) {
 	n := &x.node[ni]
-	x.ghosts.add(n.hash)
-	x.nodes.del(n.hash)
-	n.holders = append(n.holders[:0], holder{rep: x.freeNode})
+	x.gone = append(x.gone, n.hash)
+	n.first.ent = x.freeNode
 	x.freeNode = ni
+}
+
+// flush removes the hashes of the nodes freed since the last flush from the
+// table and adds them to the ghosts, in the order they were freed. Done in
+// a batch, the random slots they touch are loaded first, all at once, so
+// that the cache misses overlap instead of following one another.
+func (x *Index) flush() {
+	if len(x.gone) == 0 {
+		return
+	}
+	var sink uint64
+	g := &x.ghosts
+	for i, h := range x.gone {
+		sink += x.nodes.peek(h)
+		if g.ring != nil {
+			sink += g.set.peek(h) + g.set.peek(g.ring[(g.next+i)%len(g.ring)])
+		}
+	}
+	x.sink += sink
+	for _, h := range x.gone {
+		g.add(h)
+		x.nodes.del(h)
+	}
+	x.gone = x.gone[:0]
 }
 
 // newEntry takes an entry for node ni below parent, used now, not yet in
@@ -487,16 +570,7 @@ func (x *Index) evict(rep int32) {
 	x.gen++
 	x.removeLeaf(r, ei)
 	e := x.ent[ei]
-	n := &x.node[e.node]
-	for i, hd := range n.holders {
-		if hd.rep == rep {
-			last := len(n.holders) - 1
-			n.holders[i] = n.holders[last]
-			n.holders = n.holders[:last]
-			break
-		}
-	}
-	if len(n.holders) == 0 {
+	if x.node[e.node].remove(rep) {
 		x.freeNodeAt(e.node)
 	}
 	x.ent[ei] = entry{node: none, parent: none, prev: none, next: x.freeEnt}

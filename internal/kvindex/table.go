@@ -66,6 +66,15 @@ func (t *table) put(h uint64, v int32) {
 	}
 }
 
+// peek loads the first slot probed for h, so that a later lookup finds it
+// in the cache; it returns the slot's key (for the caller to keep the load).
+func (t *table) peek(h uint64) uint64 {
+	if t.slots == nil {
+		return 0
+	}
+	return t.slots[t.home(fixKey(h))].key
+}
+
 // reserve grows the table if one more key would fill it over half, so that
 // the empty slot find returns can take a key.
 func (t *table) reserve() {
