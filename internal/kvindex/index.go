@@ -49,6 +49,7 @@ type Index struct {
 	clock uint32 // Touch calls so far
 	gen   uint64 // changes to the holders so far
 
+	live   int      // nodes in the table
 	ghosts ghosts   // blocks that recently left the index (ghost.go)
 	gone   []uint64 // hashes of freed nodes, until flush
 	sink   uint64   // keeps the loads of flush's first pass
@@ -339,7 +340,7 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 		// evicted again, deepest first, leaving blocks 0..cap-1.
 		for j := m - 1; j >= r.cap; j-- {
 			if _, ok := x.nodes.get(blocks[j]); !ok {
-				x.ghosts.add(blocks[j])
+				x.addGhost(blocks[j], false)
 			}
 		}
 		m = r.cap
@@ -415,12 +416,17 @@ func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 		var ni int32
 		if found {
 			ni = x.nodes.slots[i].val
-			if x.node[ni].entryOf(rep) != none {
+			if ni == none { // a ghost: it comes back
+				ni = x.newNode(h)
+				x.nodes.slots[i].val = ni
+				x.live++
+			} else if x.node[ni].entryOf(rep) != none {
 				break // only for hashes that are not chained
 			}
 		} else {
 			ni = x.newNode(h)
 			x.nodes.fill(i, h, ni)
+			x.live++
 		}
 		ei := x.newEntry(ni, last)
 		x.node[ni].add(holder{rep: rep, ent: ei})
@@ -477,7 +483,7 @@ func (x *Index) Idle(rep int32) int64 {
 }
 
 // Nodes returns the number of distinct blocks in the index.
-func (x *Index) Nodes() int { return x.nodes.n }
+func (x *Index) Nodes() int { return x.live }
 
 // newNode takes a node for hash h; the caller puts it in the table.
 func (x *Index) newNode(h uint64) int32 {
@@ -517,13 +523,12 @@ func (x *Index) flush() {
 	for i, h := range x.gone {
 		sink += x.nodes.peek(h)
 		if g.ring != nil {
-			sink += g.set.peek(h) + g.set.peek(g.ring[(g.next+i)%len(g.ring)])
+			sink += x.nodes.peek(g.ring[(g.next+i)&(len(g.ring)-1)])
 		}
 	}
 	x.sink += sink
 	for _, h := range x.gone {
-		g.add(h)
-		x.nodes.del(h)
+		x.addGhost(h, true)
 	}
 	x.gone = x.gone[:0]
 }
