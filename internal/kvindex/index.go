@@ -248,12 +248,25 @@ func (x *Index) count(h uint64) (int, int32) {
 }
 
 // bisect appends the drop points in [lo, hi) to x.drops, deepest first,
-// given the counts of holders at lo and hi.
+// given the counts of holders at lo and hi. A long range is cut in four at
+// once: the three lookups' cache misses overlap.
 func (x *Index) bisect(blocks []uint64, lo, clo int, nlo int32, hi, chi int) {
 	for clo != chi {
 		if hi == lo+1 {
 			x.drops = append(x.drops, drop{d: int32(lo), node: nlo})
 			return
+		}
+		if q := (hi - lo) / 4; q >= 2 {
+			m1, m2, m3 := lo+q, lo+2*q, lo+3*q
+			x.sink += x.nodes.peek(blocks[m1]) + x.nodes.peek(blocks[m2]) + x.nodes.peek(blocks[m3])
+			c3, n3 := x.count(blocks[m3])
+			c2, n2 := x.count(blocks[m2])
+			c1, n1 := x.count(blocks[m1])
+			x.bisect(blocks, m3, c3, n3, hi, chi)
+			x.bisect(blocks, m2, c2, n2, m3, c3)
+			x.bisect(blocks, m1, c1, n1, m2, c2)
+			hi, chi = m1, c1
+			continue
 		}
 		mid := int(uint(lo+hi) / 2)
 		cmid, nmid := x.count(blocks[mid])
