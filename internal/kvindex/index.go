@@ -247,6 +247,22 @@ func (x *Index) count(h uint64) (int, int32) {
 	return x.node[ni].count(), ni
 }
 
+// countOf returns the number of holders of node ni (0 if !ok).
+func (x *Index) countOf(ni int32, ok bool) int {
+	if !ok {
+		return 0
+	}
+	return x.node[ni].count()
+}
+
+// peekNode loads node ni (if ok) ahead of its use, like table.peek.
+func (x *Index) peekNode(ni int32, ok bool) int32 {
+	if !ok {
+		return 0
+	}
+	return x.node[ni].first.rep
+}
+
 // bisect appends the drop points in [lo, hi) to x.drops, deepest first,
 // given the counts of holders at lo and hi. A long range is cut in four at
 // once: the three lookups' cache misses overlap.
@@ -259,9 +275,11 @@ func (x *Index) bisect(blocks []uint64, lo, clo int, nlo int32, hi, chi int) {
 		if q := (hi - lo) / 4; q >= 2 {
 			m1, m2, m3 := lo+q, lo+2*q, lo+3*q
 			x.sink += x.nodes.peek(blocks[m1]) + x.nodes.peek(blocks[m2]) + x.nodes.peek(blocks[m3])
-			c3, n3 := x.count(blocks[m3])
-			c2, n2 := x.count(blocks[m2])
-			c1, n1 := x.count(blocks[m1])
+			n1, ok1 := x.nodes.get(blocks[m1])
+			n2, ok2 := x.nodes.get(blocks[m2])
+			n3, ok3 := x.nodes.get(blocks[m3])
+			x.sink += uint64(x.peekNode(n1, ok1) + x.peekNode(n2, ok2) + x.peekNode(n3, ok3))
+			c1, c2, c3 := x.countOf(n1, ok1), x.countOf(n2, ok2), x.countOf(n3, ok3)
 			x.bisect(blocks, m3, c3, n3, hi, chi)
 			x.bisect(blocks, m2, c2, n2, m3, c3)
 			x.bisect(blocks, m1, c1, n1, m2, c2)
