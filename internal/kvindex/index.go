@@ -16,7 +16,14 @@
 // block is always a leaf of its forest of chains, so only leaves sit in the
 // replica's LRU list: a hit on a prompt it holds writes one entry, not one per
 // block, and an interior block's recency is derived when its last child is
-// evicted (it was used with that child, one step later).
+// evicted (it was used with that child, one step later). The order of
+// evictions, and so every match, is exactly that of a plain LRU list of
+// every (block, replica) pair, which reference_test.go keeps as the model.
+//
+// What is left is mostly cache misses in a table of up to millions of slots:
+// an evicted block leaves the table (it stays as a ghost in its slot,
+// ghost.go), a new one enters it. They are done in batches, each after a
+// pass that loads all the slots involved, so that the misses overlap.
 //
 // Entries ((block, replica) pairs) and nodes live in arenas indexed by int32
 // with free lists, so a steady state allocates nothing. An Index is not safe
