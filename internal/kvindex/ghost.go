@@ -84,7 +84,17 @@ func (x *Index) Reuse() float64 {
 // one, so a repeated prompt does not count it again.
 func (x *Index) countGhosts(blocks []uint64) {
 	t := &x.nodes
-	for _, h := range blocks {
+	if x.ghosts.ring == nil {
+		return
+	}
+	for j, h := range blocks {
+		if j == 1 || j&7 == 0 && j > 0 { // a run: load the next slots at once
+			var sink uint64
+			for _, h := range blocks[j:min(j+8, len(blocks))] {
+				sink += t.peek(h)
+			}
+			x.sink += sink
+		}
 		i, ok := t.find(h)
 		if !ok || !t.slots[i].ghost {
 			return
