@@ -213,3 +213,46 @@ func FuzzIndexMatchesReference(f *testing.F) {
 		_, _ = diffRun(t, &byteSource{b: data[2:]}, reps, maxCap, 16)
 	})
 }
+
+// TestUnchainedHashesAreSafe feeds hashes that are not chained (a block's
+// hash recurring under other prefixes, at other depths, twice in a prompt):
+// the matches are then not exact, but nothing may break: no panic, no
+// replica over its capacity, no node without a holder.
+func TestUnchainedHashesAreSafe(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	const reps = 5
+	x := New()
+	depth := make([]int32, reps)
+	for step := range 100_000 {
+		p := make([]uint64, rng.IntN(12))
+		for i := range p {
+			p[i] = uint64(rng.IntN(20))
+		}
+		rep := int32(rng.IntN(reps))
+		switch rng.IntN(6) {
+		case 0:
+			x.SetCapacity(rep, rng.IntN(10))
+		case 1:
+			x.RemoveReplica(rep)
+		case 2:
+			x.Touch(rep, p)
+		default:
+			clear(depth)
+			d := x.Match(p, depth[:rng.IntN(reps+1)])
+			if d < 0 || d > len(p) {
+				t.Fatalf("step %d: deepest %d for %d blocks", step, d, len(p))
+			}
+			x.Touch(rep, p)
+		}
+		total := 0
+		for r := range int32(reps) {
+			if x.Len(r) > x.Capacity(r) {
+				t.Fatalf("step %d: replica %d holds %d, capacity %d", step, r, x.Len(r), x.Capacity(r))
+			}
+			total += x.Len(r)
+		}
+		if x.Nodes() > total {
+			t.Fatalf("step %d: %d nodes for %d entries", step, x.Nodes(), total)
+		}
+	}
+}

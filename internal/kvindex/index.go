@@ -276,7 +276,9 @@ func (x *Index) peekNode(ni int32, ok bool) int32 {
 func (x *Index) bisect(blocks []uint64, lo, clo int, nlo int32, hi, chi int) {
 	for clo != chi {
 		if hi == lo+1 {
-			x.drops = append(x.drops, drop{d: int32(lo), node: nlo})
+			if clo > chi { // (a count that grows: hashes that are not chained)
+				x.drops = append(x.drops, drop{d: int32(lo), node: nlo})
+			}
 			return
 		}
 		if q := (hi - lo) / 4; q >= 2 {
@@ -363,14 +365,22 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 	// deepest held block, which then is new too and evicts one more.
 	m := len(blocks)
 	add := m - h
-	for r.n+add > r.cap && r.n > 0 {
-		v := x.lru(r)
-		if v == e {
-			e = x.ent[e].parent
-			h--
-			add++
+	for {
+		for r.n+add > r.cap && r.n > 0 {
+			v := x.lru(r)
+			if v == e {
+				e = x.ent[e].parent
+				if h > 0 {
+					h--
+					add++
+				}
+			}
+			x.evict(rep)
 		}
-		x.evict(rep)
+		if e != none || h == 0 {
+			break
+		}
+		h, add = 0, m // only for hashes that are not chained
 	}
 	x.flush()
 	if add > r.cap {
