@@ -1,8 +1,13 @@
 package kvindex
 
 // The index as it was before the leaf-only LRU (commit bb4ea5c: index.go,
-// ghost.go, refTable.go), kept unexported as the reference model the
-// differential tests drive beside refIndex. Only names changed.
+// ghost.go, table.go), kept unexported as the reference model the
+// differential tests drive beside Index. Names changed, and one fix (marked
+// "fix"): its Touch reused the nodes a Match of the same slice had found
+// unless nodes were freed during the Touch, so nodes freed between the two
+// (RemoveReplica, a smaller SetCapacity) were used after being freed. Policy
+// cost always matches right before it touches, so it never did that;
+// FuzzIndexMatchesReference found it.
 
 // refNone marks the end of a list in the arenas.
 const refNone int32 = -1
@@ -28,6 +33,7 @@ type refIndex struct {
 	// d), so that a Touch of the same blocks right after skips the lookups.
 	path       []int32
 	pathBlocks []uint64
+	pathFreed  uint64 // fix: x.freed at the Match
 }
 
 // refNode is one block hash and the replicas holding it.
@@ -100,6 +106,7 @@ func (x *refIndex) Len(rep int32) int {
 // deepest match. The walk stops at the first block no replica continues.
 func (x *refIndex) Match(blocks []uint64, depth []int32) (deepest int) {
 	x.path, x.pathBlocks = x.path[:0], blocks
+	x.pathFreed = x.freed // fix
 	for d, h := range blocks {
 		ni, ok := x.nodes.get(h)
 		if !ok {
@@ -136,7 +143,7 @@ func (x *refIndex) Touch(rep int32, blocks []uint64) {
 	// Nodes the last Match found for these very blocks need no lookup, as
 	// long as no refNode was freed in between (its index may be reused).
 	known := 0
-	if len(x.pathBlocks) == len(blocks) && len(blocks) > 0 && &x.pathBlocks[0] == &blocks[0] {
+	if len(x.pathBlocks) == len(blocks) && len(blocks) > 0 && &x.pathBlocks[0] == &blocks[0] && x.freed == x.pathFreed { // fix: freed since the Match
 		known = len(x.path)
 	}
 	path := x.path
