@@ -5,34 +5,49 @@ package kvindex
 // evicted block is asked for again: the chance that the blocks a full cache
 // evicts for new ones would have been worth keeping. A block found among the
 // ghosts when a prompt is matched is such a regret.
+//
+// The set of ghosts is a flag in the block table's slots (slot.ghost), so
+// that a block leaving the index becomes a ghost in the slot it already
+// has; the ring remembers their order.
 type ghosts struct {
 	ring  []uint64 // FIFO of ghost hashes (0: empty slot)
 	next  int
-	set   table // hash -> 1 while in the ring
 	added float64
 	hits  float64
 	since int // additions since the last halving of added and hits
 }
 
-// ghostCapacity bounds the ghosts (about 1 MiB with its table).
+// ghostCapacity bounds the ghosts (512 KiB of ring).
 const ghostCapacity = 1 << 16
 
 // ghostHalfLife is the number of additions after which the counts halve, so
 // the reuse rate follows the traffic.
 const ghostHalfLife = ghostCapacity / 4
 
-func (g *ghosts) add(h uint64) {
+// addGhost makes h a ghost (and frees its slot's node, if any: freed says
+// it had one); the oldest ghost, if the ring is full, stops being one.
+func (x *Index) addGhost(h uint64, freed bool) {
+	g := &x.ghosts
 	if g.ring == nil {
 		g.ring = make([]uint64, ghostCapacity)
-		g.set = newTable()
 	}
 	if old := g.ring[g.next]; old != 0 {
-		g.set.del(old)
+		x.unghost(old)
 	}
+	t := &x.nodes
 	h = fixKey(h)
 	g.ring[g.next] = h
-	g.next = (g.next + 1) % len(g.ring)
-	g.set.put(h, 1)
+	g.next = (g.next + 1) & (len(g.ring) - 1)
+	t.reserve()
+	i, ok := t.find(h)
+	if !ok {
+		t.fill(i, h, none)
+	}
+	t.slots[i].ghost = true
+	if freed {
+		t.slots[i].val = none
+		x.live--
+	}
 	g.added++
 	if g.since++; g.since >= ghostHalfLife {
 		g.since = 0
@@ -41,13 +56,17 @@ func (g *ghosts) add(h uint64) {
 	}
 }
 
-// has reports whether h is a ghost.
-func (g *ghosts) has(h uint64) bool {
-	if g.ring == nil {
-		return false
+// unghost makes h no ghost; its slot goes if it holds no node either.
+func (x *Index) unghost(h uint64) {
+	t := &x.nodes
+	i, ok := t.find(h)
+	if !ok || !t.slots[i].ghost {
+		return
 	}
-	_, ok := g.set.get(fixKey(h))
-	return ok
+	t.slots[i].ghost = false
+	if t.slots[i].val == none {
+		t.delAt(i)
+	}
 }
 
 // Reuse is the recent share of blocks that left the index and were then
@@ -61,15 +80,29 @@ func (x *Index) Reuse() float64 {
 }
 
 // countGhosts counts the run of ghosts at the start of blocks (the part of
-// a prompt no replica holds), each counted once: a found ghost is removed
-// from the set so a repeated prompt does not count it again.
+// a prompt no replica holds), each counted once: a found ghost stops being
+// one, so a repeated prompt does not count it again.
 func (x *Index) countGhosts(blocks []uint64) {
-	g := &x.ghosts
-	for _, h := range blocks {
-		if !g.has(h) {
+	t := &x.nodes
+	if x.ghosts.ring == nil {
+		return
+	}
+	for j, h := range blocks {
+		if j == 1 || j&7 == 0 && j > 0 { // a run: load the next slots at once
+			var sink uint64
+			for _, h := range blocks[j:min(j+8, len(blocks))] {
+				sink += t.peek(h)
+			}
+			x.sink += sink
+		}
+		i, ok := t.find(h)
+		if !ok || !t.slots[i].ghost {
 			return
 		}
-		g.set.del(fixKey(h))
-		g.hits++
+		t.slots[i].ghost = false
+		if t.slots[i].val == none {
+			t.delAt(i)
+		}
+		x.ghosts.hits++
 	}
 }

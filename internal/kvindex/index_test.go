@@ -66,7 +66,8 @@ func TestRemoveReplicaAndZeroCapacity(t *testing.T) {
 }
 
 // TestAgainstModel drives the index and a plain per-replica LRU model with
-// the same random operations and compares every match.
+// the same random operations (chained hashes, as the index requires) and
+// compares every match.
 func TestAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const reps = 5
@@ -80,8 +81,10 @@ func TestAgainstModel(t *testing.T) {
 		n := 1 + rng.IntN(12)
 		blocks := make([]uint64, n)
 		root := uint64(rng.IntN(6)) << 32
+		parent := uint64(0)
 		for i := range blocks {
-			blocks[i] = root | uint64(i)<<8 | uint64(rng.IntN(2)*int(i/4))
+			parent = chain(parent, root|uint64(i)<<8|uint64(rng.IntN(2)*int(i/4)))
+			blocks[i] = parent
 		}
 		if rng.IntN(3) == 0 {
 			r := rng.IntN(reps)

@@ -1,6 +1,7 @@
 package kvindex
 
-// table is an open-addressing hash map from a block hash to a node index,
+// table is an open-addressing hash map from a block hash to a node index
+// and a ghost flag (ghost.go),
 // with linear probing and backward-shift deletion. The index inserts and
 // deletes a block for nearly every block it evicts, and Go's built-in map
 // slows down under such churn (deleted slots lengthen its probe sequences
@@ -14,8 +15,9 @@ type table struct {
 }
 
 type slot struct {
-	key uint64
-	val int32
+	key   uint64
+	val   int32 // node index; none in a slot kept only for a ghost
+	ghost bool
 }
 
 // zeroKey stands for block hash 0, since 0 marks an empty slot.
@@ -36,12 +38,13 @@ func fixKey(h uint64) uint64 {
 // home is the first slot probed for key k (a multiplicative mix of k).
 func (t *table) home(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 >> t.shift }
 
+// get returns the node of h, if it has one.
 func (t *table) get(h uint64) (int32, bool) {
 	k := fixKey(h)
 	for i := t.home(k); ; i = (i + 1) & t.mask {
 		switch s := &t.slots[i]; s.key {
 		case k:
-			return s.val, true
+			return s.val, s.val != none
 		case 0:
 			return 0, false
 		}
@@ -66,14 +69,51 @@ func (t *table) put(h uint64, v int32) {
 	}
 }
 
-func (t *table) del(h uint64) {
+// peek loads the first slot probed for h, so that a later lookup finds it
+// in the cache; it returns the slot's key (for the caller to keep the load).
+func (t *table) peek(h uint64) uint64 {
+	if t.slots == nil {
+		return 0
+	}
+	return t.slots[t.home(fixKey(h))].key
+}
+
+// reserve grows the table if one more key would fill it over half, so that
+// the empty slot find returns can take a key.
+func (t *table) reserve() {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+}
+
+// find returns the slot holding h, or the empty slot where h would go, and
+// whether h is there.
+func (t *table) find(h uint64) (uint64, bool) {
 	k := fixKey(h)
-	i := t.home(k)
-	for ; t.slots[i].key != k; i = (i + 1) & t.mask {
-		if t.slots[i].key == 0 {
-			return
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		switch t.slots[i].key {
+		case k:
+			return i, true
+		case 0:
+			return i, false
 		}
 	}
+}
+
+// fill stores h -> v in the empty slot i that find returned for h.
+func (t *table) fill(i, h uint64, v int32) {
+	t.slots[i] = slot{key: fixKey(h), val: v}
+	t.n++
+}
+
+func (t *table) del(h uint64) {
+	if i, ok := t.find(h); ok {
+		t.delAt(i)
+	}
+}
+
+// delAt empties slot i.
+func (t *table) delAt(i uint64) {
 	// Backward shift: move later entries of the probe run into the hole
 	// when their home slot is not after it.
 	for j := (i + 1) & t.mask; t.slots[j].key != 0; j = (j + 1) & t.mask {
@@ -95,7 +135,9 @@ func (t *table) grow() {
 	t.n = 0
 	for _, s := range old {
 		if s.key != 0 {
-			t.put(s.key, s.val) // the key is already fixed; put maps only 0
+			i, _ := t.find(s.key) // the key is already fixed; find maps only 0
+			t.slots[i] = s
+			t.n++
 		}
 	}
 }
