@@ -116,8 +116,10 @@ func BenchmarkSelectReleaseCost(b *testing.B) {
 			profiles := make([]Profile, 4096)
 			for i := range profiles {
 				// 9 in 10 continue a held conversation with 4 new blocks
-				// (a chat or agent turn); 1 in 10 is a new conversation.
-				c := rng.IntN(10 * convs)
+				// (a chat or agent turn); 1 in 10 is a new conversation. (At 4
+				// replicas only groups 0-3 are held: drawing from all ten groups
+				// made 6 in 10 requests new, 45 blocks computed a request.)
+				c := rng.IntN(min(n, 10) * convs) // a conversation some replica holds
 				keys := make([]uint64, promptBlocks, promptBlocks+4)
 				for k := range keys {
 					keys[k] = uint64(c)<<20 | uint64(k)

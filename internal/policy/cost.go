@@ -308,7 +308,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// On a full cache every computed block evicts one; evicted blocks
 		// come back with the index's measured reuse rate, and then cost
 		// their prefill again.
-		if p.index.Idle(id) >= 0 {
+		if reuse > 0 && p.index.Idle(id) >= 0 {
 			est += reuse * prefill / c.PrefillRate
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
@@ -413,12 +413,14 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 	// mapping where the name at the same position is the same string.
 	reuse := p.candID
 	p.candID = p.candID[:0]
-	for i, c := range cands {
+	same := len(p.lastNames) == len(cands)
+	for i := range cands {
+		c := &cands[i]
 		var id int32
 		if i < len(reuse) && i < len(p.lastNames) && p.lastNames[i] == c.Name {
 			id = reuse[i]
 		} else {
-			id = p.id(c.Name)
+			id, same = p.id(c.Name), false
 		}
 		p.candID = append(p.candID, id)
 		capTokens := c.KVCacheTokens
@@ -432,9 +434,11 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 			p.index.SetCapacity(id, blocks)
 		}
 	}
-	p.lastNames = p.lastNames[:0]
-	for _, c := range cands {
-		p.lastNames = append(p.lastNames, c.Name)
+	if !same {
+		p.lastNames = p.lastNames[:0]
+		for i := range cands {
+			p.lastNames = append(p.lastNames, cands[i].Name)
+		}
 	}
 	if len(p.depth) < len(p.names) {
 		p.depth = make([]int32, len(p.names))
