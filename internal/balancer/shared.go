@@ -208,7 +208,16 @@ func (b *Balancer) SetPeerLoad(peer string, loads []ReplicaLoad, expires, now ti
 	if b.peers == nil {
 		b.peers = make(map[string]peerLoad)
 	}
-	b.peers[peer] = peerLoad{loads: slices.Clone(loads), expires: expires}
+	if _, known := b.peers[peer]; !known && len(b.peers) >= maxPeers {
+		b.sumPeers(now) // drops the expired ones
+		if len(b.peers) >= maxPeers {
+			return
+		}
+	}
+	// A load claims at most maxPeerLoadTTL: whatever the message says, a
+	// peer that stops publishing stops counting soon.
+	expires = minTime(expires, now.Add(maxPeerLoadTTL))
+	b.peers[peer] = peerLoad{loads: slices.Clone(loads[:min(len(loads), maxPeerLoads)]), expires: expires}
 	b.sumPeers(now)
 }
 
@@ -247,3 +256,19 @@ func (b *Balancer) sumPeers(now time.Time) {
 // maxPeerInFlight bounds one peer's claim on one replica, so that a
 // corrupt message cannot overflow the sums.
 const maxPeerInFlight = 1 << 20
+
+// Bounds on what peers' load messages can make this instance hold and
+// recompute under its lock (a misbehaving or hostile writer to the shared
+// store): peers at once, replicas per message, and how long a load counts.
+const (
+	maxPeers       = 1024
+	maxPeerLoads   = 16384
+	maxPeerLoadTTL = time.Minute
+)
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -176,6 +176,28 @@ func TestSharedState(t *testing.T) {
 				t.Fatalf("a: peer %d, effective %v; want 3, 3.5", st.PeerInFlight, st.EffectiveRunning)
 			}
 		}},
+		{"a hostile writer cannot make peers' loads count forever or grow without bound", func(t *testing.T) {
+			b := newFleet(t, 2, nil)
+			forever := t0.Add(1000 * time.Hour)
+			for i := range maxPeers + 100 {
+				b.SetPeerLoad(fmt.Sprintf("p%d", i), []ReplicaLoad{{Replica: "a", InFlight: 1, Weight: 1}}, forever, t0)
+			}
+			if n := len(b.peers); n != maxPeers {
+				t.Fatalf("%d peers held, want at most %d", n, maxPeers)
+			}
+			if st := statusOf(t, b, "a", t0); st.PeerInFlight != maxPeers {
+				t.Fatalf("a: peer in flight %d, want %d", st.PeerInFlight, maxPeers)
+			}
+			// A claimed TTL of 1,000 hours counts for maxPeerLoadTTL only.
+			if st := statusOf(t, b, "a", t0.Add(maxPeerLoadTTL)); st.PeerInFlight != 0 {
+				t.Fatalf("after %v: peer in flight %d, want 0", maxPeerLoadTTL, st.PeerInFlight)
+			}
+			// Expired peers make room for new ones.
+			b.SetPeerLoad("late", []ReplicaLoad{{Replica: "a", InFlight: 2, Weight: 2}}, forever, t0.Add(2*maxPeerLoadTTL))
+			if st := statusOf(t, b, "a", t0.Add(2*maxPeerLoadTTL)); st.PeerInFlight != 2 {
+				t.Fatalf("a new peer after the others expired: peer in flight %d, want 2", st.PeerInFlight)
+			}
+		}},
 		{"replicas match by URL when names differ; unknown ones are ignored", func(t *testing.T) {
 			b := newFleet(t, 2, nil)
 			if !b.Apply(Delta{Kind: DeltaPin, PinKind: pins.Session, Key: "s", Replica: "other-name", URL: "http://b"}, t0) {
