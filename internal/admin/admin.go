@@ -299,16 +299,7 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 				" is not this admin listener); send mutations from curl or scripts, not from web pages")
 			return
 		}
-		acc := h.acc.Load()
-		switch {
-		case acc.token != "":
-			if !acc.authorized(r) {
-				unauthorized(w, "admin mutations")
-				return
-			}
-		case !acc.openMutation:
-			writeError(w, http.StatusForbidden, "admin: mutations are disabled without admin_token; set admin_token "+
-				"(or admin.allow_unauthenticated_mutations: true with admin_listen on loopback)")
+		if !h.admitted(w, r, "admin mutations", "mutations are") {
 			return
 		}
 		if h.opts.Fleet == nil {
@@ -319,22 +310,33 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// admitted applies the rule of mutations and profiles: the admin token when
+// one is configured; without one, only with allow_unauthenticated_mutations
+// (loopback). Otherwise it answers 401 or 403 naming what (realm in the
+// 401's challenge, subject in the 403's message) and returns false.
+func (h *Handler) admitted(w http.ResponseWriter, r *http.Request, realm, subject string) bool {
+	acc := h.acc.Load()
+	switch {
+	case acc.token != "":
+		if !acc.authorized(r) {
+			unauthorized(w, realm)
+			return false
+		}
+	case !acc.openMutation:
+		writeError(w, http.StatusForbidden, "admin: "+subject+" disabled without admin_token; set admin_token "+
+			"(or admin.allow_unauthenticated_mutations: true with admin_listen on loopback)")
+		return false
+	}
+	return true
+}
+
 // debug admits a request to /debug/pprof/ under the mutations' rule: the
 // token when one is configured; without one, only with
 // admin.allow_unauthenticated_mutations on a loopback listener. A profile
 // shows the command line and costs CPU, so it is never open by default.
 func (h *Handler) debug(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		acc := h.acc.Load()
-		switch {
-		case acc.token != "":
-			if !acc.authorized(r) {
-				unauthorized(w, "/debug/pprof/")
-				return
-			}
-		case !acc.openMutation:
-			writeError(w, http.StatusForbidden, "admin: /debug/pprof/ is disabled without admin_token; set admin_token "+
-				"(or admin.allow_unauthenticated_mutations: true with admin_listen on loopback)")
+		if !h.admitted(w, r, "/debug/pprof/", "/debug/pprof/ is") {
 			return
 		}
 		next(w, r)
