@@ -248,26 +248,7 @@ func get(v any, path ...any) any {
 // time for the drain.
 func TestKubernetesManifests(t *testing.T) {
 	t.Setenv("LLMLB_ADMIN_TOKEN", "test-token")
-	files, _ := filepath.Glob("kubernetes/*.yaml")
-	byKind := map[string]map[string]any{}
-	for _, f := range files {
-		for _, d := range docs(t, f) {
-			kind, _ := d["kind"].(string)
-			if d["apiVersion"] == nil || kind == "" {
-				t.Errorf("%s: a document without apiVersion or kind", f)
-				continue
-			}
-			if kind != "Kustomization" && get(d, "metadata", "name") == nil {
-				t.Errorf("%s: %s without metadata.name", f, kind)
-			}
-			byKind[kind] = d
-		}
-	}
-	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "Kustomization"} {
-		if byKind[k] == nil {
-			t.Fatalf("no %s in deploy/kubernetes", k)
-		}
-	}
+	byKind := manifestsByKind(t, "kubernetes", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "Kustomization")
 	for _, r := range get(byKind["Kustomization"], "resources").([]any) {
 		if _, err := os.Stat(filepath.Join("kubernetes", r.(string))); err != nil {
 			t.Errorf("kustomization: %v", err)
@@ -406,4 +387,35 @@ func TestStaticBinary(t *testing.T) {
 			t.Fatalf("%s is dynamically linked (program header %v)", path, p.Type)
 		}
 	}
+}
+
+// manifestsByKind parses every YAML document in deploy/dir, checks each has
+// apiVersion, kind and (but a Kustomization) a name, that no kind appears
+// twice and that every wanted kind is there, and returns them by kind.
+func manifestsByKind(t *testing.T, dir string, want ...string) map[string]map[string]any {
+	t.Helper()
+	files, _ := filepath.Glob(dir + "/*.yaml")
+	byKind := map[string]map[string]any{}
+	for _, f := range files {
+		for _, d := range docs(t, f) {
+			kind, _ := d["kind"].(string)
+			if d["apiVersion"] == nil || kind == "" {
+				t.Errorf("%s: a document without apiVersion or kind", f)
+				continue
+			}
+			if kind != "Kustomization" && get(d, "metadata", "name") == nil {
+				t.Errorf("%s: %s without metadata.name", f, kind)
+			}
+			if byKind[kind] != nil {
+				t.Errorf("%s: a second %s", f, kind)
+			}
+			byKind[kind] = d
+		}
+	}
+	for _, k := range want {
+		if byKind[k] == nil {
+			t.Fatalf("no %s in deploy/%s", k, dir)
+		}
+	}
+	return byKind
 }

@@ -25,30 +25,8 @@ import (
 // the whole of their validation (docs/EPP.md).
 func TestEPPManifests(t *testing.T) {
 	t.Setenv("LLMLB_ADMIN_TOKEN", "test-token")
-	files, _ := filepath.Glob("epp/*.yaml")
-	byKind := map[string]map[string]any{}
-	for _, f := range files {
-		for _, d := range docs(t, f) {
-			kind, _ := d["kind"].(string)
-			if d["apiVersion"] == nil || kind == "" {
-				t.Errorf("%s: a document without apiVersion or kind", f)
-				continue
-			}
-			if kind != "Kustomization" && get(d, "metadata", "name") == nil {
-				t.Errorf("%s: %s without metadata.name", f, kind)
-			}
-			if byKind[kind] != nil {
-				t.Errorf("%s: a second %s", f, kind)
-			}
-			byKind[kind] = d
-		}
-	}
-	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-		"InferencePool", "Gateway", "HTTPRoute", "Kustomization"} {
-		if byKind[k] == nil {
-			t.Fatalf("no %s in deploy/epp", k)
-		}
-	}
+	byKind := manifestsByKind(t, "epp", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
+		"InferencePool", "Gateway", "HTTPRoute", "Kustomization")
 	var listed []string
 	for _, r := range get(byKind["Kustomization"], "resources").([]any) {
 		listed = append(listed, r.(string))
@@ -56,6 +34,7 @@ func TestEPPManifests(t *testing.T) {
 			t.Errorf("kustomization: %v", err)
 		}
 	}
+	files, _ := filepath.Glob("epp/*.yaml")
 	for _, f := range files {
 		if b := filepath.Base(f); b != "kustomization.yaml" && !slices.Contains(listed, b) {
 			t.Errorf("kustomization does not list %s", b)
