@@ -154,26 +154,7 @@ func TestAccessLogRequestIDAndMetricsEndToEnd(t *testing.T) {
 	defer upstream.Close()
 
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, nil))
-	fake, setIdle := idleFleet()
-	cfg := testConfig(upstream.URL)
-	setIdle(&cfg)
-	srv, err := New(cfg, logger, WithFetcher(fake))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.UseListeners(listen(t), listen(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	e := &env{t: t, srv: srv, proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(), http: &http.Client{}}
-	e.waitReplicas("the replica serving the model", func(rs []balancer.ReplicaStatus) bool {
-		return len(rs) == 1 && len(rs[0].Models) == 1
-	})
+	e := startInFrontOf(t, upstream.URL, slog.New(slog.NewTextHandler(logs, nil)))
 
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for i, id := range []string{"client-id-1", ""} {
@@ -296,25 +277,7 @@ func TestUsageAskedAndStripped(t *testing.T) {
 		io.WriteString(w, "data: [DONE]\n\n")
 	}))
 	defer upstream.Close()
-	fake, setIdle := idleFleet()
-	cfg := testConfig(upstream.URL)
-	setIdle(&cfg)
-	srv, err := New(cfg, testLogger(), WithFetcher(fake))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.UseListeners(listen(t), listen(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	e := &env{t: t, srv: srv, proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(), http: &http.Client{}}
-	e.waitReplicas("the replica serving the model", func(rs []balancer.ReplicaStatus) bool {
-		return len(rs) == 1 && len(rs[0].Models) == 1
-	})
+	e := startInFrontOf(t, upstream.URL, testLogger())
 	send := func(body string) string {
 		res, err := e.http.Post(e.proxy+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -366,4 +329,31 @@ func TestUsageAskedAndStripped(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// startInFrontOf runs a server in front of one upstream (an httptest server
+// standing in for a replica, scraped as idle) until the test ends, and
+// waits until it knows the upstream's model.
+func startInFrontOf(t *testing.T, upstream string, logger *slog.Logger) *env {
+	t.Helper()
+	fake, setIdle := idleFleet()
+	cfg := testConfig(upstream)
+	setIdle(&cfg)
+	srv, err := New(cfg, logger, WithFetcher(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.UseListeners(listen(t), listen(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	e := &env{t: t, srv: srv, proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(), http: &http.Client{}}
+	e.waitReplicas("the replica serving the model", func(rs []balancer.ReplicaStatus) bool {
+		return len(rs) == 1 && len(rs[0].Models) == 1
+	})
+	return e
 }
