@@ -33,6 +33,7 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		Balancer:     srv.Balancer(),
 		Request:      srv.RequestConfig(),
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
+		MaxStreams:   cfg.Server.MaxConnections,
 		RouteHeaders: cfg.Proxy.RouteHeaders,
 		Metrics:      srv.Recorder(),
 		Completion:   srv.Metrics().Completion,

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -70,6 +71,11 @@ type Options struct {
 	// MaxBodyBytes bounds a buffered request body (proxy.max_body_bytes);
 	// 0 means proxy.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxStreams bounds the exchanges (HTTP requests) one gateway
+	// connection may have open at once, as server.max_connections bounds
+	// serve's clients: each may buffer a body up to MaxBodyBytes. 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
 	// RouteHeaders adds X-LLMLB-Replica and X-LLMLB-Route to the response,
 	// as serve does (proxy.route_headers).
 	RouteHeaders bool
@@ -109,6 +115,10 @@ type Server struct {
 	stop context.CancelFunc // ends the health loop of Serve
 }
 
+// DefaultMaxStreams is Options.MaxStreams's default (serve's default
+// server.max_connections).
+const DefaultMaxStreams = 10000
+
 // New returns a Server. It starts nothing: Serve does.
 func New(opts Options) (*Server, error) {
 	if opts.Balancer == nil {
@@ -144,7 +154,12 @@ func New(opts Options) (*Server, error) {
 	// A BUFFERED gateway sends the whole body in one message: let one up to
 	// the body limit through (gRPC's default is 4 MiB) so that it is
 	// answered 413 or routed, not failed by the transport.
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20))
+	streams := opts.MaxStreams
+	if streams <= 0 {
+		streams = DefaultMaxStreams
+	}
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30))+1<<20),
+		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32))))
 	extprocv3.RegisterExternalProcessorServer(s.grpc, s)
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
