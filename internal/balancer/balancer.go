@@ -422,6 +422,8 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 func (b *Balancer) pool(model string, exclude []string, now time.Time) (known int, err error) {
 	b.cands, b.candReps = b.cands[:0], b.candReps[:0]
 	servedBy := 0
+	// The fleet's learned values, once for all candidates.
+	rate, meanOutput := b.prefillRate(nil), b.fleetPrefill.meanOutput()
 	for _, r := range b.replicas {
 		if !r.serves(model) {
 			continue
@@ -439,12 +441,13 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 			continue
 		}
 		running, waiting := r.effective()
+		step := b.decodeStep(r)
 		b.cands = append(b.cands, policy.Candidate{Name: r.name, Live: state == health.Live,
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight + r.peerInFlight,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
-			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: b.prefillRate(r), DecodeStep: b.decodeStep(r),
-			MeanOutput:     b.fleetPrefill.meanOutput(),
-			PendingPrefill: b.pending(r, now), PendingRequests: r.pendingRequests})
+			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
+			MeanOutput:     meanOutput,
+			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests})
 		b.candReps = append(b.candReps, r)
 	}
 	if servedBy == 0 && len(b.replicas) > 0 {

@@ -220,7 +220,16 @@ func (b *Balancer) pending(r *replica, now time.Time) float64 {
 	if r.pendingPrefill <= 0 {
 		return 0
 	}
-	left := r.prefillBusyUntil.Sub(now).Seconds() * b.drainRate(r)
+	return b.pendingAt(r, now, b.decodeStep(r), b.prefillRate(r))
+}
+
+// pendingAt is pending with r's decode step and prefill rate already known
+// (step 1 computes them once per candidate).
+func (b *Balancer) pendingAt(r *replica, now time.Time, step, rate float64) float64 {
+	if r.pendingPrefill <= 0 {
+		return 0
+	}
+	left := r.prefillBusyUntil.Sub(now).Seconds() / (step/float64(b.cfg.Cost.BatchTokens) + 1/rate)
 	return max(0, min(r.pendingPrefill, left))
 }
 
