@@ -292,15 +292,6 @@ func (b *Balancer) SetExplain(on bool) {
 	}
 }
 
-// saturatedAt is the batch r ran when its last scrape showed a queue, 0 if
-// it showed none.
-func (r *replica) saturatedAt() float64 {
-	if r.snap.Waiting > 0 {
-		return r.snap.Running
-	}
-	return 0
-}
-
 // Plausible bounds of what a replica's /metrics may teach; samples outside
 // are a misbehaving exporter's and are ignored (a decode step of 1 ns would
 // herd traffic to it; an absurd prefill rate would poison the fleet's).

@@ -282,13 +282,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		work := ahead + prefill
 		est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
 		// A full batch admits this request only as running ones finish:
-		// one frees a slot every mean-output x step / max_num_seqs.
-		// A queue seen at the last scrape says the batch is full at the
-		// running count then (slots or KV blocks), whatever is configured.
+		// one frees a slot every mean-output x step / max_num_seqs. (The
+		// running count at a scrape that showed a queue, as the batch's
+		// real size, was measured worse: a stale yes/no per replica that
+		// herded requests onto those without one, docs/ROUTING.md.)
 		slots := float64(p.cfg.MaxNumSeqs)
-		if c.SaturatedAt > 0 {
-			slots = min(slots, c.SaturatedAt)
-		}
 		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
 			est += excess * c.MeanOutput * c.DecodeStep / slots
 		}

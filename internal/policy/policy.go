@@ -34,10 +34,6 @@ type Candidate struct {
 	// seconds: learned from its /metrics, configured defaults until then.
 	PrefillRate float64
 	DecodeStep  float64
-	// SaturatedAt is the batch the replica ran when its last scrape showed
-	// a queue (the most it admits, by slots or KV blocks); 0 when it showed
-	// none.
-	SaturatedAt float64
 	// MeanOutput is the fleet's mean output tokens per request, learned
 	// from /metrics (a default until then): how long a batch slot stays taken.
 	MeanOutput float64
