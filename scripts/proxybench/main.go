@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -168,8 +169,18 @@ func goproxy(args []string) error {
 			DisableCompression:  true,
 		},
 		BufferPool: &bufferPool{},
+		ErrorLog:   log.New(io.Discard, "", 0), // the hold clients' cancels
 	}
-	srv := &http.Server{Addr: *listen, Handler: rp}
+	// Full duplex: otherwise the server discards the rest of the request
+	// body when the answer's headers are flushed (an SSE answer's are at
+	// once) while the transport may still be sending it, and the upstream
+	// connection is closed mid-answer ("use of closed network connection").
+	// llmlb does not meet this: it reads the body whole before proxying.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Addr: *listen, Handler: h}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
