@@ -37,6 +37,12 @@ const (
 	HeaderRoute   = "X-LLMLB-Route"
 )
 
+// The route headers' names as keys of an http.Header (canonical form).
+var (
+	replicaKey = http.CanonicalHeaderKey(HeaderReplica)
+	routeKey   = http.CanonicalHeaderKey(HeaderRoute)
+)
+
 // Defaults used when the corresponding config.Proxy field is zero.
 const (
 	DefaultMaxBodyBytes     = 32 << 20
@@ -158,7 +164,7 @@ func New(opts Options) (*Proxy, error) {
 		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	p := &Proxy{
-		waiting:     waitingSet{m: make(map[string]map[*attempt]struct{})},
+		waiting:     waitingSet{m: make(map[*attempt]struct{})},
 		bal:         opts.Balancer,
 		reqCfg:      opts.Request,
 		cfg:         cfg,
@@ -615,8 +621,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	a := attemptFrom(res.Request.Context())
 	p.waiting.remove(a) // answered: an ejection no longer concerns it
 	if p.cfg.RouteHeaders {
-		res.Header.Set(HeaderReplica, a.res.Replica)
-		res.Header.Set(HeaderRoute, string(a.res.Reason))
+		// One allocation for both values; each slice is capped so that an
+		// Add to one cannot overwrite the other.
+		v := []string{a.res.Replica, string(a.res.Reason)}
+		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
 	}
 	a.status = res.StatusCode
 	if res.StatusCode == http.StatusSwitchingProtocols {
