@@ -131,17 +131,7 @@ func upstream(args []string) error {
 			f.Flush()
 		}
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve(*listen, mux)
 }
 
 // goproxy is the floor reference: httputil.ReverseProxy with Rewrite
@@ -180,7 +170,12 @@ func goproxy(args []string) error {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Addr: *listen, Handler: h}
+	return serve(*listen, h)
+}
+
+// serve serves h on addr until SIGINT or SIGTERM.
+func serve(addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
