@@ -343,16 +343,25 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // (doubling, from the announced length + 1 or 16 KiB, whichever is
 // smaller), so a client that announces 32 MB and sends one byte costs a few
 // KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
-// come from bodyPool (issue 14); the caller may hand the result back with
-// putBody when nothing reads it any more (a body that was not routed). The
-// caller bounds r.
+// of minPooledBody and more come from bodyPool (issue 14); the caller may
+// hand the result back with putBody when nothing reads it any more (a body
+// that was not routed). The caller bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
 	if announced >= 0 && announced < size-1 {
 		size = announced + 1 // +1: room to see EOF without growing
 	}
-	buf := getBody(int(size))
+	var buf []byte
+	if size < minPooledBody {
+		// A small body of known length (a usual chat request is a few
+		// hundred bytes) gets a buffer of its own size: a routed body never
+		// goes back to the pool, so the pool's 4 KiB would only be garbage
+		// many times the body's size (issue 14).
+		buf = make([]byte, 0, size)
+	} else {
+		buf = getBody(int(size))
+	}
 	for {
 		if len(buf) == cap(buf) {
 			next := int64(cap(buf)) * 2
