@@ -2,10 +2,12 @@
 # Proxy efficiency vs NGINX (issue 14; BENCHMARKS.md "Proxy efficiency vs
 # NGINX"): a static upstream (scripts/proxybench, answers at once, so the
 # proxy dominates), NGINX (Debian's nginx-light: 2 workers, keep-alive to the
-# upstream, proxy_buffering off) and `llmlb serve` in front of it, and wrk.
-# Each round measures direct, NGINX and llmlb back to back (the order rotates
-# per round) so background load hits all three alike; the summary prints
-# per-round ratios llmlb/NGINX and their medians:
+# upstream, proxy_buffering off), goproxy (the floor of a Go proxy: a bare
+# httputil.ReverseProxy over http.Transport, `proxybench goproxy`) and
+# `llmlb serve` in front of it, and wrk. Each round measures direct, NGINX,
+# goproxy and llmlb back to back (the order rotates per round) so background
+# load hits all alike; the summary prints per-round ratios llmlb/NGINX and
+# llmlb/goproxy and their medians:
 #   - added p50 at c=1 (proxied p50 - direct p50), JSON and SSE (whole stream)
 #   - requests/s at c=64, JSON and SSE
 #   - CPU per request at c=64 (utime+stime of the proxy's processes from
@@ -18,8 +20,14 @@
 #
 # Environment: ROUNDS (4), DURATION (seconds per wrk run, 5), CONNS (64),
 # TTFB_N (2000), HOLD (1000), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
-# proxy, +3 llmlb admin), KEEP (1: keep the work directory), PROFILE (1:
-# also write a 10 s CPU profile of llmlb under JSON c=64 to the work dir).
+# proxy, +3 llmlb admin, +4 goproxy, +5 and on: EXTRA), KEEP (1: keep the
+# work directory), PROFILE (1: also write a 10 s CPU profile of llmlb under
+# JSON c=64 to the work dir), LLMLB_ENV (environment of llmlb, e.g.
+# "GOGC=100"), EXTRA (more llmlb targets measured in the same rounds, each
+# NAME:SETTINGS with SETTINGS comma-separated VAR=VALUE for its environment
+# and BIN=PATH for another binary, e.g.
+#   EXTRA="before:BIN=/tmp/llmlb-old gc400:GOGC=400"
+# their ratios to NGINX are printed too).
 # Installs nginx-light and wrk with apt-get when they are missing (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +42,9 @@ UP_PORT=$BASE_PORT
 NGINX_PORT=$((BASE_PORT + 1))
 LB_PORT=$((BASE_PORT + 2))
 ADMIN_PORT=$((BASE_PORT + 3))
+GO_PORT=$((BASE_PORT + 4))
+read -ra extras <<<"${EXTRA:-}"
+read -ra llmlb_env <<<"${LLMLB_ENV:-}"
 TOKEN=proxybench-token
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null; then
@@ -109,9 +120,19 @@ nginx_pid=$!
 pids+=("$nginx_pid")
 wait_port "$NGINX_PORT"
 
-cat >"$work/llmlb.yaml" <<EOF
-listen: "127.0.0.1:$LB_PORT"
-admin_listen: "127.0.0.1:$ADMIN_PORT"
+"$work/proxybench" goproxy -listen "127.0.0.1:$GO_PORT" -upstream "http://127.0.0.1:$UP_PORT" &
+go_pid=$!
+pids+=("$go_pid")
+wait_port "$GO_PORT"
+
+# start_llmlb NAME PORT ADMIN_PORT BINARY [VAR=VALUE...]: one llmlb serve
+# in front of the upstream; sets lb_pid.
+start_llmlb() {
+	local name=$1 port=$2 admin=$3 bin=$4
+	shift 4
+	cat >"$work/$name.yaml" <<EOF
+listen: "127.0.0.1:$port"
+admin_listen: "127.0.0.1:$admin"
 admin_token: $TOKEN
 replicas:
   - name: up
@@ -122,31 +143,54 @@ log:
   level: warn
   access: false
 EOF
-"$work/llmlb" serve --config "$work/llmlb.yaml" --watch-config 0 2>"$work/llmlb.log" &
-lb_pid=$!
-pids+=("$lb_pid")
-wait_port "$LB_PORT"
-for _ in $(seq 100); do # the replica turns LIVE after its first scrape
-	curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && break
-	sleep 0.1
+	env "$@" "$bin" serve --config "$work/$name.yaml" --watch-config 0 2>"$work/$name.log" &
+	lb_pid=$!
+	pids+=("$lb_pid")
+	wait_port "$port"
+	for _ in $(seq 100); do # the replica turns LIVE after its first scrape
+		curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null && break
+		sleep 0.1
+	done
+}
+
+declare -A pid_of port_of_t
+targets=(direct nginx goproxy llmlb)
+pid_of[direct]=$up_pid
+port_of_t[direct]=$UP_PORT
+port_of_t[nginx]=$NGINX_PORT
+pid_of[goproxy]=$go_pid
+port_of_t[goproxy]=$GO_PORT
+start_llmlb llmlb "$LB_PORT" "$ADMIN_PORT" "$work/llmlb" "${llmlb_env[@]}"
+pid_of[llmlb]=$lb_pid
+port_of_t[llmlb]=$LB_PORT
+i=0
+for spec in "${extras[@]}"; do
+	name=${spec%%:*}
+	bin=$work/llmlb
+	envs=()
+	IFS=, read -ra settings <<<"${spec#*:}"
+	for kv in "${settings[@]}"; do
+		case $kv in
+		BIN=*) bin=${kv#BIN=} ;;
+		*=*) envs+=("$kv") ;;
+		esac
+	done
+	start_llmlb "$name" $((BASE_PORT + 5 + 2 * i)) $((BASE_PORT + 6 + 2 * i)) "$bin" "${envs[@]}"
+	pid_of[$name]=$lb_pid
+	port_of_t[$name]=$((BASE_PORT + 5 + 2 * i))
+	targets+=("$name")
+	i=$((i + 1))
 done
 
 # The processes whose CPU and memory count for each target.
 nginx_procs() { echo "$nginx_pid" $(cat /proc/"$nginx_pid"/task/*/children 2>/dev/null); }
 procs() {
 	case $1 in
-	direct) echo "$up_pid" ;;
 	nginx) nginx_procs ;;
-	llmlb) echo "$lb_pid" ;;
+	*) echo "${pid_of[$1]}" ;;
 	esac
 }
-port_of() {
-	case $1 in
-	direct) echo "$UP_PORT" ;;
-	nginx) echo "$NGINX_PORT" ;;
-	llmlb) echo "$LB_PORT" ;;
-	esac
-}
+port_of() { echo "${port_of_t[$1]}"; }
 cpu_ticks() { local s=0 p; for p in "$@"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
 rss_kb() { local s=0 p; for p in "$@"; do s=$((s + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status"))); done; echo "$s"; }
 hz=$(getconf CLK_TCK)
@@ -194,11 +238,12 @@ run_ttfb() {
 	echo "$round $target ttfb_p50_us ${out#ttfb_p50_us=}" | awk '{print $1, $2, $3, $4}' >>"$results"
 }
 
-targets=(direct nginx llmlb)
+nt=${#targets[@]}
+echo "== targets: ${targets[*]}"
 echo "== $ROUNDS rounds, ${DURATION}s per wrk run, c=1 and c=$CONNS, JSON and SSE ($(nproc) cores; other load on the machine: $(cut -d' ' -f1-3 /proc/loadavg))"
 for round in $(seq "$ROUNDS"); do
 	# Rotate the order so that no target always runs first.
-	order=("${targets[@]:$(((round - 1) % 3))}" "${targets[@]:0:$(((round - 1) % 3))}")
+	order=("${targets[@]:$(((round - 1) % nt))}" "${targets[@]:0:$(((round - 1) % nt))}")
 	echo "-- round $round: ${order[*]}"
 	for kind in json sse; do
 		for c in 1 "$CONNS"; do
@@ -221,7 +266,7 @@ fi
 # Memory per in-flight stream: RSS of the proxy's processes with HOLD
 # streams held open (each has its first chunk) minus RSS before.
 echo "== memory per in-flight stream ($HOLD streams held open)"
-for t in nginx llmlb; do
+for t in "${targets[@]:1}"; do
 	ps=$(procs "$t")
 	before=$(rss_kb $ps)
 	"$work/proxybench" hold -url "http://127.0.0.1:$(port_of "$t")/v1/chat/completions?hold" -n "$HOLD" >"$work/hold.out" &
@@ -235,40 +280,58 @@ for t in nginx llmlb; do
 	sleep 2 # let the streams close
 done
 
-# Summary: per metric, each target's median over rounds, and llmlb/NGINX per
-# round and its median. "added" metrics subtract the round's direct figure.
+# Summary: per metric, each target's median over rounds, then the ratios
+# of each llmlb (and EXTRA) to NGINX and of llmlb to goproxy, per round and
+# their medians. "added" metrics subtract the round's direct figure.
 echo
-echo "== results (median over $ROUNDS rounds; per-round ratios llmlb/NGINX in brackets)"
-awk -v R="$ROUNDS" '
+echo "== results (median over $ROUNDS rounds; ratios with per-round values in brackets)"
+awk -v R="$ROUNDS" -v T="${targets[*]}" '
 function median(list,   a, n, i, j, t) {
 	n = split(list, a, " ")
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
+# val(r, t, m): the figure of target t in round r; "added" metrics minus direct
+function val(r, t, m) { return (m ~ /p50_us$/ && t != "direct") ? v[r, t, m] - v[r, "direct", m] : v[r, t, m] }
 $1 == "mem" { mem[$2] = $4; next }
 { v[$1, $2, $3] = $4 }
 END {
+	nt = split(T, tg, " ")
 	split("json_c1_p50_us sse_c1_p50_us ttfb_p50_us json_c'"$CONNS"'_rps sse_c'"$CONNS"'_rps json_c'"$CONNS"'_cpu_us_per_req sse_c'"$CONNS"'_cpu_us_per_req", order, " ")
-	printf "%-30s %10s %10s %10s %10s  %s\n", "metric", "direct", "nginx", "llmlb", "llmlb/nginx", "per round"
+	printf "%-30s", "metric"
+	for (i = 1; i <= nt; i++) printf " %10s", tg[i]
+	printf "\n"
 	for (k = 1; k in order; k++) {
 		m = order[k]
-		added = (m ~ /p50_us$/)
-		d = ""; n = ""; l = ""; rs = ""; shown = ""; nn = ""; ll = ""
-		for (r = 1; r <= R; r++) {
-			d = d " " v[r, "direct", m]; n = n " " v[r, "nginx", m]; l = l " " v[r, "llmlb", m]
-			if (added) { a = v[r, "nginx", m] - v[r, "direct", m]; b = v[r, "llmlb", m] - v[r, "direct", m] }
-			else { a = v[r, "nginx", m]; b = v[r, "llmlb", m] }
-			nn = nn " " a; ll = ll " " b
-			# the added latency of NGINX can come out <= 0 in a noisy round: no ratio then
-			if (a > 0) { rs = rs sprintf(" %.2f", b / a); shown = shown sprintf(" %.2f", b / a) }
-			else shown = shown " -"
+		printf "%-30s", (m ~ /p50_us$/) ? m " (added)" : m
+		for (i = 1; i <= nt; i++) {
+			l = ""
+			for (r = 1; r <= R; r++) l = l " " val(r, tg[i], m)
+			printf " %10.1f", median(l)
 		}
-		name = added ? m " (added)" : m
-		if (added) printf "%-30s %10.0f %10.0f %10.0f %10.2f  [%s ]\n", name, median(d), median(nn), median(ll), median(rs), shown
-		else printf "%-30s %10.1f %10.1f %10.1f %10.2f  [%s ]\n", name, median(d), median(n), median(l), median(rs), shown
+		printf "\n"
 	}
-	printf "%-30s %10s %10.1f %10.1f %10.2f\n", "memory per stream (KiB)", "", mem["nginx"], mem["llmlb"], (mem["nginx"] > 0 ? mem["llmlb"] / mem["nginx"] : 0)
+	printf "%-30s %10s", "memory per stream (KiB)", ""
+	for (i = 2; i <= nt; i++) printf " %10.1f", mem[tg[i]]
+	printf "\n\n"
+	for (k = 1; k in order; k++) {
+		m = order[k]
+		for (i = 3; i <= nt; i++) for (ref = 1; ref <= 2; ref++) {
+			num = tg[i]; den = (ref == 1) ? "nginx" : "goproxy"
+			if (ref == 2 && num != "llmlb") continue
+			rs = ""; shown = ""
+			for (r = 1; r <= R; r++) {
+				a = val(r, den, m); b = val(r, num, m)
+				# an added latency can come out <= 0 in a noisy round: no ratio then
+				if (a > 0) { rs = rs sprintf(" %.2f", b / a); shown = shown sprintf(" %.2f", b / a) }
+				else shown = shown " -"
+			}
+			printf "%-30s %-18s %6.2f  [%s ]\n", m, num "/" den, median(rs), shown
+		}
+	}
+	for (i = 3; i <= nt; i++) printf "%-30s %-18s %6.2f\n", "memory per stream", tg[i] "/nginx", (mem["nginx"] > 0 ? mem[tg[i]] / mem["nginx"] : 0)
+	printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/goproxy", (mem["goproxy"] > 0 ? mem["llmlb"] / mem["goproxy"] : 0)
 }' "$results"
 echo
-echo "(added p50: proxied minus direct in the same round; CPU is the proxy's own processes (NGINX: master + workers), for direct the upstream's)"
+echo "(added p50: proxied minus direct in the same round; CPU is the proxy's own processes (NGINX: master + workers), for direct the upstream's; goproxy: a bare httputil.ReverseProxy, the floor of a Go proxy)"
 cp "$results" "${RESULTS_OUT:-/dev/null}" 2>/dev/null || true

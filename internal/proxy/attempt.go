@@ -144,43 +144,38 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// waitingSet holds the attempts waiting for their replica's answer, by
-// replica, so that an ejection can fail them over at once.
+// waitingSet holds the attempts waiting for their replica's answer, so
+// that an ejection can fail them over at once. One set for all replicas: a
+// set per replica was made anew whenever its last attempt left (two
+// allocations a request at low concurrency), and an ejection, which walks
+// them all, is rare.
 type waitingSet struct {
 	mu sync.Mutex
-	m  map[string]map[*attempt]struct{}
+	m  map[*attempt]struct{}
 }
 
 func (s *waitingSet) add(a *attempt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	set := s.m[a.res.Replica]
-	if set == nil {
-		set = make(map[*attempt]struct{})
-		s.m[a.res.Replica] = set
-	}
-	set[a] = struct{}{}
+	s.m[a] = struct{}{}
 }
 
 func (s *waitingSet) remove(a *attempt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if set := s.m[a.res.Replica]; set != nil {
-		delete(set, a)
-		if len(set) == 0 {
-			delete(s.m, a.res.Replica)
-		}
-	}
+	delete(s.m, a)
 }
 
 // cancel cancels every attempt waiting on replica with cause.
 func (s *waitingSet) cancel(replica string, cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for a := range s.m[replica] {
-		a.cancel(cause)
+	for a := range s.m {
+		if a.res.Replica == replica {
+			a.cancel(cause)
+			delete(s.m, a)
+		}
 	}
-	delete(s.m, replica)
 }
 
 // trackingWriter knows whether anything reached the client: once it has,

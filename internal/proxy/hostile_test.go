@@ -121,6 +121,8 @@ func TestReadGrowing(t *testing.T) {
 		announced int64
 	}{
 		{"exact length", 100_000, 100_000},
+		{"small, exact length", 150, 150},
+		{"small, announced short", 150, 100},
 		{"unknown length (chunked)", 100_000, -1},
 		{"empty", 0, 0},
 		{"announced far more than sent", 10, 32 << 20},
@@ -134,6 +136,9 @@ func TestReadGrowing(t *testing.T) {
 			}
 			if cap(got) > max(2*tc.body, 16<<10)+1 {
 				t.Fatalf("capacity %d for %d bytes", cap(got), tc.body)
+			}
+			if tc.announced == int64(tc.body) && tc.body < minPooledBody && cap(got) != tc.body+1 {
+				t.Fatalf("capacity %d for a small body of %d bytes, want its length + 1", cap(got), tc.body)
 			}
 		})
 	}

@@ -37,6 +37,12 @@ const (
 	HeaderRoute   = "X-LLMLB-Route"
 )
 
+// The route headers' names as keys of an http.Header (canonical form).
+var (
+	replicaKey = http.CanonicalHeaderKey(HeaderReplica)
+	routeKey   = http.CanonicalHeaderKey(HeaderRoute)
+)
+
 // Defaults used when the corresponding config.Proxy field is zero.
 const (
 	DefaultMaxBodyBytes     = 32 << 20
@@ -158,7 +164,7 @@ func New(opts Options) (*Proxy, error) {
 		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	p := &Proxy{
-		waiting:     waitingSet{m: make(map[string]map[*attempt]struct{})},
+		waiting:     waitingSet{m: make(map[*attempt]struct{})},
 		bal:         opts.Balancer,
 		reqCfg:      opts.Request,
 		cfg:         cfg,
@@ -337,16 +343,25 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // (doubling, from the announced length + 1 or 16 KiB, whichever is
 // smaller), so a client that announces 32 MB and sends one byte costs a few
 // KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
-// come from bodyPool (issue 14); the caller may hand the result back with
-// putBody when nothing reads it any more (a body that was not routed). The
-// caller bounds r.
+// of minPooledBody and more come from bodyPool (issue 14); the caller may
+// hand the result back with putBody when nothing reads it any more (a body
+// that was not routed). The caller bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 	const first = 16 << 10
 	size := int64(first)
 	if announced >= 0 && announced < size-1 {
 		size = announced + 1 // +1: room to see EOF without growing
 	}
-	buf := getBody(int(size))
+	var buf []byte
+	if size < minPooledBody {
+		// A small body of known length (a usual chat request is a few
+		// hundred bytes) gets a buffer of its own size: a routed body never
+		// goes back to the pool, so the pool's 4 KiB would only be garbage
+		// many times the body's size (issue 14).
+		buf = make([]byte, 0, size)
+	} else {
+		buf = getBody(int(size))
+	}
 	for {
 		if len(buf) == cap(buf) {
 			next := int64(cap(buf)) * 2
@@ -615,8 +630,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	a := attemptFrom(res.Request.Context())
 	p.waiting.remove(a) // answered: an ejection no longer concerns it
 	if p.cfg.RouteHeaders {
-		res.Header.Set(HeaderReplica, a.res.Replica)
-		res.Header.Set(HeaderRoute, string(a.res.Reason))
+		// One allocation for both values; each slice is capped so that an
+		// Add to one cannot overwrite the other.
+		v := []string{a.res.Replica, string(a.res.Reason)}
+		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
 	}
 	a.status = res.StatusCode
 	if res.StatusCode == http.StatusSwitchingProtocols {

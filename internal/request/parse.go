@@ -19,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/llmlb/llmlb/internal/jsontop"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -266,9 +267,9 @@ func decodeObject(data []byte) (*requestBody, error) {
 		return decodeObjectErr(data)
 	}
 	b := &requestBody{fields: make(map[string]json.RawMessage, 8)}
-	i := skipSpace(d, 1)
+	i := jsontop.SkipSpace(d, 1)
 	if i < len(d) && d[i] == '}' {
-		if skipSpace(d, i+1) != len(d) {
+		if jsontop.SkipSpace(d, i+1) != len(d) {
 			return decodeObjectErr(data)
 		}
 		return b, nil
@@ -277,18 +278,18 @@ func decodeObject(data []byte) (*requestBody, error) {
 		if i >= len(d) || d[i] != '"' {
 			return decodeObjectErr(data)
 		}
-		end := skipValue(d, i)
+		end := jsontop.SkipValue(d, i)
 		name, ok := plainString(d[i:end])
 		if !ok && json.Unmarshal(d[i:end], &name) != nil {
 			return decodeObjectErr(data)
 		}
-		if i = skipSpace(d, end); i >= len(d) || d[i] != ':' {
+		if i = jsontop.SkipSpace(d, end); i >= len(d) || d[i] != ':' {
 			return decodeObjectErr(data)
 		}
-		if i = skipSpace(d, i+1); i >= len(d) {
+		if i = jsontop.SkipSpace(d, i+1); i >= len(d) {
 			return decodeObjectErr(data)
 		}
-		end = skipValue(d, i)
+		end = jsontop.SkipValue(d, i)
 		raw := json.RawMessage(d[i:end])
 		if name == "messages" {
 			msgs, err := decodeMessages(raw)
@@ -303,12 +304,12 @@ func decodeObject(data []byte) (*requestBody, error) {
 			}
 			b.fields[name] = raw
 		}
-		i = skipSpace(d, end)
+		i = jsontop.SkipSpace(d, end)
 		switch {
 		case i < len(d) && d[i] == ',':
-			i = skipSpace(d, i+1)
+			i = jsontop.SkipSpace(d, i+1)
 		case i < len(d) && d[i] == '}':
-			if skipSpace(d, i+1) != len(d) {
+			if jsontop.SkipSpace(d, i+1) != len(d) {
 				return decodeObjectErr(data)
 			}
 			return b, nil
@@ -366,7 +367,7 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 	}
 	// Valid JSON from here: skipValue finds every value's end.
 	msgs = make([]message, 0, bytes.Count(raw, []byte(`"role"`)))
-	i := skipSpace(raw, 1)
+	i := jsontop.SkipSpace(raw, 1)
 	if raw[i] == ']' {
 		return msgs, true
 	}
@@ -375,12 +376,12 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 			return nil, false
 		}
 		var m message
-		i = skipSpace(raw, i+1)
+		i = jsontop.SkipSpace(raw, i+1)
 		for raw[i] != '}' {
-			end := skipValue(raw, i)
+			end := jsontop.SkipValue(raw, i)
 			key := raw[i+1 : end-1]
-			i = skipSpace(raw, skipSpace(raw, end)+1) // past ':'
-			vend := skipValue(raw, i)
+			i = jsontop.SkipSpace(raw, jsontop.SkipSpace(raw, end)+1) // past ':'
+			vend := jsontop.SkipValue(raw, i)
 			v := raw[i:vend]
 			switch string(key) {
 			case "role":
@@ -403,15 +404,15 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 					return nil, false
 				}
 			}
-			if i = skipSpace(raw, vend); raw[i] == ',' {
-				i = skipSpace(raw, i+1)
+			if i = jsontop.SkipSpace(raw, vend); raw[i] == ',' {
+				i = jsontop.SkipSpace(raw, i+1)
 			}
 		}
 		msgs = append(msgs, m)
-		if i = skipSpace(raw, i+1); raw[i] == ']' {
+		if i = jsontop.SkipSpace(raw, i+1); raw[i] == ']' {
 			return msgs, true
 		}
-		i = skipSpace(raw, i+1) // past ','
+		i = jsontop.SkipSpace(raw, i+1) // past ','
 	}
 }
 
@@ -430,51 +431,6 @@ func plainKey(key []byte) bool {
 		}
 	}
 	return true
-}
-
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the JSON value starting at d[i]: strings
-// and nesting are followed, nothing is checked (the caller validates the
-// value it gets, so a malformed one ends somewhere harmless).
-func skipValue(d []byte, i int) int {
-	depth := 0
-	for ; i < len(d); i++ {
-		switch d[i] {
-		case '"':
-			for i++; i < len(d) && d[i] != '"'; i++ {
-				if d[i] == '\\' {
-					i++
-				}
-			}
-			if i >= len(d) { // unterminated: the caller's validation fails
-				return len(d)
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 { // a scalar's end: the enclosing object closes
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\r', '\n', ':':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return i
 }
 
 // decodeObjectErr decodes the body's top level with a streaming decoder,
@@ -890,7 +846,7 @@ func parsePrompt(fields map[string]json.RawMessage, name string) (text string, t
 			return s, tokenize.CountText(s), nil
 		}
 	case '[':
-		if first := skipSpace(raw, 1); first < len(raw) && raw[first] == '"' {
+		if first := jsontop.SkipSpace(raw, 1); first < len(raw) && raw[first] == '"' {
 			var strs []string
 			if json.Unmarshal(raw, &strs) == nil {
 				s := strings.Join(strs, "\n")

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/jsontop"
 	"github.com/llmlb/llmlb/internal/proxy"
 )
 
@@ -298,11 +300,14 @@ type chunk struct {
 
 // usage is a completion's (or stream chunk's) token usage.
 type usage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens        int64         `json:"prompt_tokens"`
+	CompletionTokens    int64         `json:"completion_tokens"`
+	PromptTokensDetails *tokenDetails `json:"prompt_tokens_details"`
+}
+
+// tokenDetails is usage's prompt_tokens_details.
+type tokenDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 // completion is what is read of a non-streamed answer: its choices, most
@@ -310,6 +315,140 @@ type usage struct {
 type completion struct {
 	Model string `json:"model"`
 	Usage *usage `json:"usage"`
+}
+
+// The JSON names of chunk's and completion's fields, in their order, for
+// decodeTop.
+var (
+	chunkFields      = []string{"model", "choices", "usage"}
+	completionFields = []string{"model", "usage"}
+)
+
+// decodeTop decodes the members of the JSON object body that encoding/json
+// would match to names (exactly or case-insensitively) into the targets of
+// the same index, in the body's order, and skips the other members without
+// decoding them (issue 14: json.Unmarshal of a whole answer, nearly all of
+// it choices, was 5% of the proxy's CPU). On a valid JSON body it gives
+// what json.Unmarshal into a struct of those fields gives, a failure (a
+// value of the wrong type) included (FuzzDecodeTop checks it). An invalid
+// body fails too, unless it breaks only inside a member that is skipped.
+func decodeTop(body []byte, names []string, targets ...any) bool {
+	if string(bytes.Trim(body, " \t\r\n")) == "null" {
+		return true // json.Unmarshal leaves the struct as it is
+	}
+	return jsontop.Members(body, func(key, value []byte) bool {
+		for k, name := range names {
+			if bytes.EqualFold(key, []byte(name)) {
+				return decodeValue(value, targets[k])
+			}
+		}
+		return true
+	})
+}
+
+// decodeValue is json.Unmarshal(value, into) == nil, without its
+// reflection for the usual shapes of what is read: a string without
+// escapes, and a usage object of plain integers. Anything else goes to
+// json.Unmarshal.
+func decodeValue(value []byte, into any) bool {
+	switch v := into.(type) {
+	case *string:
+		if s, ok := plainString(value); ok {
+			*v = s
+			return true
+		}
+	case **usage:
+		if u, ok := plainUsage(value, *v); ok {
+			*v = u
+			return true
+		}
+	}
+	return json.Unmarshal(value, into) == nil
+}
+
+// plainString returns the value of a JSON string literal without escapes
+// or control characters, in valid UTF-8; ok is false for anything else.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
+// plainUsage decodes a usage object over prev as json.Unmarshal would
+// (null clears it, members update a copy of it), when every member it
+// reads is a plain integer (or prompt_tokens_details null or an object of
+// them); ok is false otherwise, and prev is left untouched.
+func plainUsage(raw []byte, prev *usage) (*usage, bool) {
+	if string(raw) == "null" {
+		return nil, true
+	}
+	var u usage
+	if prev != nil {
+		u = *prev
+	}
+	ok := jsontop.Members(raw, func(key, value []byte) bool {
+		switch {
+		case bytes.EqualFold(key, []byte("prompt_tokens")):
+			return plainInt(value, &u.PromptTokens)
+		case bytes.EqualFold(key, []byte("completion_tokens")):
+			return plainInt(value, &u.CompletionTokens)
+		case bytes.EqualFold(key, []byte("prompt_tokens_details")):
+			if string(value) == "null" {
+				u.PromptTokensDetails = nil
+				return true
+			}
+			var d tokenDetails
+			if u.PromptTokensDetails != nil {
+				d = *u.PromptTokensDetails
+			}
+			u.PromptTokensDetails = &d
+			return jsontop.Members(value, func(key, value []byte) bool {
+				if bytes.EqualFold(key, []byte("cached_tokens")) {
+					return plainInt(value, &d.CachedTokens)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	return &u, true
+}
+
+// plainInt parses a JSON integer of at most 17 digits into n; ok is false
+// for anything else (a fraction, an exponent, null, a string).
+func plainInt(raw []byte, n *int64) bool {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 17 || (digits[0] == '0' && len(digits) > 1) {
+		return false
+	}
+	var v int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(digits) < len(raw) {
+		v = -v
+	}
+	*n = v
+	return true
 }
 
 var (
@@ -335,7 +474,7 @@ func (w *observingWriter) dataLine(line []byte) (usageOnly bool) {
 		return false
 	}
 	var c chunk
-	if json.Unmarshal(payload, &c) != nil {
+	if !decodeTop(payload, chunkFields, &c.Model, &c.Choices, &c.Usage) {
 		return false
 	}
 	if w.model == "" {
@@ -380,7 +519,7 @@ func (w *observingWriter) finish() {
 		return
 	}
 	var c completion
-	if json.Unmarshal(w.body.Bytes(), &c) == nil {
+	if decodeTop(w.body.Bytes(), completionFields, &c.Model, &c.Usage) {
 		w.model = c.Model
 		w.setUsage(c.Usage)
 	}

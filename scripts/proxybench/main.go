@@ -1,9 +1,12 @@
 // Command proxybench is the Go half of scripts/proxybench.sh (issue 14): a
 // static upstream that answers instantly, so that the proxy in front of it
 // dominates what is measured, and two small clients wrk cannot be: the time
-// to the first SSE chunk, and N streams held open (memory per stream).
+// to the first SSE chunk, and N streams held open (memory per stream); and
+// goproxy, the floor a Go proxy starts from: a bare httputil.ReverseProxy
+// over a keep-alive http.Transport, nothing of llmlb's.
 //
 //	proxybench upstream -listen 127.0.0.1:18100
+//	proxybench goproxy -listen 127.0.0.1:18104 -upstream http://127.0.0.1:18100
 //	proxybench ttfb -url http://127.0.0.1:18080/v1/chat/completions -n 2000
 //	proxybench hold -url http://127.0.0.1:18080/v1/chat/completions?hold -n 1000
 package main
@@ -16,8 +19,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -29,13 +35,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: proxybench upstream|ttfb|hold [flags]")
+		fmt.Fprintln(os.Stderr, "usage: proxybench upstream|goproxy|ttfb|hold [flags]")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "upstream":
 		err = upstream(os.Args[2:])
+	case "goproxy":
+		err = goproxy(os.Args[2:])
 	case "ttfb":
 		err = ttfb(os.Args[2:])
 	case "hold":
@@ -123,7 +131,51 @@ func upstream(args []string) error {
 			f.Flush()
 		}
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux}
+	return serve(*listen, mux)
+}
+
+// goproxy is the floor reference: httputil.ReverseProxy with Rewrite
+// pointing every request at the upstream, over an http.Transport keeping
+// connections alive (as many idle per host as llmlb keeps), and a pool of
+// copy buffers (ReverseProxy would otherwise allocate 32 KiB a response).
+// No parsing, routing, metrics or logs: what llmlb costs beyond it is
+// llmlb's own; what it costs beyond NGINX is net/http's.
+func goproxy(args []string) error {
+	fs := flag.NewFlagSet("goproxy", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:18104", "listen `ADDR`")
+	upstream := fs.String("upstream", "http://127.0.0.1:18100", "upstream `URL`")
+	_ = fs.Parse(args)
+	target, err := url.Parse(*upstream)
+	if err != nil {
+		return err
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+		BufferPool: &bufferPool{},
+		ErrorLog:   log.New(io.Discard, "", 0), // the hold clients' cancels
+	}
+	// Full duplex: otherwise the server discards the rest of the request
+	// body when the answer's headers are flushed (an SSE answer's are at
+	// once) while the transport may still be sending it, and the upstream
+	// connection is closed mid-answer ("use of closed network connection").
+	// llmlb does not meet this: it reads the body whole before proxying.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+	return serve(*listen, h)
+}
+
+// serve serves h on addr until SIGINT or SIGTERM.
+func serve(addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -135,6 +187,18 @@ func upstream(args []string) error {
 	}
 	return nil
 }
+
+// bufferPool recycles goproxy's copy buffers (httputil.BufferPool).
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // newClient is a keep-alive HTTP/1.1 client (as wrk's connections are).
 func newClient(conns int) *http.Client {

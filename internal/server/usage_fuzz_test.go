@@ -1,0 +1,77 @@
+package server
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecodeTop checks decodeTop against the json.Unmarshal it replaced in
+// the observer (issue 14), for a completion and for a stream chunk: on
+// every valid body both succeed or fail alike and read the same model,
+// choices and usage; on any body decodeTop does not panic.
+func FuzzDecodeTop(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`,
+		`{"model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}`,
+		`{"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}],"usage":null}`,
+		`{"choices":[{"message":{"content":"\"usage\":{\"prompt_tokens\":7}"},"usage":{"prompt_tokens":8}}],"usage":{"completion_tokens":1}}`,
+		`{"USAGE":{"Prompt_Tokens":4},"Model":"a","model":"b"}`,
+		`{"u\u017fage":{"prompt_tokens":3},"m\u006fdel":"x"}`,
+		`{"uſage":{"prompt_tokens":3}}`,
+		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens":1},"usage":null,"usage":{"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens":1.5}}`,
+		`{"usage":{"prompt_tokens":"1"}}`,
+		`{"model":5,"usage":{"prompt_tokens":1}}`,
+		`{"choices":[{"text":5}],"usage":{"prompt_tokens":1}}`,
+		`{"choices":{"a":1}}`,
+		`null`, ` null `, `[]`, `"x"`, `{}`, ` { } `, `{"a":1,}`, `{"a":"\"}"} x`, `{"a" 1}`, `{"a":}`,
+		`{"usage":{"prompt_tokens":1}`, `{"usage":{"prompt_tokens":1}} {}`, `{"a":[1,}`, `{"\ud800":1,"usage":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fastC, slowC completion
+		fastOK := decodeTop(body, completionFields, &fastC.Model, &fastC.Usage)
+		slowOK := json.Unmarshal(body, &slowC) == nil
+		var fastK, slowK chunk
+		fastKOK := decodeTop(body, chunkFields, &fastK.Model, &fastK.Choices, &fastK.Usage)
+		slowKOK := json.Unmarshal(body, &slowK) == nil
+		if !json.Valid(body) {
+			return // only: no panic
+		}
+		if fastOK != slowOK || (slowOK && !reflect.DeepEqual(fastC, slowC)) {
+			t.Fatalf("completion: decodeTop %v %+v, json.Unmarshal %v %+v", fastOK, fastC, slowOK, slowC)
+		}
+		if fastKOK != slowKOK || (slowKOK && !reflect.DeepEqual(fastK, slowK)) {
+			t.Fatalf("chunk: decodeTop %v %+v, json.Unmarshal %v %+v", fastKOK, fastK, slowKOK, slowK)
+		}
+	})
+}
+
+// BenchmarkDecodeUsage is the observer's read of a non-streamed answer:
+// decodeTop against json.Unmarshal of the whole answer.
+func BenchmarkDecodeUsage(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},` +
+		`"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`)
+	b.Run("decodeTop", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c completion
+			if !decodeTop(body, completionFields, &c.Model, &c.Usage) || c.Usage == nil {
+				b.Fatal("no usage")
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c completion
+			if json.Unmarshal(body, &c) != nil || c.Usage == nil {
+				b.Fatal("no usage")
+			}
+		}
+	})
+}
