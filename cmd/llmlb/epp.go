@@ -22,7 +22,7 @@ const DefaultGRPCListen = ":9002"
 // replicas and discovery, policy, scraping, health, admin listener,
 // reloads and drain. See docs/EPP.md.
 func runEPP(ctx context.Context, args []string) error {
-	return runBalancer(ctx, args, eppFlags, newEPPFrontend, nil)
+	return runBalancer(ctx, args, eppFlags, newEPPFrontend)
 }
 
 // newEPPFrontend builds the ext_proc server on srv's routing core, with

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 // until the signal (SIGTERM/SIGINT cancels ctx), then drains in-flight
 // responses up to server.shutdown_timeout and exits 0.
 func runServe(ctx context.Context, args []string) error {
-	return runBalancer(ctx, args, serveFlags, nil, tuneGC)
+	return runBalancer(ctx, args, serveFlags, nil)
 }
 
 // flagParser reads a command's flags into a validated configuration, the
@@ -33,22 +32,14 @@ type flagParser func(args []string, stderr io.Writer) (config.Config, string, ti
 
 // runBalancer runs serve's server (config, routing core, scraping, health,
 // discovery, admin listener, reloads, drain); frontend, when not nil,
-// builds what serves the proxy listener instead of the HTTP proxy (epp);
-// tune, when not nil, sets the garbage collector's defaults (serve's).
-func runBalancer(ctx context.Context, args []string, parse flagParser, frontend func(*server.Server) (server.Frontend, error),
-	tune func() gcPlan) error {
+// builds what serves the proxy listener instead of the HTTP proxy (epp).
+func runBalancer(ctx context.Context, args []string, parse flagParser, frontend func(*server.Server) (server.Frontend, error)) error {
 	cfg, path, watch, err := parse(args, os.Stderr)
 	if err != nil {
 		return err
 	}
 	logger := newLogger(cfg.Log, os.Stderr)
 	logConfig(logger, cfg)
-	if tune != nil {
-		if plan := tune(); plan.percent > 0 {
-			logger.Info("garbage collector tuned for the proxy (GOGC or GOMEMLIMIT in the environment override it)",
-				slog.Int("gogc", plan.percent), slog.Int64("memory_limit_bytes", debug.SetMemoryLimit(-1)))
-		}
-	}
 	if len(cfg.Replicas) == 0 && !cfg.Discovery.Enabled() {
 		logger.Warn("no replicas configured: every request gets 503 until one is added with POST /admin/replicas")
 	}
