@@ -229,7 +229,7 @@ func (b *Balancer) pendingAt(r *replica, now time.Time, step, rate float64) floa
 	if r.pendingPrefill <= 0 {
 		return 0
 	}
-	left := r.prefillBusyUntil.Sub(now).Seconds() / (step/float64(b.cfg.Cost.BatchTokens) + 1/rate)
+	left := r.prefillBusyUntil.Sub(now).Seconds() * b.drainRateAt(step, rate)
 	return max(0, min(r.pendingPrefill, left))
 }
 
@@ -250,7 +250,12 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 // the marginal rate with each batch_tokens chunk's step overhead added, so
 // that a 100K-token prompt is not believed done in a third of its time.
 func (b *Balancer) drainRate(r *replica) float64 {
-	return 1 / (b.decodeStep(r)/float64(b.cfg.Cost.BatchTokens) + 1/b.prefillRate(r))
+	return b.drainRateAt(b.decodeStep(r), b.prefillRate(r))
+}
+
+// drainRateAt is drainRate for a decode step and a prefill rate.
+func (b *Balancer) drainRateAt(step, rate float64) float64 {
+	return 1 / (step/float64(b.cfg.Cost.BatchTokens) + 1/rate)
 }
 
 // donePending retires res's prefill (first token or end), under the lock.
