@@ -298,6 +298,37 @@ func TestEjectedWhileWaitingFailsOver(t *testing.T) {
 	}
 }
 
+// TestEjectionCancelsOnlyItsReplica: the waiting attempts of all replicas
+// share one set, so an ejection must cancel the attempts waiting on that
+// replica (with errReplicaEjected) and leave the others waiting.
+func TestEjectionCancelsOnlyItsReplica(t *testing.T) {
+	s := waitingSet{m: make(map[*attempt]struct{})}
+	newAttempt := func(replica string) *attempt {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		a := &attempt{res: &balancer.Reservation{Replica: replica}, ctx: ctx, cancel: cancel}
+		s.add(a)
+		return a
+	}
+	a1, a2, b := newAttempt("a"), newAttempt("a"), newAttempt("b")
+	s.cancel("a", errReplicaEjected)
+	for _, a := range []*attempt{a1, a2} {
+		if !errors.Is(context.Cause(a.ctx), errReplicaEjected) {
+			t.Fatalf("attempt on the ejected replica: cause %v, want errReplicaEjected", context.Cause(a.ctx))
+		}
+	}
+	if b.ctx.Err() != nil {
+		t.Fatalf("attempt on replica b cancelled by a's ejection: %v", context.Cause(b.ctx))
+	}
+	if _, ok := s.m[b]; !ok || len(s.m) != 1 {
+		t.Fatalf("waiting set after the ejection has %d attempts, want only b's", len(s.m))
+	}
+	s.remove(b)
+	if len(s.m) != 0 {
+		t.Fatalf("waiting set not empty after remove: %d", len(s.m))
+	}
+}
+
 // TestAllDeadIs503AtOnce (item 7): every replica EJECTED by failed
 // scrapes (refused, hung): the answer is 503 no_healthy_instances and no
 // request is sent to them (the old fallback sent it to a hung one and the
