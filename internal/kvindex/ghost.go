@@ -63,6 +63,12 @@ func (x *Index) unghost(h uint64) {
 	if !ok || !t.slots[i].ghost {
 		return
 	}
+	t.clearGhost(i)
+}
+
+// clearGhost makes slot i's block no ghost; the slot goes if it holds no
+// node either.
+func (t *table) clearGhost(i uint64) {
 	t.slots[i].ghost = false
 	if t.slots[i].val == none {
 		t.delAt(i)
@@ -99,10 +105,7 @@ func (x *Index) countGhosts(blocks []uint64) {
 		if !ok || !t.slots[i].ghost {
 			return
 		}
-		t.slots[i].ghost = false
-		if t.slots[i].val == none {
-			t.delAt(i)
-		}
+		t.clearGhost(i)
 		x.ghosts.hits++
 	}
 }
