@@ -16,10 +16,10 @@ type index interface {
 }
 
 // BenchmarkRoute is the index's share of BenchmarkSelectReleaseCost in
-// package balancer: the same fleet, conversations and requests, but the
-// replica with the deepest match wins (else rotation), so it evicts about 9
-// blocks a request where policy cost, which also weighs load, evicts about
-// 45. Each request is one Match of the fleet, one Idle per replica and one
+// package balancer: the same fleet, conversations and requests (9 in 10
+// continue a conversation some replica holds), but the replica with the
+// deepest match wins (else rotation), where policy cost also weighs load.
+// Each request is one Match of the fleet, one Idle per replica and one
 // Touch. impl=reference is the index before the leaf-only LRU, for an A/B
 // in one process.
 func BenchmarkRoute(b *testing.B) {
@@ -57,7 +57,7 @@ func BenchmarkRoute(b *testing.B) {
 				rng := rand.New(rand.NewPCG(3, 3))
 				prompts := make([][]uint64, 4096)
 				for i := range prompts {
-					c := rng.IntN(10 * convs)
+					c := rng.IntN(min(n, 10) * convs) // held by some replica, as in package balancer's
 					keys := make([]uint64, promptBlocks, promptBlocks+4)
 					for k := range keys {
 						keys[k] = uint64(c)<<20 | uint64(k)
