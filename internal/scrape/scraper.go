@@ -225,6 +225,7 @@ func (s *Scraper) loop(ctx context.Context, t Target) {
 type loopState struct {
 	scrapes    int
 	failing    bool
+	engine     string // the engine the last good scrape recognized
 	lastModels []string
 	modelsAt   time.Time // zero until the first successful /v1/models
 }
@@ -260,6 +261,10 @@ func (s *Scraper) once(ctx context.Context, t Target, st *loopState) {
 	}
 	if err == nil && st.scrapes == 1 && res.Legacy {
 		s.opt.Logger.Info("replica exports pre-0.12 vLLM metric names", "replica", t.Name)
+	}
+	if err == nil && res.Engine != "" && res.Engine != st.engine {
+		st.engine = res.Engine
+		s.opt.Logger.Info("replica metrics recognized", "replica", t.Name, "engine", res.Engine)
 	}
 	if err == nil {
 		s.refreshModels(ctx, t, st, now)
