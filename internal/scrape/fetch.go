@@ -1,6 +1,8 @@
 // Package scrape reads each replica's /metrics (vLLM's, or SGLang's, TGI's
 // or llama.cpp's; engines.go) and /v1/models and feeds the results to the
-// routing core (SPEC s2 load signal, s4 health). The Fetcher does the I/O for one replica; the Scraper is the loop that `llmlb
+// routing core (SPEC s2 load signal, s4 health). A replica without a
+// Prometheus endpoint is scraped for liveness only (GET /v1/models). The
+// Fetcher does the I/O for one replica; the Scraper is the loop that `llmlb
 // serve` owns: one goroutine per replica, started by Run and stopped by its
 // context. EJECTED replicas keep being scraped: a scrape is their only way back
 // (incident 3).
@@ -28,7 +30,7 @@ import (
 
 // ErrNoMetrics: the response parsed but holds neither the running nor the
 // waiting metric of any engine llmlb knows (wrong port, an engine whose
-// metrics are off, or a server without metrics).
+// metrics are off, or a server to configure with `metrics: none`).
 var ErrNoMetrics = errors.New("scrape: no load metrics of vLLM, SGLang, TGI or llama.cpp in response")
 
 // errImplausible: a load metric is negative, NaN or infinite.
@@ -40,7 +42,8 @@ var ErrBodyTooLarge = errors.New("scrape: response body too large")
 // Result is one successful scrape of a replica's /metrics.
 type Result struct {
 	Snapshot balancer.Snapshot
-	// Engine is the engine whose metric names the page had (EngineVLLM, ...).
+	// Engine is the engine whose metric names the page had (EngineVLLM,
+	// ...); "" for a liveness check, which reads no metrics.
 	Engine string
 	// Legacy is true when the KV cache usage came from vLLM's pre-0.12 name
 	// (vllm:gpu_cache_usage_perc).
@@ -64,6 +67,14 @@ type Fetcher interface {
 // whose models were not declared in the configuration.
 type ModelFetcher interface {
 	FetchModels(ctx context.Context, replicaURL string) ([]string, error)
+}
+
+// LivenessChecker checks that a replica answers without reading its load:
+// the scrape of a replica that exports no Prometheus metrics (Ollama, LM
+// Studio, many OpenAI-compatible shims). A Fetcher that also implements it
+// can scrape Targets with LivenessOnly set.
+type LivenessChecker interface {
+	CheckLive(ctx context.Context, replicaURL string) error
 }
 
 // vLLM's metric names, current (vLLM >= 0.12) first, then the names older
@@ -161,6 +172,21 @@ func (f *HTTPFetcher) Fetch(ctx context.Context, replicaURL string) (Result, err
 		return Result{}, err
 	}
 	return ParseMetrics(bytes.NewReader(body))
+}
+
+// CheckLive GETs replicaURL/v1/models (and /health first when configured):
+// a 200 means the replica is live. The body is read within the size limit
+// but not judged: the models are learned separately (FetchModels), and a
+// server that answers there is up. Same timeout, redirect rule and api key
+// as Fetch.
+func (f *HTTPFetcher) CheckLive(ctx context.Context, replicaURL string) error {
+	if f.healthCheck {
+		if _, err := f.get(ctx, replicaURL, "/health", "*/*"); err != nil {
+			return err
+		}
+	}
+	_, err := f.get(ctx, replicaURL, "/v1/models", "application/json")
+	return err
 }
 
 // FetchModels GETs replicaURL/v1/models and returns the model ids, in the
