@@ -55,7 +55,10 @@ type ReplicaSpec struct {
 	NotReady bool
 }
 
-// Snapshot is one successful scrape of a replica's /metrics.
+// Snapshot is one successful scrape of a replica's /metrics. The fields
+// name vLLM's metrics; package scrape maps other engines' equivalents onto
+// them (0 where an engine has none), and a replica scraped for liveness
+// only (metrics: none) gives the zero Snapshot.
 type Snapshot struct {
 	Running      float64 // vllm:num_requests_running (summed over engines)
 	Waiting      float64 // vllm:num_requests_waiting

@@ -56,7 +56,24 @@ type Replica struct {
 	URL    string   // url
 	Models []string // models (optional; learned from /v1/models when empty)
 	APIKey string   // api_key, or api_key_env naming an environment variable; replaces the client's Authorization
+	// Metrics is how the replica is scraped, MetricsAuto or MetricsNone
+	// (metrics; "": scrape.metrics).
+	Metrics string
 }
+
+// The values of scrape.metrics and replicas[].metrics.
+const (
+	// MetricsAuto scrapes /metrics and reads the load of whichever engine
+	// exports it: vLLM, SGLang, TGI or llama.cpp.
+	MetricsAuto = "auto"
+	// MetricsNone is for a replica without a Prometheus endpoint (Ollama,
+	// LM Studio, most OpenAI-compatible shims): its scrape is GET /v1/models,
+	// where a 200 keeps it LIVE, and its load is only llmlb's own requests.
+	MetricsNone = "none"
+)
+
+// MetricsModes are the accepted values of scrape.metrics and replicas[].metrics.
+var MetricsModes = []string{MetricsAuto, MetricsNone}
 
 // Scrape configures the metrics scraper.
 type Scrape struct {
@@ -65,6 +82,10 @@ type Scrape struct {
 	MaxBodyBytes   int64         // scrape.max_body_bytes (4 MiB)
 	HealthCheck    bool          // scrape.health_check: also GET /health (false)
 	ModelsInterval time.Duration // scrape.models_interval: refresh /v1/models (30s)
+	// Metrics is how replicas without their own metrics setting are
+	// scraped, those added through the admin API or discovery included
+	// (scrape.metrics, MetricsAuto).
+	Metrics string
 }
 
 // Proxy configures request handling.
@@ -110,6 +131,7 @@ func Default() Config {
 			MaxBodyBytes:   4 << 20,
 			HealthCheck:    false,
 			ModelsInterval: 30 * time.Second,
+			Metrics:        MetricsAuto,
 		},
 		Proxy: Proxy{
 			MaxBodyBytes:      32 << 20,

@@ -42,6 +42,7 @@ func TestDefault(t *testing.T) {
 		{"scrape.timeout", c.Scrape.Timeout, time.Second},
 		{"scrape.max_body_bytes", c.Scrape.MaxBodyBytes, int64(4 << 20)},
 		{"scrape.models_interval", c.Scrape.ModelsInterval, 30 * time.Second},
+		{"scrape.metrics", c.Scrape.Metrics, "auto"},
 		{"proxy.max_body_bytes", c.Proxy.MaxBodyBytes, int64(32 << 20)},
 		{"proxy.max_attempts", c.Proxy.MaxAttempts, 3},
 		{"proxy.route_headers", c.Proxy.RouteHeaders, true},
@@ -155,6 +156,20 @@ replicas:
 			c.Replicas = []Replica{
 				{Name: "a", URL: "http://a:8000", APIKey: "sk-vllm", Models: []string{"qwen"}},
 				{Name: "b", URL: "http://b:8000", APIKey: "sk-vllm", Models: []string{"qwen"}},
+			}
+		}},
+		{name: "metrics modes", yaml: `
+scrape: {metrics: none}
+replicas:
+  - {name: sglang, url: "http://a:30000", metrics: auto}
+  - {name: ollama, url: "http://b:11434", metrics: none}
+  - {name: default, url: "http://c:8000"}
+`, want: func(c *Config) {
+			c.Scrape.Metrics = "none"
+			c.Replicas = []Replica{
+				{Name: "sglang", URL: "http://a:30000", Metrics: "auto"},
+				{Name: "ollama", URL: "http://b:11434", Metrics: "none"},
+				{Name: "default", URL: "http://c:8000"},
 			}
 		}},
 		{name: "log", yaml: "log: {level: debug, format: json}\n",
@@ -436,6 +451,22 @@ func TestValidate(t *testing.T) {
 			`config: server.shutdown_timeout: must be >= 0, got -1s`,
 			`config: log.level: "verbose" is not one of debug, info, warn, error`,
 		}},
+		{name: "metrics modes", modify: func(c *Config) {
+			c.Scrape.Metrics = "nnoe"
+			c.Replicas = []Replica{
+				{Name: "a", URL: "http://h1:8000", Metrics: "none"},
+				{Name: "b", URL: "http://h2:8000", Metrics: "prometheus"},
+				{Name: "c", URL: "http://h3:8000", Metrics: "Auto"},
+				{Name: "d", URL: "http://h4:8000"},
+			}
+		}, want: []string{
+			`config: replicas[1].metrics: "prometheus" is not one of auto, none`,
+			`config: replicas[2].metrics: "Auto" is not one of auto, none (did you mean "auto"?)`,
+			`config: scrape.metrics: "nnoe" is not one of auto, none (did you mean "none"?)`,
+		}},
+		{name: "no default metrics mode", modify: func(c *Config) { c.Scrape.Metrics = "" }, want: []string{
+			`config: scrape.metrics: "" is not one of auto, none`,
+		}},
 		{name: "routing and request sections name their keys", modify: func(c *Config) {
 			c.Routing.Policy = "random"
 			c.Routing.Health.ProbingWindow = 0
@@ -499,7 +530,7 @@ func TestWarnings(t *testing.T) {
 
 func TestApplyFlags(t *testing.T) {
 	file := Default()
-	file.Replicas = []Replica{{Name: "a", URL: "http://old:8000", APIKey: "sk", Models: []string{"m"}}, {Name: "b", URL: "http://b:8000"}}
+	file.Replicas = []Replica{{Name: "a", URL: "http://old:8000", APIKey: "sk", Models: []string{"m"}, Metrics: "none"}, {Name: "b", URL: "http://b:8000"}}
 	tests := []struct {
 		name             string
 		listen, admin    string
@@ -512,9 +543,9 @@ func TestApplyFlags(t *testing.T) {
 	}{
 		{name: "no flags keep the file", wantListen: ":8080", wantAdmin: "127.0.0.1:9090", wantReplicas: file.Replicas},
 		{name: "addresses", listen: ":9000", admin: "127.0.0.1:1", wantListen: ":9000", wantAdmin: "127.0.0.1:1", wantReplicas: file.Replicas},
-		{name: "replicas replace the file's, keeping a same-named one's key", replicas: []string{"a=http://new:8000", "http://c:8001", "d=http://d:8000/?x=a=b"},
+		{name: "replicas replace the file's, keeping a same-named one's key, models and metrics", replicas: []string{"a=http://new:8000", "http://c:8001", "d=http://d:8000/?x=a=b"},
 			wantListen: ":8080", wantAdmin: "127.0.0.1:9090", wantReplicas: []Replica{
-				{Name: "a", URL: "http://new:8000", APIKey: "sk", Models: []string{"m"}},
+				{Name: "a", URL: "http://new:8000", APIKey: "sk", Models: []string{"m"}, Metrics: "none"},
 				{Name: "c:8001", URL: "http://c:8001"},
 				{Name: "d", URL: "http://d:8000/?x=a=b"},
 			}},
@@ -579,7 +610,8 @@ func TestRedacted(t *testing.T) {
 func TestMarshalRoundTrip(t *testing.T) {
 	c := Default()
 	c.AdminToken = "yes" // a string YAML 1.1 would read as a bool
-	c.Replicas = []Replica{{Name: "a", URL: "http://a:8000", APIKey: "0123", Models: []string{"qwen", "true"}}}
+	c.Replicas = []Replica{{Name: "a", URL: "http://a:8000", APIKey: "0123", Models: []string{"qwen", "true"}, Metrics: "none"},
+		{Name: "b", URL: "http://b:8000", Models: []string{"m"}}} // metrics "": scrape.metrics
 	c.Scrape.MaxBodyBytes = 1234567
 	c.Routing.Affinity.PrefixTTL = 90 * time.Second
 	c.Request.TenantHeaders = []string{}

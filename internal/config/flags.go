@@ -10,8 +10,8 @@ import (
 // non-empty listen or adminListen replaces the address, and when replicas is
 // non-empty it replaces the file's replica list. Each replica flag is
 // "name=URL" or a bare URL (the name is then the URL's host:port). A flag
-// replica whose name matches one from the file keeps that replica's api_key
-// and models, so `--replica a=http://new:8000` only moves it.
+// replica whose name matches one from the file keeps that replica's api_key,
+// models and metrics mode, so `--replica a=http://new:8000` only moves it.
 func ApplyFlags(cfg *Config, listen, adminListen string, replicas []string) error {
 	if cfg == nil {
 		return errors.New("config: ApplyFlags: nil config")
@@ -38,7 +38,7 @@ func ApplyFlags(cfg *Config, listen, adminListen string, replicas []string) erro
 			continue
 		}
 		if old, ok := fromFile[r.Name]; ok {
-			r.APIKey, r.Models = old.APIKey, old.Models
+			r.APIKey, r.Models, r.Metrics = old.APIKey, old.Models, old.Metrics
 		}
 		out = append(out, r)
 	}

@@ -34,6 +34,7 @@ func (c Config) Validate() error {
 	}
 	v.positiveInt("scrape.max_body_bytes", s.MaxBodyBytes)
 	v.positive("scrape.models_interval", s.ModelsInterval)
+	v.oneOf("scrape.metrics", s.Metrics, MetricsModes...)
 
 	p := c.Proxy
 	v.positiveInt("proxy.max_body_bytes", p.MaxBodyBytes)
@@ -107,13 +108,19 @@ func (v *validator) positiveInt(key string, n int64) {
 	}
 }
 
+// oneOf checks that val is one of allowed, suggesting the likely intended
+// one for a typo.
 func (v *validator) oneOf(key, val string, allowed ...string) {
 	for _, a := range allowed {
 		if val == a {
 			return
 		}
 	}
-	v.add(key, "%q is not one of %s", val, strings.Join(allowed, ", "))
+	hint := ""
+	if s := suggest(val, allowed); s != "" {
+		hint = fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	v.add(key, "%q is not one of %s%s", val, strings.Join(allowed, ", "), hint)
 }
 
 // address checks a listen address: host:port with a numeric port
@@ -134,7 +141,7 @@ func (v *validator) address(key, addr string) {
 }
 
 // replicas checks names (CheckReplicaName), URLs (CheckReplicaURL), that
-// no two replicas share a name or a URL, and model lists.
+// no two replicas share a name or a URL, model lists and metrics modes.
 func (v *validator) replicas(rs []Replica) {
 	seen := make(map[string]int, len(rs))
 	urls := make(map[string]int, len(rs))
@@ -165,6 +172,9 @@ func (v *validator) replicas(rs []Replica) {
 			}
 		}
 		v.secret(key+".api_key", r.APIKey)
+		if r.Metrics != "" { // "": scrape.metrics
+			v.oneOf(key+".metrics", r.Metrics, MetricsModes...)
+		}
 		models := make(map[string]bool, len(r.Models))
 		for j, m := range r.Models {
 			mk := fmt.Sprintf("%s.models[%d]", key, j)

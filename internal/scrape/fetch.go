@@ -1,5 +1,7 @@
-// Package scrape reads each replica's vLLM /metrics (and /v1/models) and feeds
-// the results to the routing core (SPEC s2 load signal, s4 health). The
+// Package scrape reads each replica's /metrics (vLLM's, or SGLang's, TGI's
+// or llama.cpp's; engines.go) and /v1/models and feeds the results to the
+// routing core (SPEC s2 load signal, s4 health). A replica without a
+// Prometheus endpoint is scraped for liveness only (GET /v1/models). The
 // Fetcher does the I/O for one replica; the Scraper is the loop that `llmlb
 // serve` owns: one goroutine per replica, started by Run and stopped by its
 // context. EJECTED replicas keep being scraped: a scrape is their only way back
@@ -27,8 +29,12 @@ import (
 )
 
 // ErrNoMetrics: the response parsed but holds neither the running nor the
-// waiting metric of any known vLLM version (wrong port, not a vLLM server).
-var ErrNoMetrics = errors.New("scrape: no vLLM metrics in response")
+// waiting metric of any engine llmlb knows (wrong port, an engine whose
+// metrics are off, or a server to configure with `metrics: none`).
+var ErrNoMetrics = errors.New("scrape: no load metrics of vLLM, SGLang, TGI or llama.cpp in response")
+
+// errImplausible: a load metric is negative, NaN or infinite.
+var errImplausible = errors.New("scrape: implausible metric value")
 
 // ErrBodyTooLarge: a response body exceeded the configured limit.
 var ErrBodyTooLarge = errors.New("scrape: response body too large")
@@ -36,6 +42,9 @@ var ErrBodyTooLarge = errors.New("scrape: response body too large")
 // Result is one successful scrape of a replica's /metrics.
 type Result struct {
 	Snapshot balancer.Snapshot
+	// Engine is the engine whose metric names the page had (EngineVLLM,
+	// ...); "" for a liveness check, which reads no metrics.
+	Engine string
 	// Legacy is true when the KV cache usage came from vLLM's pre-0.12 name
 	// (vllm:gpu_cache_usage_perc).
 	Legacy bool
@@ -60,8 +69,16 @@ type ModelFetcher interface {
 	FetchModels(ctx context.Context, replicaURL string) ([]string, error)
 }
 
-// Metric names, current (vLLM >= 0.12) first, then the names older versions
-// export. Values are summed over the engine and model_name labels.
+// LivenessChecker checks that a replica answers without reading its load:
+// the scrape of a replica that exports no Prometheus metrics (Ollama, LM
+// Studio, many OpenAI-compatible shims). A Fetcher that also implements it
+// can scrape Targets with LivenessOnly set.
+type LivenessChecker interface {
+	CheckLive(ctx context.Context, replicaURL string) error
+}
+
+// vLLM's metric names, current (vLLM >= 0.12) first, then the names older
+// versions export. Values are summed over the engine and model_name labels.
 const (
 	metricRunning       = "vllm:num_requests_running"
 	metricWaiting       = "vllm:num_requests_waiting"
@@ -96,7 +113,7 @@ type HTTPOptions struct {
 // along with the request.
 var ErrRedirect = errors.New("scrape: redirect not followed")
 
-// HTTPFetcher scrapes vLLM over HTTP with its own client (never
+// HTTPFetcher scrapes replicas over HTTP with its own client (never
 // http.DefaultClient), a timeout, a bounded body read and no redirects.
 type HTTPFetcher struct {
 	client      *http.Client
@@ -143,7 +160,7 @@ func apiKeyFrom(ctx context.Context) string {
 }
 
 // Fetch GETs replicaURL/metrics (and /health first when configured) and
-// parses vLLM's load metrics.
+// parses the load metrics of whichever engine exports them (ParseMetrics).
 func (f *HTTPFetcher) Fetch(ctx context.Context, replicaURL string) (Result, error) {
 	if f.healthCheck {
 		if _, err := f.get(ctx, replicaURL, "/health", "*/*"); err != nil {
@@ -155,6 +172,21 @@ func (f *HTTPFetcher) Fetch(ctx context.Context, replicaURL string) (Result, err
 		return Result{}, err
 	}
 	return ParseMetrics(bytes.NewReader(body))
+}
+
+// CheckLive GETs replicaURL/v1/models (and /health first when configured):
+// a 200 means the replica is live. The body is read within the size limit
+// but not judged: the models are learned separately (FetchModels), and a
+// server that answers there is up. Same timeout, redirect rule and api key
+// as Fetch.
+func (f *HTTPFetcher) CheckLive(ctx context.Context, replicaURL string) error {
+	if f.healthCheck {
+		if _, err := f.get(ctx, replicaURL, "/health", "*/*"); err != nil {
+			return err
+		}
+	}
+	_, err := f.get(ctx, replicaURL, "/v1/models", "application/json")
+	return err
 }
 
 // FetchModels GETs replicaURL/v1/models and returns the model ids, in the
@@ -203,19 +235,40 @@ func (f *HTTPFetcher) get(ctx context.Context, base, path, accept string) ([]byt
 	return body, nil
 }
 
-// ParseMetrics reads a Prometheus text exposition and extracts vLLM's load:
-// running and waiting requests summed over all series (engines, models), and
-// KV cache usage averaged over them (each engine reports its own fraction).
+// ParseMetrics reads a Prometheus text exposition and extracts the load of
+// the first engine (engines: vLLM, then SGLang, TGI, llama.cpp) whose
+// running or waiting metric is on the page. A page with none of them is
+// ErrNoMetrics; a negative, NaN or infinite load is an error too.
 func ParseMetrics(r io.Reader) (Result, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return Result{}, fmt.Errorf("scrape: parsing metrics: %w", err)
 	}
+	for _, e := range engines {
+		res, ok := e.read(families)
+		if !ok {
+			continue
+		}
+		res.Engine = e.name
+		for _, v := range []float64{res.Snapshot.Running, res.Snapshot.Waiting, res.Snapshot.KVCacheUsage} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return Result{}, fmt.Errorf("%w %v (%s)", errImplausible, v, e.name)
+			}
+		}
+		return res, nil
+	}
+	return Result{}, ErrNoMetrics
+}
+
+// readVLLM reads vLLM's load: running and waiting requests summed over all
+// series (engines, models), KV cache usage averaged over them (each engine
+// reports its own fraction), and the counters of readRates.
+func readVLLM(families map[string]*dto.MetricFamily) (Result, bool) {
 	running, okR := sum(families[metricRunning])
 	waiting, okW := sum(families[metricWaiting])
 	if !okR && !okW {
-		return Result{}, ErrNoMetrics
+		return Result{}, false
 	}
 	var res Result
 	res.Snapshot.Running = running
@@ -235,12 +288,7 @@ func ParseMetrics(r io.Reader) (Result, error) {
 	}
 	res.Snapshot.PrefixHits = res.PrefixCacheHits
 	readRates(families, &res.Snapshot)
-	for _, v := range []float64{res.Snapshot.Running, res.Snapshot.Waiting, res.Snapshot.KVCacheUsage} {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return Result{}, fmt.Errorf("scrape: implausible metric value %v", v)
-		}
-	}
-	return res, nil
+	return res, true
 }
 
 // readRates reads what policy cost learns each replica's rates from (the
@@ -249,12 +297,6 @@ func ParseMetrics(r io.Reader) (Result, error) {
 // the KV capacity of vllm:cache_config_info (num_gpu_blocks x block_size,
 // summed over engines). Missing or implausible values stay 0.
 func readRates(families map[string]*dto.MetricFamily, snap *balancer.Snapshot) {
-	plausible := func(v float64) float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return 0
-		}
-		return v
-	}
 	tokens, _ := sumCount(families[metricPromptTokens])
 	snap.PromptTokens = plausible(tokens)
 	sumSec, count := histogramSums(families[metricPrefillTime])
@@ -287,6 +329,15 @@ func readRates(families map[string]*dto.MetricFamily, snap *balancer.Snapshot) {
 	}
 }
 
+// plausible is v, or 0 for a negative, NaN or infinite counter (the
+// balancer then keeps its prior rather than learn from a broken exporter).
+func plausible(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0
+	}
+	return v
+}
+
 // histogramSums adds up the sample sums and counts of a histogram family.
 func histogramSums(mf *dto.MetricFamily) (sum, count float64) {
 	if mf == nil {
@@ -314,19 +365,28 @@ func sumCount(mf *dto.MetricFamily) (float64, int) {
 	var s float64
 	var n int
 	for _, m := range mf.GetMetric() {
-		switch {
-		case m.Gauge != nil:
-			s += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			s += m.GetUntyped().GetValue()
-		case m.Counter != nil:
-			s += m.GetCounter().GetValue()
-		default:
+		v, ok := sampleValue(m)
+		if !ok {
 			continue
 		}
+		s += v
 		n++
 	}
 	return s, n
+}
+
+// sampleValue is the value of a gauge, counter or untyped sample; ok is
+// false for histograms and summaries.
+func sampleValue(m *dto.Metric) (float64, bool) {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue(), true
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue(), true
+	case m.Counter != nil:
+		return m.GetCounter().GetValue(), true
+	}
+	return 0, false
 }
 
 // ParseModels decodes an OpenAI model list ({"object":"list","data":[{"id":..}]})

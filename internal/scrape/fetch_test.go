@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 )
@@ -170,9 +171,9 @@ func TestFetch(t *testing.T) {
 			want: Result{Snapshot: balancer.Snapshot{Running: 1, KVCacheUsage: 0.3}}},
 		{name: "only waiting is enough", handler: text("vllm:num_requests_waiting 4\n"),
 			want: Result{Snapshot: balancer.Snapshot{Waiting: 4}}},
-		{name: "not vLLM", handler: text("# TYPE go_goroutines gauge\ngo_goroutines 12\n"),
-			wantErr: "no vLLM metrics", isErr: ErrNoMetrics},
-		{name: "empty body", handler: text(""), wantErr: "no vLLM metrics", isErr: ErrNoMetrics},
+		{name: "not an inference server", handler: text("# TYPE go_goroutines gauge\ngo_goroutines 12\n"),
+			wantErr: "no load metrics of vLLM, SGLang, TGI or llama.cpp", isErr: ErrNoMetrics},
+		{name: "empty body", handler: text(""), wantErr: "no load metrics", isErr: ErrNoMetrics},
 		{name: "garbage body", handler: text("<html>this is not prometheus{{{\n"),
 			wantErr: "scrape: parsing metrics"},
 		{name: "negative value", handler: text("vllm:num_requests_running -3\n"),
@@ -245,7 +246,8 @@ func TestFetch(t *testing.T) {
 			if tt.models != nil {
 				want = tt.models
 			}
-			if d := cmp.Diff(want, got); d != "" {
+			// Which engine was recognized is TestParseEngines' subject.
+			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Result{}, "Engine")); d != "" {
 				t.Errorf("result mismatch (-want +got):\n%s", d)
 			}
 		})
@@ -268,6 +270,62 @@ func TestFetchSendsAPIKey(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"Bearer sk-123", ""}, auth); d != "" {
 		t.Errorf("Authorization headers (-want +got):\n%s", d)
+	}
+}
+
+// TestCheckLive: the scrape of a replica without metrics is GET /v1/models
+// (after /health when configured) under Fetch's rules: its API key, no
+// redirect, a body limit, and any status but 200 is a failure.
+func TestCheckLive(t *testing.T) {
+	models := `{"object":"list","data":[{"id":"llama3:8b","object":"model","owned_by":"library"}]}`
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		opt     HTTPOptions
+		wantErr string // substring; "" = live
+		isErr   error
+	}{
+		{name: "models answered, no /metrics", handler: route(map[string]string{"/v1/models": models})},
+		{name: "a 200 is enough", handler: route(map[string]string{"/v1/models": "ok"})},
+		{name: "404", handler: route(map[string]string{"/metrics": metricsCurrent}), wantErr: "/v1/models: status 404"},
+		{name: "503", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "loading model", http.StatusServiceUnavailable)
+		}, wantErr: "status 503"},
+		{name: "health check ok", handler: route(map[string]string{"/health": "", "/v1/models": models}),
+			opt: HTTPOptions{HealthCheck: true}},
+		{name: "health check fails", handler: route(map[string]string{"/v1/models": models}),
+			opt: HTTPOptions{HealthCheck: true}, wantErr: "/health: status 404"},
+		{name: "redirect", handler: redirect("http://127.0.0.1:1/v1/models"), wantErr: "redirect not followed", isErr: ErrRedirect},
+		{name: "body too large", handler: route(map[string]string{"/v1/models": models}), opt: HTTPOptions{MaxBodyBytes: 10},
+			wantErr: "over 10 bytes", isErr: ErrBodyTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var auth string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/models" {
+					auth = r.Header.Get("Authorization")
+				}
+				tt.handler(w, r)
+			}))
+			defer srv.Close()
+			err := NewHTTPFetcher(tt.opt).CheckLive(WithAPIKey(context.Background(), "sk-1"), srv.URL)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("CheckLive = %v, want live", err)
+				}
+				if auth != "Bearer sk-1" {
+					t.Errorf("GET /v1/models sent Authorization %q, want the replica's key", auth)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "scrape: ") {
+				t.Fatalf("CheckLive = %v, want a scrape: error containing %q", err, tt.wantErr)
+			}
+			if tt.isErr != nil && !errors.Is(err, tt.isErr) {
+				t.Errorf("err = %v, want errors.Is %v", err, tt.isErr)
+			}
+		})
 	}
 }
 

@@ -29,7 +29,12 @@ type Target struct {
 	Name   string
 	URL    string
 	APIKey string   // sent as a bearer token on scrapes when non-empty
-	Models []string // declared in config: /v1/models is then not fetched
+	Models []string // declared in config: models are then not read from /v1/models
+	// LivenessOnly scrapes a replica that exports no Prometheus metrics
+	// (`metrics: none`) with the Fetcher's CheckLive instead of Fetch: a
+	// live replica is a good scrape with an empty Snapshot, so health works
+	// and its load is only what the balancer itself sent there.
+	LivenessOnly bool
 }
 
 // Options configures a Scraper. Zero values take the defaults.
@@ -61,7 +66,8 @@ type Options struct {
 // added and removed while it runs. EJECTED replicas keep being scraped.
 type Scraper struct {
 	fetch  Fetcher
-	models ModelFetcher // nil when fetch does not implement it
+	models ModelFetcher    // nil when fetch does not implement it
+	live   LivenessChecker // nil when fetch does not implement it
 	sink   Sink
 	opt    Options
 
@@ -99,7 +105,8 @@ func New(f Fetcher, sink Sink, o Options) *Scraper {
 		o.Now = time.Now
 	}
 	mf, _ := f.(ModelFetcher)
-	return &Scraper{fetch: f, models: mf, sink: sink, opt: o, targets: make(map[string]*target)}
+	lc, _ := f.(LivenessChecker)
+	return &Scraper{fetch: f, models: mf, live: lc, sink: sink, opt: o, targets: make(map[string]*target)}
 }
 
 // Add registers a replica; while Run runs, its loop starts at once (the first
@@ -107,6 +114,9 @@ func New(f Fetcher, sink Sink, o Options) *Scraper {
 func (s *Scraper) Add(t Target) error {
 	if t.Name == "" || t.URL == "" {
 		return fmt.Errorf("scrape: replica needs a name and a URL (got %q, %q)", t.Name, t.URL)
+	}
+	if t.LivenessOnly && s.live == nil {
+		return fmt.Errorf("scrape: replica %q is to be scraped for liveness only, which this Fetcher cannot do (no CheckLive)", t.Name)
 	}
 	t.Models = slices.Clone(t.Models)
 	s.mu.Lock()
@@ -225,6 +235,7 @@ func (s *Scraper) loop(ctx context.Context, t Target) {
 type loopState struct {
 	scrapes    int
 	failing    bool
+	engine     string // the engine the last good scrape recognized
 	lastModels []string
 	modelsAt   time.Time // zero until the first successful /v1/models
 }
@@ -232,7 +243,13 @@ type loopState struct {
 // once performs one scrape of t and feeds the sink.
 func (s *Scraper) once(ctx context.Context, t Target, st *loopState) {
 	start := s.opt.Now()
-	res, err := s.fetch.Fetch(ctx, t.URL)
+	var res Result
+	var err error
+	if t.LivenessOnly {
+		err = s.live.CheckLive(ctx, t.URL)
+	} else {
+		res, err = s.fetch.Fetch(ctx, t.URL)
+	}
 	if ctx.Err() != nil {
 		return // stopped mid-scrape: says nothing about the replica
 	}
@@ -260,6 +277,10 @@ func (s *Scraper) once(ctx context.Context, t Target, st *loopState) {
 	}
 	if err == nil && st.scrapes == 1 && res.Legacy {
 		s.opt.Logger.Info("replica exports pre-0.12 vLLM metric names", "replica", t.Name)
+	}
+	if err == nil && res.Engine != "" && res.Engine != st.engine {
+		st.engine = res.Engine
+		s.opt.Logger.Info("replica metrics recognized", "replica", t.Name, "engine", res.Engine)
 	}
 	if err == nil {
 		s.refreshModels(ctx, t, st, now)

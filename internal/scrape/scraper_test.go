@@ -250,9 +250,82 @@ func TestScraperAddValidates(t *testing.T) {
 			t.Errorf("Add(%+v): want an error", tg)
 		}
 	}
+	// A Fetcher that cannot check liveness cannot scrape a replica without
+	// metrics: refused when added, not failing every scrape later.
+	s = New(fetchOnly{NewFake()}, newSink(0), Options{})
+	if err := s.Add(Target{Name: "a", URL: "http://a", LivenessOnly: true}); err == nil {
+		t.Error("Add(LivenessOnly) with a Fetcher without CheckLive: want an error")
+	}
 }
 
-// The loop over real HTTP: an httptest vLLM with an API key, and a dead one.
+// fetchOnly hides every method of its Fetcher but Fetch.
+type fetchOnly struct{ Fetcher }
+
+// TestScraperLivenessOnly: a replica without Prometheus metrics is scraped
+// with CheckLive, never Fetch, with its API key; a live replica is a good
+// scrape with an empty Snapshot (its models are still learned), a dead one
+// a failed scrape.
+func TestScraperLivenessOnly(t *testing.T) {
+	fake := NewFake()
+	fake.SetLive("http://plain", nil)
+	fake.SetModels("http://plain", []string{"llama3"}, nil)
+	errDown := errors.New("connection refused")
+	fake.SetLive("http://down", errDown)
+	sink := newSink(4096)
+	var mu sync.Mutex
+	results := map[string][]Result{}
+	s := New(fake, sink, Options{Interval: time.Millisecond, Logger: quiet,
+		OnResult: func(name string, res Result, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			results[name] = append(results[name], res)
+		}})
+	for _, tg := range []Target{
+		{Name: "plain", URL: "http://plain", APIKey: "sk-plain", LivenessOnly: true},
+		{Name: "down", URL: "http://down", LivenessOnly: true},
+	} {
+		if err := s.Add(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	sink.waitFor(t, "plain", 2)
+	sink.waitFor(t, "down", 2)
+	close(sink.stop)
+	cancel()
+	<-done
+
+	for _, got := range sink.observed("plain") {
+		if got.err != nil || got.snap != (balancer.Snapshot{}) {
+			t.Errorf("plain observed %+v, want an empty Snapshot and no error", got)
+		}
+	}
+	if got := sink.observed("down")[0]; !errors.Is(got.err, errDown) {
+		t.Errorf("down observed err %v, want %v", got.err, errDown)
+	}
+	if fake.Calls("http://plain") != 0 || fake.Calls("http://down") != 0 {
+		t.Errorf("Fetch called for liveness-only replicas (%d, %d times)", fake.Calls("http://plain"), fake.Calls("http://down"))
+	}
+	if fake.LiveChecks("http://plain") < 2 || fake.LastAPIKey("http://plain") != "sk-plain" {
+		t.Errorf("plain: %d liveness checks with key %q, want >= 2 with sk-plain", fake.LiveChecks("http://plain"), fake.LastAPIKey("http://plain"))
+	}
+	sink.mu.Lock()
+	models := sink.models
+	sink.mu.Unlock()
+	if d := cmp.Diff(map[string][][]string{"plain": {{"llama3"}}}, models); d != "" {
+		t.Errorf("SetModels calls (-want +got):\n%s", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(results["plain"]) < 2 || results["plain"][0] != (Result{}) || len(results["down"]) != 0 {
+		t.Errorf("OnResult: %+v, want empty results for plain only", results)
+	}
+}
+
+// The loop over real HTTP: an httptest vLLM with an API key, a dead one, and
+// one without /metrics scraped for liveness only.
 func TestScraperHTTP(t *testing.T) {
 	var mu sync.Mutex
 	var auth []string
@@ -265,10 +338,13 @@ func TestScraperHTTP(t *testing.T) {
 	defer live.Close()
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
+	plain := httptest.NewServer(route(map[string]string{"/v1/models": `{"object":"list","data":[{"id":"llama3"}]}`}))
+	defer plain.Close()
 
 	sink := newSink(4096)
 	s := New(NewHTTPFetcher(HTTPOptions{Timeout: 5 * time.Second}), sink, Options{Interval: time.Millisecond, Logger: quiet})
-	for _, tg := range []Target{{Name: "live", URL: live.URL, APIKey: "sk-live"}, {Name: "dead", URL: dead.URL}} {
+	for _, tg := range []Target{{Name: "live", URL: live.URL, APIKey: "sk-live"}, {Name: "dead", URL: dead.URL},
+		{Name: "plain", URL: plain.URL, LivenessOnly: true}} {
 		if err := s.Add(tg); err != nil {
 			t.Fatal(err)
 		}
@@ -278,12 +354,16 @@ func TestScraperHTTP(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 	sink.waitFor(t, "live", 2)
 	sink.waitFor(t, "dead", 2)
+	sink.waitFor(t, "plain", 2)
 	close(sink.stop)
 	cancel()
 	<-done
 
 	if got := sink.observed("live")[0]; got.err != nil || got.snap != (balancer.Snapshot{Running: 8, Waiting: 7, KVCacheUsage: 0.4}) {
 		t.Errorf("live observed %+v", got)
+	}
+	if got := sink.observed("plain")[0]; got.err != nil || got.snap != (balancer.Snapshot{}) {
+		t.Errorf("plain (no /metrics, liveness only) observed %+v, want a good scrape", got)
 	}
 	if got := sink.observed("dead")[0]; got.err == nil {
 		t.Error("dead replica: want a scrape error")

@@ -34,7 +34,8 @@ func (s *Server) Syncer() *discovery.Syncer { return s.syncer }
 type discoveryFleet struct{ s *Server }
 
 // AddReplica checks the discovered name and URL as the admin API does and
-// adds the replica with the discovery api key.
+// adds the replica with the discovery api key, scraped as scrape.metrics
+// says.
 func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
 	if err := config.CheckReplicaName(t.Name); err != nil {
 		return fmt.Errorf("server: discovered replica: %w", err)
@@ -44,7 +45,7 @@ func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
 	}
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
-	return f.s.addReplica(balancer.ReplicaSpec{Name: t.Name, URL: t.URL, Models: t.Models}, apiKey)
+	return f.s.addReplica(balancer.ReplicaSpec{Name: t.Name, URL: t.URL, Models: t.Models}, apiKey, "")
 }
 
 // SetDraining stops or resumes new traffic to a replica.

@@ -195,7 +195,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		if spec.Name == "" {
 			spec.Name = defaultName(r.URL)
 		}
-		if err := s.addReplica(spec, r.APIKey); err != nil {
+		r.Metrics = s.metricsMode(r.Metrics)
+		if err := s.addReplica(spec, r.APIKey, r.Metrics); err != nil {
 			return nil, err
 		}
 		r.Name = spec.Name
@@ -216,12 +217,19 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 // Reload applies a new replica list at run time (SIGHUP in `llmlb serve`):
 // configured replicas missing from the list are removed (their in-flight
 // responses finish; only new requests stop going there), new ones are
-// added, and one whose URL, models or api key changed is replaced.
+// added, and one whose URL, models, api key or metrics mode changed is
+// replaced.
 // Replicas added through the admin API are left alone. Other settings need
 // a restart. It returns the names added and removed.
 func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	// Compared by their effective metrics mode: writing out the default
+	// (metrics: auto under scrape.metrics: auto) changes nothing.
+	replicas = slices.Clone(replicas)
+	for i := range replicas {
+		replicas[i].Metrics = s.metricsMode(replicas[i].Metrics)
+	}
 	want := make(map[string]config.Replica, len(replicas))
 	for _, r := range replicas {
 		if r.Name == "" {
@@ -244,7 +252,7 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		if _, ok := s.configured[r.Name]; ok {
 			continue
 		}
-		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}, r.APIKey); err != nil {
+		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}, r.APIKey, r.Metrics); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -255,7 +263,7 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 }
 
 func sameReplica(a, b config.Replica) bool {
-	return a.URL == b.URL && a.APIKey == b.APIKey && slices.Equal(a.Models, b.Models)
+	return a.URL == b.URL && a.APIKey == b.APIKey && slices.Equal(a.Models, b.Models) && a.Metrics == b.Metrics
 }
 
 // defaultName is a replica's name when none is configured: host:port.
@@ -564,17 +572,20 @@ func (s *Server) apiKey(replica string) string {
 	return s.keys[replica]
 }
 
-// addReplica adds a replica to the core and the scraper (with its api key).
-// It starts not yet ready (SPEC s13): no traffic until its first good
-// scrape, and no flap cooldown while it is still coming up, so a balancer
-// started before its replicas (or a replica added by API that does not
-// exist) never shows a dead replica LIVE.
-func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
+// addReplica adds a replica to the core and the scraper (with its api key,
+// scraped as metrics says: config.MetricsAuto or MetricsNone, "" for
+// scrape.metrics). It starts not yet ready (SPEC s13): no traffic until its
+// first good scrape, and no flap cooldown while it is still coming up, so a
+// balancer started before its replicas (or a replica added by API that does
+// not exist) never shows a dead replica LIVE.
+func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey, metrics string) error {
+	metrics = s.metricsMode(metrics)
 	spec.NotReady = true
 	if err := s.bal.AddReplica(spec, s.now()); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	err := s.scraper.Add(scrape.Target{Name: spec.Name, URL: spec.URL, APIKey: apiKey, Models: spec.Models})
+	err := s.scraper.Add(scrape.Target{Name: spec.Name, URL: spec.URL, APIKey: apiKey, Models: spec.Models,
+		LivenessOnly: metrics == config.MetricsNone})
 	if err != nil {
 		s.bal.RemoveReplica(spec.Name, s.now())
 		return fmt.Errorf("server: %w", err)
@@ -586,15 +597,27 @@ func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey string) error {
 	return nil
 }
 
+// metricsMode is a replica's effective metrics setting: its own (m), else
+// scrape.metrics, else config.MetricsAuto.
+func (s *Server) metricsMode(m string) string {
+	if m != "" {
+		return m
+	}
+	if s.cfg.Scrape.Metrics != "" {
+		return s.cfg.Scrape.Metrics
+	}
+	return config.MetricsAuto
+}
+
 // fleet implements admin.Fleet on the server.
 type fleet struct{ s *Server }
 
 // AddReplica adds a replica at run time (no api key: the client's
-// Authorization passes as configured).
+// Authorization passes as configured; scraped as scrape.metrics says).
 func (f fleet) AddReplica(spec balancer.ReplicaSpec) error {
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
-	return f.s.addReplica(spec, "")
+	return f.s.addReplica(spec, "", "")
 }
 
 // RemoveReplica stops scraping a replica and removes it from the core. A
