@@ -32,6 +32,10 @@ type Reservation struct {
 	// blocks are the prompt's blocks (the Profile's PromptBlocks, not
 	// copied), for a policy that re-records them when the request finishes.
 	blocks []uint64
+	// run is the token of the policy that pinned the blocks while the
+	// request runs (policy.RunObserver), released on Release.
+	run       uint64
+	runPolicy policy.RunObserver
 }
 
 // Weight returns the reservation's load weight (SPEC s2.2 wlc units).
@@ -405,7 +409,8 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	}
 	b.expl.Estimate, b.expl.CachedTokens, b.expl.PrefillTokens, b.expl.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
 	res := b.reserve(b.candReps[c.Index], reason, p, now)
-	if _, ok := b.policy.(policy.FinishObserver); ok {
+	_, finish := b.policy.(policy.FinishObserver)
+	if _, run := b.policy.(policy.RunObserver); finish || run {
 		res.blocks = p.PromptBlocks
 	}
 	if c.PrefillTokens > 0 {
@@ -509,6 +514,14 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	r.inFlight--
 	r.inFlightWeight -= res.weight
 	b.donePending(res)
+	if res.run != 0 {
+		// Only the policy that pinned can unpin (a reload may have
+		// replaced it); a replica removed since voids the token anyway.
+		if any(res.runPolicy) == any(b.policy) {
+			res.runPolicy.Ended(res.run)
+		}
+		res.run, res.runPolicy = 0, nil
+	}
 	if r.removed {
 		return nil
 	}

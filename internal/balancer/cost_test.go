@@ -206,3 +206,73 @@ func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
 		t.Fatalf("Finished calls (-want +got):\n%s", diff)
 	}
 }
+
+// runSpy records the RunObserver calls.
+type runSpy struct {
+	finishSpy
+	next  uint64
+	calls []string
+}
+
+func (s *runSpy) Started(replica string, blocks []uint64) uint64 {
+	s.next++
+	s.calls = append(s.calls, fmt.Sprintf("start %s:%d -> %d", replica, len(blocks), s.next))
+	return s.next
+}
+
+func (s *runSpy) Ended(token uint64) { s.calls = append(s.calls, fmt.Sprintf("end %d", token)) }
+
+func TestRunningRequestsArePinnedFromFirstTokenToRelease(t *testing.T) {
+	spy := &runSpy{}
+	b, err := NewWithPolicy(DefaultConfig(), spy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddReplica(ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveScrape("a", Snapshot{}, nil, t0)
+	// Started once at the first token, Ended at release whatever the
+	// outcome; none for a request released before it ran or without blocks.
+	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeCanceled} {
+		res, _ := b.Select(costProfile("x", 3, 0), t0)
+		b.FirstToken(res)
+		b.FirstToken(res)
+		b.Release(res, o, t0)
+		b.Release(res, o, t0)
+		b.FirstToken(res) // after release: nothing
+	}
+	waited, _ := b.Select(costProfile("x", 3, 0), t0)
+	b.Release(waited, OutcomeCanceled, t0)
+	b.FirstToken(waited)
+	bare, _ := b.Select(&Profile{PromptTokens: 10}, t0)
+	b.FirstToken(bare)
+	b.Release(bare, OutcomeOK, t0)
+	want := []string{"start a:3 -> 1", "end 1", "start a:3 -> 2", "end 2", "start a:3 -> 3", "end 3"}
+	if diff := cmp.Diff(want, spy.calls); diff != "" {
+		t.Fatalf("RunObserver calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestCostKeepsARunningPromptCached: a running request's blocks stay in the
+// replica's cache (vLLM does not evict them) while other prompts churn it,
+// so its session's next turn still finds them there.
+func TestCostKeepsARunningPromptCached(t *testing.T) {
+	b := newFleet(t, 1, func(c *Config) {
+		c.Policy = "cost"
+		c.Cost.KVCacheTokens = 64 * tokenize.BlockSize
+	})
+	long, _ := b.Select(costProfile("long", 40, 0), t0)
+	b.FirstToken(long)
+	for i := range 4 { // 80 new blocks through a 64-block cache
+		other, _ := b.Select(costProfile(fmt.Sprintf("churn%d", i), 20, 0), t0)
+		b.FirstToken(other)
+		b.Release(other, OutcomeOK, t0)
+	}
+	next, _ := b.Select(costProfile("long", 40, 1), t0)
+	if got := next.Explanation.CachedTokens; got != 40*tokenize.BlockSize {
+		t.Fatalf("the running prompt's next turn found %d cached tokens, want %d", got, 40*tokenize.BlockSize)
+	}
+	b.Release(next, OutcomeOK, t0)
+	b.Release(long, OutcomeOK, t0)
+}

@@ -275,14 +275,20 @@ func (b *Balancer) donePending(res *Reservation) {
 
 // FirstToken records that res's replica produced its first token (the
 // proxy's first streamed token, the benchmark's engine event): its prefill
-// is no longer ahead of later requests. Safe to call more than once and
-// after Release.
+// is no longer ahead of later requests, and the request runs, holding its
+// prompt's blocks until it ends (a policy.RunObserver pins them). Safe to
+// call more than once and after Release.
 func (b *Balancer) FirstToken(res *Reservation) {
 	if res == nil || res.rep == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !res.firstToken && !res.released && !res.rep.removed && len(res.blocks) > 0 {
+		if o, ok := b.policy.(policy.RunObserver); ok {
+			res.run, res.runPolicy = o.Started(res.rep.name, res.blocks), o
+		}
+	}
 	b.donePending(res)
 }
 

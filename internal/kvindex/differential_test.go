@@ -108,9 +108,14 @@ func diffRun(t testing.TB, src source, reps, maxCap, maxLen int) (steps, ghosts 
 			t.Fatalf("step %d: Match(%d blocks, %d replicas) = %d %v, reference %d %v", steps, len(blocks), n, a, depth, b, refDepth)
 		}
 	}
+	type pinPair struct {
+		x   Pin
+		ref *refPin
+	}
+	var pins []pinPair
 	for ; !src.done(); steps++ {
 		rep := int32(src.intn(reps))
-		switch op := src.intn(20); {
+		switch op := src.intn(24); {
 		case op < 10: // the policy: match the fleet, touch the chosen replica
 			p := prompt()
 			match(p, reps)
@@ -146,6 +151,24 @@ func diffRun(t testing.TB, src source, reps, maxCap, maxLen int) (steps, ghosts 
 			x.RemoveReplica(rep)
 			ref.RemoveReplica(rep)
 			check("remove")
+		case op < 21: // a request starts: its prompt, touched at routing, is pinned
+			p := prompt()
+			if src.intn(4) != 0 {
+				match(p, reps)
+				x.Touch(rep, p)
+				ref.Touch(rep, p)
+			}
+			pins = append(pins, pinPair{x.Pin(rep, p), ref.Pin(rep, p)})
+			check("pin")
+		case op < 23: // a request ends (possibly after its replica was removed)
+			if len(pins) > 0 {
+				i := src.intn(len(pins))
+				x.Unpin(pins[i].x)
+				ref.Unpin(pins[i].ref)
+				pins[i] = pins[len(pins)-1]
+				pins = pins[:len(pins)-1]
+				check("unpin")
+			}
 		default: // another replica's Match between a Match and a Touch
 			p, q := prompt(), prompt()
 			match(p, reps)

@@ -37,6 +37,7 @@ const none int32 = -1
 const (
 	inHeap   int32 = -2 // a leaf in the replica's heap; prev is its position
 	interior int32 = -3 // an entry with held children; prev counts them
+	pinned   int32 = -4 // a leaf that requests in flight hold: in neither
 )
 
 // Index maps prompt block hashes to the replicas believed to hold them.
@@ -151,9 +152,12 @@ type entry struct {
 	// becomes a leaf is the later of that and its last child's.
 	stamp uint32
 	// prev and next link a leaf in the list (towards the most / least
-	// recently used; none at the ends); next is inHeap or interior for the
-	// others, and prev their heap position or held children.
+	// recently used; none at the ends); next is inHeap, interior or pinned
+	// for the others, and prev their heap position or held children.
 	prev, next int32
+	// pins counts the requests in flight that hold the block (Pin): it is
+	// not evicted, and neither are its ancestors, which it keeps interior.
+	pins int32
 }
 
 // replica is one replica's share: its leaves, the oldest last.
@@ -166,6 +170,10 @@ type replica struct {
 	n, cap int
 	oldest uint32 // stamp of the least recently used leaf, when n > 0
 	dirty  bool   // oldest must be recomputed
+	// pinned counts the entries with pins; epoch changes when RemoveReplica
+	// drops them, so that the Pins handed out before are not undone twice.
+	pinned int
+	epoch  uint32
 }
 
 // New returns an empty index.
@@ -187,7 +195,7 @@ func (x *Index) SetCapacity(rep int32, blocks int) {
 	x.grow(rep)
 	r := &x.reps[rep]
 	r.cap = max(blocks, 0)
-	for r.n > r.cap {
+	for r.n > r.cap && x.lru(r) != none {
 		x.evict(rep)
 	}
 	x.flush()
@@ -366,8 +374,11 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 	m := len(blocks)
 	add := m - h
 	for {
-		for r.n+add > r.cap && r.n > 0 {
+		for add > 0 && r.n+add > r.cap && r.n > 0 {
 			v := x.lru(r)
+			if v == none {
+				break // what is left is pinned
+			}
 			if v == e {
 				e = x.ent[e].parent
 				if h > 0 {
@@ -383,15 +394,19 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 		h, add = 0, m // only for hashes that are not chained
 	}
 	x.flush()
-	if add > r.cap {
-		// The prompt alone overflows: its deepest blocks were added and
-		// evicted again, deepest first, leaving blocks 0..cap-1.
-		for j := m - 1; j >= r.cap; j-- {
+	if room := r.cap - r.n; add > 0 && add > room {
+		// No room for all: the prompt alone overflows the capacity, or
+		// pinned blocks fill it. Each new block, deepest first, would have
+		// evicted the one added before it once nothing older was left,
+		// leaving the first room of them (at least one: with nothing
+		// evictable the share grows past its capacity until the pins go).
+		keep := h + max(room, 1)
+		for j := m - 1; j >= keep; j-- {
 			if _, ok := x.nodes.get(blocks[j]); !ok {
 				x.addGhost(blocks[j], false)
 			}
 		}
-		m = r.cap
+		m = keep
 	}
 	if h == m {
 		x.hit(r, e)
@@ -441,7 +456,7 @@ func (x *Index) entryOf(rep int32, h uint64) int32 {
 func (x *Index) hit(r *replica, e int32) {
 	en := &x.ent[e]
 	en.stamp = x.clock
-	if en.next == interior {
+	if en.next == interior || en.next == pinned {
 		return
 	}
 	x.removeLeaf(r, e)
@@ -495,7 +510,9 @@ func (x *Index) attach(rep int32, parent int32, blocks []uint64) {
 func (x *Index) addChild(r *replica, e int32) {
 	en := &x.ent[e]
 	if en.next != interior {
-		x.removeLeaf(r, e)
+		if en.next != pinned {
+			x.removeLeaf(r, e)
+		}
 		en.next, en.prev = interior, 0
 	}
 	en.prev++
@@ -508,6 +525,9 @@ func (x *Index) RemoveReplica(rep int32) {
 		return
 	}
 	r := &x.reps[rep]
+	if r.pinned > 0 {
+		x.unpinAll(rep)
+	}
 	for r.n > 0 {
 		x.evict(rep)
 	}
@@ -526,6 +546,9 @@ func (x *Index) Idle(rep int32) int64 {
 	r := &x.reps[rep]
 	if r.n < r.cap || r.n == 0 {
 		return -1
+	}
+	if x.lru(r) == none {
+		return 0 // all pinned: new data has nothing cold to replace
 	}
 	return int64(x.clock - r.oldest)
 }
@@ -632,15 +655,23 @@ func (x *Index) evict(rep int32) {
 	if e.parent == none {
 		return
 	}
+	// The parent was used whenever its child was. Unpinned children leave
+	// oldest first, so this matters only when a pin keeps an older sibling.
 	p := &x.ent[e.parent]
+	if older(p.stamp, e.stamp) {
+		p.stamp = e.stamp
+	}
 	if p.prev--; p.prev > 0 {
+		return
+	}
+	if p.pins > 0 { // a leaf now, but held: out of reach until unpinned
+		p.next, p.prev = pinned, none
 		return
 	}
 	if older(e.stamp, p.stamp) {
 		x.heapPush(r, e.parent)
 		return
 	}
-	p.stamp = e.stamp
 	x.pushBack(r, e.parent)
 }
 

@@ -52,12 +52,75 @@ type refEntry struct {
 	refNode    int32
 	prev, next int32  // towards the most / least recently used; refNone at the ends
 	stamp      uint32 // Touch call that last used it (wraps after 2^32 calls)
+	pins       int32  // requests in flight holding it: not evicted (added with Pin)
 }
 
 // refReplicaLRU is one replica's list: head is the most recently used refEntry.
 type refReplicaLRU struct {
 	head, tail int32
 	n, cap     int
+	epoch      int // RemoveReplica calls: voids the refPins taken before
+}
+
+// refPin is what one refIndex.Pin marked: every pair of the prompt's
+// leading run that the replica held.
+type refPin struct {
+	rep     int32
+	epoch   int
+	entries []int32
+}
+
+// Pin marks the leading run of the prompt's blocks that rep holds as held
+// by a request in flight: none of those pairs is evicted until Unpin. A
+// full replica then evicts its least recently used unpinned pair, and with
+// none left it grows past its capacity.
+func (x *refIndex) Pin(rep int32, blocks []uint64) *refPin {
+	if int(rep) >= len(x.reps) {
+		return nil
+	}
+	p := &refPin{rep: rep, epoch: x.reps[rep].epoch}
+	for _, h := range blocks {
+		ei := x.entryOf(rep, h)
+		if ei == refNone {
+			break
+		}
+		x.ent[ei].pins++
+		p.entries = append(p.entries, ei)
+	}
+	return p
+}
+
+// Unpin releases a refPin taken since the replica was last removed.
+func (x *refIndex) Unpin(p *refPin) {
+	if p == nil || x.reps[p.rep].epoch != p.epoch {
+		return
+	}
+	for _, ei := range p.entries {
+		x.ent[ei].pins--
+	}
+	p.entries = nil
+}
+
+func (x *refIndex) entryOf(rep int32, h uint64) int32 {
+	ni, ok := x.nodes.get(h)
+	if !ok {
+		return refNone
+	}
+	for _, hd := range x.refNode[ni].holders {
+		if hd.rep == rep {
+			return hd.ent
+		}
+	}
+	return refNone
+}
+
+// victim is replica rep's least recently used unpinned pair, or refNone.
+func (x *refIndex) victim(rep int32) int32 {
+	ei := x.reps[rep].tail
+	for ei != refNone && x.ent[ei].pins > 0 {
+		ei = x.ent[ei].prev
+	}
+	return ei
 }
 
 // New returns an empty index.
@@ -79,7 +142,7 @@ func (x *refIndex) SetCapacity(rep int32, blocks int) {
 	x.grow(rep)
 	r := &x.reps[rep]
 	r.cap = max(blocks, 0)
-	for r.n > r.cap {
+	for r.n > r.cap && x.victim(rep) != refNone {
 		x.evict(rep)
 	}
 }
@@ -173,7 +236,7 @@ func (x *refIndex) touch(rep int32, h uint64, ni int32) {
 		}
 	}
 	r := &x.reps[rep]
-	if r.n >= r.cap {
+	for r.n >= r.cap && x.victim(rep) != refNone { // none: pins fill it, and it grows
 		x.evict(rep) // may not free ni: it has no refHolder rep yet
 	}
 	ei := x.newEntry(ni)
@@ -188,6 +251,10 @@ func (x *refIndex) RemoveReplica(rep int32) {
 	if int(rep) >= len(x.reps) {
 		return
 	}
+	for ei := x.reps[rep].head; ei != refNone; ei = x.ent[ei].next {
+		x.ent[ei].pins = 0
+	}
+	x.reps[rep].epoch++
 	for x.reps[rep].n > 0 {
 		x.evict(rep)
 	}
@@ -205,7 +272,11 @@ func (x *refIndex) Idle(rep int32) int64 {
 	if r.n < r.cap || r.tail == refNone {
 		return -1
 	}
-	return int64(x.clock - x.ent[r.tail].stamp)
+	v := x.victim(rep)
+	if v == refNone {
+		return 0
+	}
+	return int64(x.clock - x.ent[v].stamp)
 }
 
 // Nodes returns the number of distinct blocks in the index.
@@ -245,10 +316,9 @@ func (x *refIndex) newEntry(ni int32) int32 {
 	return int32(len(x.ent) - 1)
 }
 
-// evict drops replica rep's least recently used block.
+// evict drops replica rep's least recently used unpinned block.
 func (x *refIndex) evict(rep int32) {
-	r := &x.reps[rep]
-	ei := r.tail
+	ei := x.victim(rep)
 	if ei == refNone {
 		return
 	}

@@ -53,6 +53,16 @@ type CostConfig struct {
 	// Sessions bounds the table of session keys remembered for requests
 	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
 	Sessions int
+	// EvictionWeight scales the price of the blocks a prompt evicts from a
+	// full cache: weight x the index's measured reuse of evicted blocks x
+	// the prefill's time (cost.eviction_weight, 100; 0 never prices them).
+	// At 1 that is the recompute the evictions are expected to cost later;
+	// measured, a full cache is worth far more than that to the fleet (a
+	// copy of a prefix onto another replica's full cache wins its own TTFT
+	// but splits the prefix's later requests and the cache they would find:
+	// BENCHMARKS.md, issue 9), so by default a copy onto a full cache must
+	// win about ten times its prefill's time.
+	EvictionWeight float64
 }
 
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
@@ -81,6 +91,7 @@ func DefaultCostConfig() CostConfig {
 		BatchTokens:      2048,
 		MaxNumSeqs:       256,
 		Sessions:         65_536,
+		EvictionWeight:   100,
 	}
 }
 
@@ -110,6 +121,9 @@ func (c CostConfig) Validate() error {
 	}
 	if c.MaxNumSeqs < 1 {
 		bad = append(bad, fmt.Sprintf("cost.max_num_seqs: must be >= 1, got %d", c.MaxNumSeqs))
+	}
+	if !(c.EvictionWeight >= 0) || math.IsInf(c.EvictionWeight, 0) {
+		bad = append(bad, fmt.Sprintf("cost.eviction_weight: must be >= 0, got %v", c.EvictionWeight))
 	}
 	if c.Sessions < 0 {
 		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
@@ -305,9 +319,9 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		est += prefill / c.PrefillRate * rho / (1 - rho)
 		// On a full cache every computed block evicts one; evicted blocks
 		// come back with the index's measured reuse rate, and then cost
-		// their prefill again.
+		// their prefill again, by eviction_weight (CostConfig).
 		if reuse > 0 && p.index.Idle(id) >= 0 {
-			est += reuse * prefill / c.PrefillRate
+			est += p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if c.InFlight+1 > limit {
@@ -381,6 +395,20 @@ func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
 	}
 	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
 }
+
+// Started pins the prompt's blocks on the replica while the request runs
+// (from its first token to its end; vLLM holds a running request's blocks
+// out of its free queue) and returns the token Ended releases them with.
+func (p *Cost) Started(replica string, blocks []uint64) uint64 {
+	id, ok := p.ids[replica]
+	if !ok || len(blocks) == 0 {
+		return 0
+	}
+	return uint64(p.index.Pin(id, blocks[:min(len(blocks), maxIndexBlocks)]))
+}
+
+// Ended releases what Started pinned.
+func (p *Cost) Ended(token uint64) { p.index.Unpin(kvindex.Pin(token)) }
 
 // preferred orders two candidates whose estimates count as equal: fewer in
 // flight (a lighter batch steps faster for everyone in it; the cache is

@@ -185,7 +185,7 @@ func TestSettingsApply(t *testing.T) {
 	if s.PrefixTree.CacheThreshold != 0.5 || s.PrefixTree.BalanceAbsThreshold != 32 || s.PrefixTree.BalanceRelThreshold != 1.0001 {
 		t.Fatalf("applied: %+v", s.PrefixTree)
 	}
-	for _, bad := range []string{"prefix-tree:cache_threshold=2", "prefix-tree:nope=1", "rr:x=1", "cost:decode_step=fast", "prefix-tree:cache_threshold"} {
+	for _, bad := range []string{"prefix-tree:cache_threshold=2", "prefix-tree:nope=1", "rr:x=1", "cost:decode_step=fast", "cost:eviction_weight=-1", "prefix-tree:cache_threshold"} {
 		s := DefaultSettings()
 		name, params, err := ParseSpec(bad)
 		if err == nil {
@@ -235,4 +235,44 @@ func TestCostFinishedRefreshesTheIndex(t *testing.T) {
 		t.Fatalf("the prompt that finished first matched %d tokens; its blocks were the least recently freed", c.CachedTokens)
 	}
 	p.Finished("unknown", long.PromptBlocks, t0) // a replica it never routed to: ignored
+}
+
+// TestCostPricesCopiesOntoFullCaches: when every cache is full and evicted
+// blocks are asked for again, computing a cached prefix a second time
+// elsewhere costs the blocks it evicts there; eviction_weight sets how much.
+// At 0 the request leaves a short queue for an idle replica; at the default
+// it stays with its cache.
+func TestCostPricesCopiesOntoFullCaches(t *testing.T) {
+	choose := func(weight float64) (stay bool) {
+		p := newCost(t, func(c *CostConfig) { c.EvictionWeight = weight })
+		cands := costCands(2)
+		for i := range cands {
+			cands[i].KVCacheTokens = 64 * tokenize.BlockSize
+		}
+		// Families of 24 blocks, more than both caches hold, come back:
+		// the caches fill and evicted blocks are asked for again.
+		for round := range 3 {
+			for f := range 8 {
+				p.Choose(costPrompt("fam"+string(rune('a'+f)), 24, 0, ""), cands, t0)
+			}
+			_ = round
+		}
+		if p.index.Reuse() <= 0 {
+			t.Fatal("setup: no evicted block was asked for again")
+		}
+		hot := p.Choose(costPrompt("hot", 24, 0, ""), cands, t0)
+		// The replica with the prefix owes 2,000 tokens of prefill (0.2 s);
+		// the other would compute the 26-block prompt (42 ms) and evict 26
+		// blocks for it.
+		cands[hot.Index].PendingPrefill = 2000
+		cands[hot.Index].PendingRequests = 1
+		c := p.Choose(costPrompt("hot", 24, 2, "s"), cands, t0)
+		return c.Index == hot.Index
+	}
+	if choose(0) {
+		t.Fatal("eviction_weight 0: stayed behind a 0.2 s queue to save 42 ms of prefill")
+	}
+	if !choose(DefaultCostConfig().EvictionWeight) {
+		t.Fatal("default eviction_weight: copied a cached prefix onto a full cache to save 0.2 s")
+	}
 }

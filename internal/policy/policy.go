@@ -98,6 +98,17 @@ type BlockRecorder interface {
 	Record(name string, blocks []uint64, capacityTokens int)
 }
 
+// RunObserver is implemented by policies that model which blocks a
+// replica's running requests hold (cost). Started is called when a request
+// is known to run on the replica (its first token; waiting requests hold no
+// blocks) with its prompt blocks (Request.PromptBlocks, not to be kept), and
+// returns a token; Ended gets that token when the request ends, whatever
+// the outcome. A token of 0 needs no Ended.
+type RunObserver interface {
+	Started(replica string, blocks []uint64) uint64
+	Ended(token uint64)
+}
+
 // FinishObserver is implemented by policies that model replicas' caches and
 // want to know when a request finished successfully on a replica: vLLM frees
 // a request's blocks when it finishes, so their place in the replica's LRU
