@@ -181,9 +181,10 @@ func (s *finishSpy) Finished(replica string, blocks []uint64, _ time.Time) {
 	s.finished = append(s.finished, fmt.Sprintf("%s:%d", replica, len(blocks)))
 }
 
-func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
-	spy := &finishSpy{}
-	b, err := NewWithPolicy(DefaultConfig(), spy)
+// oneReplicaWith returns a balancer with policy p and one LIVE replica "a".
+func oneReplicaWith(t *testing.T, p policy.Policy) *Balancer {
+	t.Helper()
+	b, err := NewWithPolicy(DefaultConfig(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +192,12 @@ func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.ObserveScrape("a", Snapshot{}, nil, t0)
+	return b
+}
+
+func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
+	spy := &finishSpy{}
+	b := oneReplicaWith(t, spy)
 	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeTransportError, OutcomeCanceled, OutcomeOK} {
 		res, err := b.Select(costProfile("x", 3, 0), t0)
 		if err != nil {
@@ -224,14 +231,7 @@ func (s *runSpy) Ended(token uint64) { s.calls = append(s.calls, fmt.Sprintf("en
 
 func TestRunningRequestsArePinnedFromFirstTokenToRelease(t *testing.T) {
 	spy := &runSpy{}
-	b, err := NewWithPolicy(DefaultConfig(), spy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddReplica(ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil {
-		t.Fatal(err)
-	}
-	b.ObserveScrape("a", Snapshot{}, nil, t0)
+	b := oneReplicaWith(t, spy)
 	// Started once at the first token, Ended at release whatever the
 	// outcome; none for a request released before it ran or without blocks.
 	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeCanceled} {
