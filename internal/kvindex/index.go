@@ -172,8 +172,9 @@ type replica struct {
 	dirty  bool   // oldest must be recomputed
 	// pinned counts the entries with pins; epoch changes when RemoveReplica
 	// drops them, so that the Pins handed out before are not undone twice.
-	pinned int
-	epoch  uint32
+	pinned  int
+	epoch   uint32
+	pinList []int32 // entries pinned since RemoveReplica, some stale (pin.go)
 }
 
 // New returns an empty index.

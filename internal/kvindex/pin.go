@@ -1,5 +1,7 @@
 package kvindex
 
+import "slices"
+
 // Pins mirror vLLM's reference counts: a block that a running request uses
 // is not in the engine's free queue, so it is never evicted, and a full
 // cache evicts among the other blocks only. Without them the index evicts
@@ -34,6 +36,10 @@ func (x *Index) Pin(rep int32, blocks []uint64) Pin {
 	en := &x.ent[e]
 	if en.pins++; en.pins == 1 {
 		r.pinned++
+		if len(r.pinList) >= 2*r.pinned+64 {
+			x.compactPins(rep)
+		}
+		r.pinList = append(r.pinList, e)
 		if en.next != interior {
 			x.removeLeaf(r, e)
 			en.next, en.prev = pinned, none
@@ -77,17 +83,38 @@ func (x *Index) Unpin(p Pin) {
 // evictable and its outstanding Pins void.
 func (x *Index) unpinAll(rep int32) {
 	r := &x.reps[rep]
-	for ei := range x.ent {
-		en := &x.ent[ei]
-		if en.pins == 0 || en.node == none || x.node[en.node].entryOf(rep) != int32(ei) {
-			continue
+	for _, ei := range r.pinList {
+		if !x.pinnedEntry(rep, ei) {
+			continue // released since, or freed and reused
 		}
+		en := &x.ent[ei]
 		en.pins = 0
 		if en.next == pinned {
-			x.heapPush(r, int32(ei))
+			x.heapPush(r, ei)
 		}
 	}
+	r.pinList = r.pinList[:0]
 	r.pinned = 0
 	r.epoch++
 	x.settle(r)
+}
+
+// compactPins drops the entries of rep's pin list that no longer hold pins,
+// so that the list stays within twice the pinned entries.
+func (x *Index) compactPins(rep int32) {
+	r := &x.reps[rep]
+	live := r.pinList[:0]
+	for _, ei := range r.pinList {
+		if x.pinnedEntry(rep, ei) {
+			live = append(live, ei)
+		}
+	}
+	slices.Sort(live) // an entry pinned, released and pinned again is listed twice
+	r.pinList = slices.Compact(live)
+}
+
+// pinnedEntry reports whether entry ei is replica rep's and pinned.
+func (x *Index) pinnedEntry(rep, ei int32) bool {
+	en := &x.ent[ei]
+	return en.pins > 0 && en.node != none && x.node[en.node].entryOf(rep) == ei
 }

@@ -87,3 +87,25 @@ func TestRemoveReplicaVoidsItsPins(t *testing.T) {
 	}
 	x.Unpin(0) // no pin: nothing
 }
+
+// TestPinListStaysBounded: a replica's list of pinned entries (what
+// RemoveReplica walks instead of the whole index) does not grow with pins
+// released long ago, and still finds the live ones.
+func TestPinListStaysBounded(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 64)
+	x.Touch(0, []uint64{1, 2})
+	x.Touch(0, []uint64{1, 3})
+	held := x.Pin(0, []uint64{1, 2})
+	for range 10_000 {
+		x.Unpin(x.Pin(0, []uint64{1, 3}))
+	}
+	if n := len(x.reps[0].pinList); n > 2*1+64+1 {
+		t.Fatalf("pin list holds %d entries for 1 pinned", n)
+	}
+	x.RemoveReplica(0)
+	if x.Len(0) != 0 || x.reps[0].pinned != 0 {
+		t.Fatalf("after remove: Len %d, pinned %d", x.Len(0), x.reps[0].pinned)
+	}
+	x.Unpin(held) // void
+}
