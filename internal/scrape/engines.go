@@ -177,9 +177,8 @@ const (
 
 // readTGI reads TGI's load; the gauges are unlabelled (summed all the same).
 func readTGI(families map[string]*dto.MetricFamily) (Result, bool) {
-	running, okR := sum(families[tgiRunning])
-	waiting, okW := sum(families[tgiWaiting])
-	if !okR && !okW {
+	running, waiting, ok := requests(families, tgiRunning, tgiWaiting)
+	if !ok {
 		return Result{}, false
 	}
 	return Result{Snapshot: balancer.Snapshot{Running: running, Waiting: waiting}}, true
@@ -202,9 +201,8 @@ const (
 
 // readLlamaCpp reads llama.cpp's load.
 func readLlamaCpp(families map[string]*dto.MetricFamily) (Result, bool) {
-	running, okR := sum(families[llamaCppRunning])
-	waiting, okW := sum(families[llamaCppWaiting])
-	if !okR && !okW {
+	running, waiting, ok := requests(families, llamaCppRunning, llamaCppWaiting)
+	if !ok {
 		return Result{}, false
 	}
 	var usage float64
@@ -212,4 +210,12 @@ func readLlamaCpp(families map[string]*dto.MetricFamily) (Result, bool) {
 		usage = kv / float64(n)
 	}
 	return Result{Snapshot: balancer.Snapshot{Running: running, Waiting: waiting, KVCacheUsage: usage}}, true
+}
+
+// requests sums an engine's running and waiting gauges over their series;
+// ok is false when the page has neither (it is not that engine's page).
+func requests(families map[string]*dto.MetricFamily, running, waiting string) (r, w float64, ok bool) {
+	r, okR := sum(families[running])
+	w, okW := sum(families[waiting])
+	return r, w, okR || okW
 }

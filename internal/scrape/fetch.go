@@ -265,9 +265,8 @@ func ParseMetrics(r io.Reader) (Result, error) {
 // series (engines, models), KV cache usage averaged over them (each engine
 // reports its own fraction), and the counters of readRates.
 func readVLLM(families map[string]*dto.MetricFamily) (Result, bool) {
-	running, okR := sum(families[metricRunning])
-	waiting, okW := sum(families[metricWaiting])
-	if !okR && !okW {
+	running, waiting, ok := requests(families, metricRunning, metricWaiting)
+	if !ok {
 		return Result{}, false
 	}
 	var res Result
