@@ -109,3 +109,24 @@ func TestPinListStaysBounded(t *testing.T) {
 	}
 	x.Unpin(held) // void
 }
+
+// TestPinnedFullShareStaysBounded: with its capacity all pinned, a
+// replica's share takes one block of each new prompt past its capacity and
+// gives it back to the next, so a stream of long prompts (a hostile client,
+// a fleet in overload) cannot grow the index beyond the pins plus one.
+func TestPinnedFullShareStaysBounded(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 4)
+	x.Touch(0, []uint64{1, 2, 3, 4})
+	x.Pin(0, []uint64{1, 2, 3, 4})
+	for i := range uint64(100) {
+		p := make([]uint64, 50)
+		for j := range p {
+			p[j] = 1000*(i+1) + uint64(j)
+		}
+		x.Touch(0, p)
+		if x.Len(0) > 5 {
+			t.Fatalf("after %d long prompts the pinned-full share holds %d blocks, want at most 5", i+1, x.Len(0))
+		}
+	}
+}
