@@ -38,10 +38,14 @@ type Outcome int
 // The outcomes Release distinguishes; only server and transport errors are
 // health signals.
 const (
-	OutcomeOK             Outcome = iota // response completed (any non-5xx status)
+	OutcomeOK             Outcome = iota // response completed with a status below 400
 	OutcomeServerError                   // the replica answered 5xx
 	OutcomeTransportError                // refused, reset, timeout before or during the response
 	OutcomeCanceled                      // the client went away; says nothing about the replica
+	// OutcomeRejected: the replica answered 4xx. It is healthy (health
+	// counts a success) but served nothing, so its cache did not take the
+	// prompt: a policy that indexes finished prompts is not told.
+	OutcomeRejected
 )
 
 // ReplicaSpec is a configured replica (config, not runtime state).

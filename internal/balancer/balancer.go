@@ -536,6 +536,8 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 			}
 		}
 		tr = r.health.ObserveRequest(true, "", now)
+	case OutcomeRejected:
+		tr = r.health.ObserveRequest(true, "", now)
 	case OutcomeServerError:
 		tr = r.health.ObserveRequest(false, "5xx", now)
 	case OutcomeTransportError:

@@ -198,7 +198,9 @@ func oneReplicaWith(t *testing.T, p policy.Policy) *Balancer {
 func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
 	spy := &finishSpy{}
 	b := oneReplicaWith(t, spy)
-	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeTransportError, OutcomeCanceled, OutcomeOK} {
+	// A 4xx (OutcomeRejected) served nothing: the replica's cache did not
+	// take the prompt.
+	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeTransportError, OutcomeCanceled, OutcomeRejected, OutcomeOK} {
 		res, err := b.Select(costProfile("x", 3, 0), t0)
 		if err != nil {
 			t.Fatal(err)

@@ -403,15 +403,19 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 }
 
 // finish releases the reservation of a response that ended: a 5xx is the
-// replica's failure (health), anything else a success.
+// replica's failure (health), a 4xx a success that served nothing, anything
+// else a success.
 func (x *exchange) finish() {
 	if x.done || x.res == nil {
 		return // released already, or nothing reserved (yet)
 	}
 	x.done = true
 	o := balancer.OutcomeOK
-	if x.status >= 500 {
+	switch {
+	case x.status >= 500:
 		o = balancer.OutcomeServerError
+	case x.status >= 400:
+		o = balancer.OutcomeRejected
 	}
 	x.release(o, x.status)
 	if x.status >= 200 && x.status < 300 && x.s.completion != nil {

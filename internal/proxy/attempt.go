@@ -126,6 +126,8 @@ func (a *attempt) outcome() balancer.Outcome {
 		return balancer.OutcomeCanceled
 	case a.bodyErr != nil:
 		return balancer.OutcomeTransportError
+	case a.eof && a.status >= 400:
+		return balancer.OutcomeRejected
 	case a.eof:
 		return balancer.OutcomeOK
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
 )
 
@@ -508,5 +510,55 @@ func TestClientGoneBeforeAnswerIsCounted499(t *testing.T) {
 	}
 	if n := f.inFlight(t); n != 0 {
 		t.Errorf("in-flight %d, want 0", n)
+	}
+}
+
+// finishCounter is a policy that counts what it is told finished.
+type finishCounter struct{ finished int }
+
+func (c *finishCounter) Name() string { return "finish-counter" }
+func (c *finishCounter) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
+	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
+}
+func (c *finishCounter) Finished(string, []uint64, time.Time) { c.finished++ }
+
+// TestRejectedAnswerIsNotIndexed: a replica's 4xx (a prompt over its
+// context, a bad parameter) served nothing, so a policy that indexes the
+// prompts replicas finished is not told of it; the replica stays healthy.
+func TestRejectedAnswerIsNotIndexed(t *testing.T) {
+	long := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("tell me more about blocks ", 40) + `"}]}`
+	for _, tc := range []struct {
+		status       int
+		wantFinished int
+	}{{http.StatusOK, 1}, {http.StatusBadRequest, 0}} {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(tc.status)
+			io.WriteString(w, `{}`)
+		}))
+		spy := &finishCounter{}
+		bal, err := balancer.NewWithPolicy(balancer.DefaultConfig(), spy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: up.URL, Models: []string{"m"}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		rc := testRequestConfig
+		rc.PromptBlocks = true // as serve sets it for policy cost
+		p, err := New(Options{Balancer: bal, Request: rc, Proxy: defaultProxyConfig(), Metrics: &recorder{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := post(t, p, long, nil); w.Code != tc.status {
+			t.Fatalf("got %d, want the replica's %d", w.Code, tc.status)
+		}
+		up.Close()
+		if spy.finished != tc.wantFinished {
+			t.Errorf("status %d: policy told of %d finished prompts, want %d", tc.status, spy.finished, tc.wantFinished)
+		}
+		if st := bal.Replicas(time.Now())[0].State; st != health.Live.String() {
+			t.Errorf("status %d: replica %s, want LIVE", tc.status, st)
+		}
 	}
 }
