@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
 )
 
@@ -364,5 +365,58 @@ func TestBufferedPartialRoutesOnTheStart(t *testing.T) {
 	ep, err := endpointOf(fs.sent[1].GetRequestBody().GetResponse().GetHeaderMutation(), fs.sent[1].GetDynamicMetadata())
 	if err != nil || !strings.HasPrefix(ep, "10.0.0.") {
 		t.Fatalf("endpoint %q: %v", ep, err)
+	}
+}
+
+// finishCounter is a policy that counts what it is told finished.
+type finishCounter struct{ finished int }
+
+func (c *finishCounter) Name() string { return "finish-counter" }
+func (c *finishCounter) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
+	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
+}
+func (c *finishCounter) Finished(string, []uint64, time.Time) { c.finished++ }
+
+// TestRejectedAnswerIsNotIndexed: a 4xx served nothing, so the policy is
+// not told the prompt finished on the replica (as the proxy does).
+func TestRejectedAnswerIsNotIndexed(t *testing.T) {
+	for _, tc := range []struct {
+		status       string
+		wantFinished int
+	}{{"200", 1}, {"400", 0}} {
+		spy := &finishCounter{}
+		bal, err := balancer.NewWithPolicy(balancer.DefaultConfig(), spy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r", URL: "http://10.0.0.1:8000"}, now); err != nil {
+			t.Fatal(err)
+		}
+		bal.ObserveScrape("r", balancer.Snapshot{}, nil, now)
+		reqCfg := request.DefaultConfig()
+		reqCfg.PromptBlocks = true
+		srv, err := epp.New(epp.Options{Balancer: bal, Request: reqCfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 200) + `"}]}`)
+		hdr := headerMap(map[string]string{":method": "POST", ":path": "/v1/chat/completions"})
+		fs := &fakeStream{ctx: context.Background(), msgs: []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
+			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+				Headers: headerMap(map[string]string{":status": tc.status, "content-type": "application/json"})}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}},
+		}}
+		if err := srv.Process(fs); err != nil {
+			t.Fatal(err)
+		}
+		if spy.finished != tc.wantFinished {
+			t.Errorf("status %s: policy told of %d finished prompts, want %d", tc.status, spy.finished, tc.wantFinished)
+		}
+		if st := bal.Replicas(time.Now())[0]; st.InFlight != 0 {
+			t.Errorf("status %s: %d in flight after the response", tc.status, st.InFlight)
+		}
 	}
 }
