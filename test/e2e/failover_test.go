@@ -35,27 +35,28 @@ func TestFailoverUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
-		stop      atomic.Bool
-		streaming atomic.Int64 // streams from the victim that started and have not ended
-		mu        sync.Mutex
-		replies   []reply
-		wg        sync.WaitGroup
+		stop    atomic.Bool
+		started = map[string]time.Time{} // streams from the victim in progress, by key, and when they started
+		mu      sync.Mutex
+		replies []reply
+		wg      sync.WaitGroup
 	)
 	for w := range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
+				key := fmt.Sprintf("%d/%d", w, i)
 				r := srv.chat(ctx, chatReq{Session: fmt.Sprintf("fo-%d-%d", w, i/3), MaxTokens: 200, Stream: true,
 					OnStart: func(replica string) {
 						if replica == name {
-							streaming.Add(1)
+							mu.Lock()
+							started[key] = time.Now()
+							mu.Unlock()
 						}
 					}})
-				if r.Replica == name && r.Started {
-					streaming.Add(-1)
-				}
 				mu.Lock()
+				delete(started, key)
 				replies = append(replies, r)
 				mu.Unlock()
 			}
@@ -68,9 +69,19 @@ func TestFailoverUnderLoad(t *testing.T) {
 		defer mu.Unlock()
 		return len(replies) >= 24, fmt.Sprintf("%d replies", len(replies))
 	})
+	// Streams of 200 tokens last about 5 s: wait for one that started
+	// under a second ago, so that it is still streaming when the fault
+	// lands (one about to end could finish first, and nothing is cut).
 	waitFor(t, 30*time.Second, name+" streaming to clients", func() (bool, string) {
-		n := streaming.Load()
-		return n >= 2, fmt.Sprintf("%d streams from %s in progress", n, name)
+		mu.Lock()
+		defer mu.Unlock()
+		young := 0
+		for _, at := range started {
+			if time.Since(at) < time.Second {
+				young++
+			}
+		}
+		return young >= 1 && len(started) >= 2, fmt.Sprintf("%d streams from %s in progress, %d started under 1 s ago", len(started), name, young)
 	})
 	sim.fault(t, victim, `{"mode":"refuse"}`)
 	srv.waitState(t, name, "EJECTED", 20*time.Second)
