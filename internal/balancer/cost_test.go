@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmlb/llmlb/internal/policy"
+	"github.com/llmlb/llmlb/internal/testutil/policyspy"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -170,17 +171,6 @@ func TestLyingMetricsAreIgnored(t *testing.T) {
 	}
 }
 
-// finishSpy is a policy that records Finished calls.
-type finishSpy struct{ finished []string }
-
-func (s *finishSpy) Name() string { return "spy" }
-func (s *finishSpy) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
-	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
-}
-func (s *finishSpy) Finished(replica string, blocks []uint64, _ time.Time) {
-	s.finished = append(s.finished, fmt.Sprintf("%s:%d", replica, len(blocks)))
-}
-
 // oneReplicaWith returns a balancer with policy p and one LIVE replica "a".
 func oneReplicaWith(t *testing.T, p policy.Policy) *Balancer {
 	t.Helper()
@@ -196,7 +186,7 @@ func oneReplicaWith(t *testing.T, p policy.Policy) *Balancer {
 }
 
 func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
-	spy := &finishSpy{}
+	spy := &policyspy.Finishes{}
 	b := oneReplicaWith(t, spy)
 	// A 4xx (OutcomeRejected) served nothing: the replica's cache did not
 	// take the prompt.
@@ -211,14 +201,14 @@ func TestReleaseTellsThePolicyOnlyWhatFinished(t *testing.T) {
 	// A request without blocks tells nothing.
 	res, _ := b.Select(&Profile{PromptTokens: 10}, t0)
 	b.Release(res, OutcomeOK, t0)
-	if diff := cmp.Diff([]string{"a:3", "a:3"}, spy.finished); diff != "" {
+	if diff := cmp.Diff([]string{"a:3", "a:3"}, spy.Calls()); diff != "" {
 		t.Fatalf("Finished calls (-want +got):\n%s", diff)
 	}
 }
 
 // runSpy records the RunObserver calls.
 type runSpy struct {
-	finishSpy
+	policyspy.Finishes
 	next  uint64
 	calls []string
 }

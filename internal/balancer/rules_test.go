@@ -270,6 +270,8 @@ func TestHealthThroughBalancer(t *testing.T) {
 		{"client cancels say nothing about the replica", []Outcome{OutcomeCanceled, OutcomeCanceled, OutcomeCanceled, OutcomeCanceled}, "LIVE"},
 		{"transport errors eject like 5xx", []Outcome{OutcomeTransportError, OutcomeServerError, OutcomeTransportError}, "EJECTED"},
 		{"a success between failures resets the count", []Outcome{OutcomeServerError, OutcomeServerError, OutcomeOK, OutcomeServerError, OutcomeServerError}, "LIVE"},
+		{"a 4xx answer is the replica's success too", []Outcome{OutcomeServerError, OutcomeServerError, OutcomeRejected, OutcomeServerError, OutcomeServerError}, "LIVE"},
+		{"4xx answers never eject", []Outcome{OutcomeRejected, OutcomeRejected, OutcomeRejected, OutcomeRejected}, "LIVE"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

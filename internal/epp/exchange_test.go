@@ -19,8 +19,8 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
-	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/testutil/policyspy"
 )
 
 // fakeStream is the server side of one ext_proc stream without gRPC: Recv
@@ -288,13 +288,10 @@ func TestBufferedBodyAboveGRPCDefault(t *testing.T) {
 // TestFirstChunkIsFirstToken: as serve's proxy, the first chunk of an event
 // stream tells the core the replica's prefill is done (policy cost's
 // pending work), while the reservation is held until the response ends.
-func TestFirstChunkIsFirstToken(t *testing.T) {
-	cfg := balancer.DefaultConfig()
-	cfg.Policy = "cost"
-	bal, err := balancer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+// oneReplicaEPP adds one LIVE replica "r" to bal and returns an endpoint
+// picker over it that hashes prompts into blocks (as serve does for cost).
+func oneReplicaEPP(t *testing.T, bal *balancer.Balancer) *epp.Server {
+	t.Helper()
 	now := time.Now()
 	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r", URL: "http://10.0.0.1:8000"}, now); err != nil {
 		t.Fatal(err)
@@ -306,6 +303,17 @@ func TestFirstChunkIsFirstToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+func TestFirstChunkIsFirstToken(t *testing.T) {
+	cfg := balancer.DefaultConfig()
+	cfg.Policy = "cost"
+	bal, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := oneReplicaEPP(t, bal)
 	pending := func() (float64, int) {
 		st := bal.Replicas(time.Now())[0]
 		return st.PendingPrefill, st.InFlight
@@ -368,15 +376,6 @@ func TestBufferedPartialRoutesOnTheStart(t *testing.T) {
 	}
 }
 
-// finishCounter is a policy that counts what it is told finished.
-type finishCounter struct{ finished int }
-
-func (c *finishCounter) Name() string { return "finish-counter" }
-func (c *finishCounter) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
-	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
-}
-func (c *finishCounter) Finished(string, []uint64, time.Time) { c.finished++ }
-
 // TestRejectedAnswerIsNotIndexed: a 4xx served nothing, so the policy is
 // not told the prompt finished on the replica (as the proxy does).
 func TestRejectedAnswerIsNotIndexed(t *testing.T) {
@@ -384,22 +383,12 @@ func TestRejectedAnswerIsNotIndexed(t *testing.T) {
 		status       string
 		wantFinished int
 	}{{"200", 1}, {"400", 0}} {
-		spy := &finishCounter{}
+		spy := &policyspy.Finishes{}
 		bal, err := balancer.NewWithPolicy(balancer.DefaultConfig(), spy)
 		if err != nil {
 			t.Fatal(err)
 		}
-		now := time.Now()
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r", URL: "http://10.0.0.1:8000"}, now); err != nil {
-			t.Fatal(err)
-		}
-		bal.ObserveScrape("r", balancer.Snapshot{}, nil, now)
-		reqCfg := request.DefaultConfig()
-		reqCfg.PromptBlocks = true
-		srv, err := epp.New(epp.Options{Balancer: bal, Request: reqCfg})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv := oneReplicaEPP(t, bal)
 		body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 200) + `"}]}`)
 		hdr := headerMap(map[string]string{":method": "POST", ":path": "/v1/chat/completions"})
 		fs := &fakeStream{ctx: context.Background(), msgs: []*extprocv3.ProcessingRequest{
@@ -412,8 +401,8 @@ func TestRejectedAnswerIsNotIndexed(t *testing.T) {
 		if err := srv.Process(fs); err != nil {
 			t.Fatal(err)
 		}
-		if spy.finished != tc.wantFinished {
-			t.Errorf("status %s: policy told of %d finished prompts, want %d", tc.status, spy.finished, tc.wantFinished)
+		if got := len(spy.Calls()); got != tc.wantFinished {
+			t.Errorf("status %s: policy told of %d finished prompts, want %d", tc.status, got, tc.wantFinished)
 		}
 		if st := bal.Replicas(time.Now())[0]; st.InFlight != 0 {
 			t.Errorf("status %s: %d in flight after the response", tc.status, st.InFlight)

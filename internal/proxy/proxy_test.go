@@ -16,8 +16,8 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/health"
-	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/testutil/policyspy"
 )
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
@@ -513,15 +513,6 @@ func TestClientGoneBeforeAnswerIsCounted499(t *testing.T) {
 	}
 }
 
-// finishCounter is a policy that counts what it is told finished.
-type finishCounter struct{ finished int }
-
-func (c *finishCounter) Name() string { return "finish-counter" }
-func (c *finishCounter) Choose(*policy.Request, []policy.Candidate, time.Time) policy.Choice {
-	return policy.Choice{Index: 0, Reason: policy.ReasonLoad}
-}
-func (c *finishCounter) Finished(string, []uint64, time.Time) { c.finished++ }
-
 // TestRejectedAnswerIsNotIndexed: a replica's 4xx (a prompt over its
 // context, a bad parameter) served nothing, so a policy that indexes the
 // prompts replicas finished is not told of it; the replica stays healthy.
@@ -536,7 +527,7 @@ func TestRejectedAnswerIsNotIndexed(t *testing.T) {
 			w.WriteHeader(tc.status)
 			io.WriteString(w, `{}`)
 		}))
-		spy := &finishCounter{}
+		spy := &policyspy.Finishes{}
 		bal, err := balancer.NewWithPolicy(balancer.DefaultConfig(), spy)
 		if err != nil {
 			t.Fatal(err)
@@ -554,8 +545,8 @@ func TestRejectedAnswerIsNotIndexed(t *testing.T) {
 			t.Fatalf("got %d, want the replica's %d", w.Code, tc.status)
 		}
 		up.Close()
-		if spy.finished != tc.wantFinished {
-			t.Errorf("status %d: policy told of %d finished prompts, want %d", tc.status, spy.finished, tc.wantFinished)
+		if got := len(spy.Calls()); got != tc.wantFinished {
+			t.Errorf("status %d: policy told of %d finished prompts, want %d", tc.status, got, tc.wantFinished)
 		}
 		if st := bal.Replicas(time.Now())[0].State; st != health.Live.String() {
 			t.Errorf("status %d: replica %s, want LIVE", tc.status, st)
