@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -274,5 +276,39 @@ func TestCostPricesCopiesOntoFullCaches(t *testing.T) {
 	}
 	if !choose(DefaultCostConfig().EvictionWeight) {
 		t.Fatal("default eviction_weight: copied a cached prefix onto a full cache to save 0.2 s")
+	}
+}
+
+// TestCostKeepsAPrefixInPlaceWhenRequestsArriveFast: computing a prompt
+// again on an idle replica, rather than queueing it where its prefix is
+// cached, wins this request's TTFT; but the prefill then delays whoever
+// reaches that replica during it. Requests arriving far apart take the
+// faster replica; arriving fast, the prompt stays with its prefix. The
+// requests it holds up count at most once: behind a 10 s queue it leaves
+// however fast they come.
+func TestCostKeepsAPrefixInPlaceWhenRequestsArriveFast(t *testing.T) {
+	route := func(gap time.Duration, queue float64) (held, chosen int) {
+		p := newCost(t, nil)
+		cands := costCands(2)
+		now := t0
+		held = p.Choose(costPrompt("sys", 200, 0, "s1"), cands, now).Index
+		// The holder owes 5,000 tokens of prefill (0.5 s); the prefix saves
+		// 3,200 (0.32 s): the idle replica is about 0.2 s sooner.
+		cands[held].PendingPrefill, cands[held].PendingRequests = queue, 1
+		for i := range 100 { // other traffic sets the rate
+			now = now.Add(gap)
+			p.Choose(costPrompt(fmt.Sprintf("other%d", i), 1, 0, ""), cands, now)
+		}
+		now = now.Add(gap)
+		return held, p.Choose(costPrompt("sys", 200, 2, "s2"), cands, now).Index
+	}
+	if held, chosen := route(100*time.Second, 5_000); chosen == held {
+		t.Errorf("one request every 100 s: stayed behind the 0.5 s queue on the holder")
+	}
+	if held, chosen := route(10*time.Millisecond, 5_000); chosen != held {
+		t.Errorf("100 requests a second: computed the 3,200-token prefix again on the idle replica")
+	}
+	if held, chosen := route(time.Millisecond, 100_000); chosen == held {
+		t.Errorf("1,000 requests a second: stayed behind a 10 s queue to save 0.32 s")
 	}
 }
