@@ -166,6 +166,7 @@ type Cost struct {
 	estimates  []float64 // scores: expected TTFT plus the delay the prefill causes others
 	ttfts      []float64 // expected TTFT
 	prefills   []float64
+	delayed    []float64 // requests each candidate's prefill is priced to hold up
 	meanGap    float64   // running mean of the seconds between two decisions
 	lastChoice time.Time // the last decision's time
 	meanPrompt float64   // running mean of routed prefill tokens: prices a foreign queue
@@ -334,6 +335,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 			delayed += min(1, (ahead/c.PrefillRate+own)/(p.meanGap*float64(n)))
 		}
 		est += own * delayed
+		p.delayed[i] = delayed
 		// On a full cache every computed block evicts one; evicted blocks
 		// come back with the index's measured reuse rate, and then cost
 		// their prefill again, by eviction_weight (CostConfig).
@@ -506,8 +508,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.estimates = make([]float64, len(cands))
 		p.ttfts = make([]float64, len(cands))
 		p.prefills = make([]float64, len(cands))
+		p.delayed = make([]float64, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
+	p.delayed = p.delayed[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision
@@ -516,8 +520,8 @@ func (p *Cost) detail(cands []Candidate, limit int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit=%d", limit)
 	for i, c := range cands {
-		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
-			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
+			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 	}
 	return b.String()
 }
