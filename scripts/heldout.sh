@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Issue 9's bar on the run sets of BENCHMARKS.md ("Does `cost` meet issue 9's
+# bar?", "This session"): each run is `llmlb bench --json` with every policy
+# side by side, written to $OUT/NAME.json (an existing file is kept, so an
+# interrupted set resumes), then scripts/barcheck judges $POLICY against the
+# others and counts the runs that meet the rule.
+#
+#   scripts/heldout.sh held1            # 14 trace runs, a few minutes on 2 cores
+#   scripts/heldout.sh held3            # 40 trace runs
+#   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
+#   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
+#
+# Sets: bar (the twelve runs of the bar's table), gen (fifteen fleet sizes and
+# speeds the bar does not name), held1, held2, held3 (held-out runs: traces at
+# REPLICASxSPEED), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
+# or az (azure_llm_inference_2023_code.csv).
+#
+# Environment: OUT (work directory, default /tmp/llmlb-heldout), POLICIES (the
+# policies run; default: rr, least-request, sticky, both prefix-tree
+# parameterizations, llmlb and cost, plus llmlb-warm for the bar set), POLICY
+# (the one judged, default cost), SEED (default 1; trace replays do not
+# depend on it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+set_name=${1:-}
+OUT=${OUT:-/tmp/llmlb-heldout}
+POLICY=${POLICY:-cost}
+SEED=${SEED:-1}
+BASE=rr,least-request,sticky,prefix-tree,prefix-tree:cache_threshold=0.5,balance_abs=32,balance_rel=1.0001,llmlb
+
+GEN="
+  mc2x0.5 mc8x2 mc16x4 mc32x4 mc4x1.5 mc4x2 mc4x3 az8x3 az2x2 conv4x0.5 conv8x1
+  conv16x1 conv8x2 conv16x0.5 conv32x2"
+HELD1="
+  mc3x0.7 mc4x0.8 mc5x1.3 mc6x1.1 mc7x0.6 mc10x2.5 mc12x1.7 conv3x0.7 conv5x1
+  conv6x1.3 conv10x0.8 conv12x1.5 az3x1.5 az6x4"
+HELD2="
+  mc3x1.2 mc5x0.6 mc8x1.4 mc9x0.9 mc14x2.2 mc20x3 conv4x1.2 conv7x0.9 conv9x1.6
+  conv14x1.1 conv20x2.5 conv2x0.4 az5x2 az10x5"
+HELD3="
+  mc24x9.38 mc5x0.89 mc24x9.13 mc4x0.85 mc20x5.0 mc11x3.38 conv16x2.18 az11x7.34
+  conv11x2.44 conv8x2.42 az11x7.56 az7x4.64 mc14x4.56 conv20x2.8 conv2x0.38
+  conv4x0.67 mc4x1.06 conv12x3.67 conv20x2.79 az4x3.52 conv12x2.26 conv20x3.02
+  az11x4.23 conv24x4.85 mc5x1.06 az20x7.04 az7x4.55 conv3x0.52 conv11x1.38 mc6x1.61
+  conv5x1.54 conv5x0.78 mc11x1.99 conv24x2.52 mc8x2.64 az3x2.62 conv14x2.44
+  conv20x4.52 conv14x4.15 az24x10.16"
+
+case "$set_name" in
+bar | gen | held1 | held2 | held3 | all) ;;
+*)
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|all" >&2
+	exit 2
+	;;
+esac
+
+mkdir -p "$OUT"
+bin="$OUT/llmlb"
+echo "building $bin" >&2
+go build -o "$bin" ./cmd/llmlb
+
+files=()
+
+# bench NAME ARGS...: one run, every policy, unless its JSON is already there.
+bench() {
+	local name=$1 policies=$2
+	shift 2
+	local file="$OUT/$name.json"
+	files+=("$file")
+	if [[ -s $file ]]; then
+		echo "$name: kept $file" >&2
+		return
+	fi
+	echo "$name: llmlb bench $* --policies $policies" >&2
+	"$bin" bench "$@" --seed "$SEED" --policies "$policies" --json --quiet >"$file.tmp"
+	mv "$file.tmp" "$file"
+}
+
+# trace_runs LIST: the trace runs named in LIST.
+trace_runs() {
+	local name trace replicas speed
+	for name in $1; do
+		if [[ ! $name =~ ^(mc|conv|az)([0-9]+)x([0-9.]+)$ ]]; then
+			echo "bad run name $name" >&2
+			exit 2
+		fi
+		case ${BASH_REMATCH[1]} in
+		mc) trace=traces/mooncake_synthetic_trace.jsonl ;;
+		conv) trace=traces/mooncake_conversation_head.jsonl ;;
+		az) trace=traces/azure_llm_inference_2023_code.csv ;;
+		esac
+		replicas=${BASH_REMATCH[2]} speed=${BASH_REMATCH[3]}
+		bench "$name" "${POLICIES:-$BASE,cost}" --trace "$trace" --replicas "$replicas" --trace-speed "$speed"
+	done
+}
+
+bar_runs() {
+	local p=${POLICIES:-$BASE,llmlb-warm,cost}
+	bench agentic "$p" --workload agentic --replicas 4 --duration 30m
+	bench agentic2x "$p" --workload agentic --replicas 4 --duration 30m --rate 0.1744
+	bench chat "$p" --workload chat --replicas 4 --duration 30m
+	bench chathalf "$p" --workload chat --replicas 4 --duration 30m --rate 0.11
+	bench longshort "$p" --workload longshort --replicas 4 --duration 30m
+	bench mixed "$p" --workload mixed --replicas 4 --duration 30m
+	bench oneshot "$p" --workload oneshot --replicas 4 --duration 30m
+	bench mooncake1 "$p" --trace traces/mooncake_synthetic_trace.jsonl --replicas 4
+	bench mooncake05 "$p" --trace traces/mooncake_synthetic_trace.jsonl --replicas 4 --trace-speed 0.5
+	bench azure "$p" --trace traces/azure_llm_inference_2023_code.csv --replicas 4
+	bench agentic32 "$p" --workload agentic --replicas 32 --duration 30m
+	bench longshort32 "$p" --workload longshort --replicas 32 --duration 30m
+}
+
+case "$set_name" in
+bar) bar_runs ;;
+gen) trace_runs "$GEN" ;;
+held1) trace_runs "$HELD1" ;;
+held2) trace_runs "$HELD2" ;;
+held3) trace_runs "$HELD3" ;;
+all)
+	bar_runs
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3"
+	;;
+esac
+
+go run ./scripts/barcheck -policy "$POLICY" "${files[@]}"
