@@ -320,14 +320,16 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		//    request can mostly go elsewhere).
 		// The second keeps a prompt with its prefix in proportion to how
 		// fast requests come, where the first sees only the batch (issue
-		// 9, BENCHMARKS.md: more cache hits on 28 held-out trace runs).
-		// (KV usage as rho was measured worse: long contexts fill the KV
-		// of replicas whose queues are short. The fleet's prefill
-		// utilization as a floor was measured too: by pricing every
-		// replica's prefill alike, it put short prompts behind long
-		// prefills on longshort. The arrivals instead of rho lost the
-		// overloaded agentic run's cache; as a floor under rho, or
-		// without the cap of one, they did worse on held-out runs.)
+		// 9, BENCHMARKS.md: the bar's rule met on 43 of 68 held-out trace
+		// runs, 38 without it). (KV usage as rho was measured worse: long
+		// contexts fill the KV of replicas whose queues are short. The
+		// fleet's prefill utilization as a floor was measured too: by
+		// pricing every replica's prefill alike, it put short prompts
+		// behind long prefills on longshort. The arrivals instead of rho
+		// lost the overloaded agentic run's cache; as a floor under rho
+		// they met the rule less often; without the cap of one a
+		// prefill's price grows with the square of its time, and long
+		// prompts waited behind their prefix's queue.)
 		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		own := prefill / c.PrefillRate
 		delayed := rho / (1 - rho)
@@ -405,7 +407,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 }
 
 // noteArrival updates the running mean gap between decisions, over about
-// the last 64 (a clock that went back is skipped).
+// the last 64 (a clock that went back is skipped; while the mean is 0, as
+// after requests that came together at start, the next gap replaces it).
 func (p *Cost) noteArrival(now time.Time) {
 	if !p.lastChoice.IsZero() {
 		if gap := now.Sub(p.lastChoice).Seconds(); gap >= 0 {
