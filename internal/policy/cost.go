@@ -320,8 +320,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		//    request can mostly go elsewhere).
 		// The second keeps a prompt with its prefix in proportion to how
 		// fast requests come, where the first sees only the batch (issue
-		// 9, BENCHMARKS.md: the bar's rule met on 43 of 68 held-out trace
-		// runs, 38 without it). (KV usage as rho was measured worse: long
+		// 9, BENCHMARKS.md: the bar's rule met on 42 of 68 held-out trace
+		// runs, 36 without it). (KV usage as rho was measured worse: long
 		// contexts fill the KV of replicas whose queues are short. The
 		// fleet's prefill utilization as a floor was measured too: by
 		// pricing every replica's prefill alike, it put short prompts
