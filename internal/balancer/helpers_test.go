@@ -90,12 +90,16 @@ func play(t *testing.T, b *Balancer, steps []ev) {
 			if got := pinOf(b, kind, key, now); got != s.want {
 				t.Fatalf("%s: %s %s pinned to %q, want %q", where, kind, key, got, s.want)
 			}
-		case "5xx":
+		case "5xx", "4xx": // a proxied request answered with that status
 			res, err := b.Select(&Profile{}, now)
 			if err != nil || res.Replica != s.r {
-				t.Fatalf("%s: 5xx request went to %v (%v), want %s", where, res, err, s.r)
+				t.Fatalf("%s: %s request went to %v (%v), want %s", where, s.op, res, err, s.r)
 			}
-			b.Release(res, OutcomeServerError, now)
+			o := OutcomeServerError
+			if s.op == "4xx" {
+				o = OutcomeRejected
+			}
+			b.Release(res, o, now)
 		case "select":
 			res, err := b.Select(&Profile{SessionKey: s.sess, PrefixKey: s.pfx, PromptTokens: s.tokens}, now)
 			if strings.HasPrefix(s.want, "err:") {

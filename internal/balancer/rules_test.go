@@ -227,6 +227,17 @@ func TestRules(t *testing.T) {
 			{at: 47 * s, op: "tick", r: "a", state: "PROBING"},
 			{at: 48 * s, op: "tick", r: "a", state: "LIVE"},
 		}},
+		{"s4 a 5xx inside the PROBING window sends it back to EJECTED", 1, []ev{
+			{op: "fail", r: "a", state: "EJECTED"},
+			{op: "probe", r: "a", state: "PROBING"},
+			{at: 40 * s, op: "5xx", r: "a", state: "EJECTED"},
+		}},
+		{"s4 a 4xx inside the PROBING window is no failure: LIVE after 15 s", 1, []ev{
+			{op: "fail", r: "a", state: "EJECTED"},
+			{op: "probe", r: "a", state: "PROBING"},
+			{at: 40 * s, op: "4xx", r: "a", state: "PROBING"},
+			{at: 48 * s, op: "tick", r: "a", state: "LIVE"},
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

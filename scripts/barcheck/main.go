@@ -81,6 +81,11 @@ func judge(r report, policy string, exclude map[string]bool) (verdict, error) {
 	if len(others) == 0 {
 		return verdict{}, fmt.Errorf("no other policy to compare %q with", policy)
 	}
+	for _, res := range r.Results {
+		if (res.Policy == policy || !exclude[res.Policy]) && !(res.TTFT.P50 > 0 && res.TTFT.P99 > 0) {
+			return verdict{}, fmt.Errorf("policy %q has no TTFT measured (no request finished?)", res.Policy)
+		}
+	}
 	best50, best99, bestHit := math.Inf(1), math.Inf(1), 0.0
 	for _, o := range others {
 		best50 = min(best50, o.TTFT.P50)

@@ -68,6 +68,10 @@ func TestJudgeExcludesAndReportsMissingPolicy(t *testing.T) {
 	if _, err := judge(r, "nope", nil); err == nil {
 		t.Fatal("a policy missing from the results was judged")
 	}
+	empty := report{Results: []result{res("rr", 0.1, 1, 0.5, 0), res("cost", 0, 0, 0, 0)}}
+	if _, err := judge(empty, "cost", nil); err == nil || !strings.Contains(err.Error(), "no TTFT") {
+		t.Fatalf("a run where nothing finished was judged: %v", err)
+	}
 }
 
 func TestRunCountsRunsMeetingTheBar(t *testing.T) {
