@@ -7,12 +7,15 @@
 #
 #   scripts/heldout.sh held1            # 14 trace runs, a few minutes on 2 cores
 #   scripts/heldout.sh held3            # 40 trace runs
+#   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
 #
 # Sets: bar (the twelve runs of the bar's table), gen (fifteen fleet sizes and
-# speeds the bar does not name), held1, held2, held3 (held-out runs: traces at
-# REPLICASxSPEED), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# speeds the bar does not name), held1, held2, held3, held4 (held-out runs:
+# traces at REPLICASxSPEED; held4 was drawn at random, seed 20261202, 2-32
+# replicas log-uniform, 0.1-0.4x speed per replica, 1.5x that for Azure,
+# before any variant ran on it), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -47,10 +50,17 @@ HELD3="
   conv5x1.54 conv5x0.78 mc11x1.99 conv24x2.52 mc8x2.64 az3x2.62 conv14x2.44
   conv20x4.52 conv14x4.15 az24x10.16"
 
+HELD4="
+  mc5x1.6 mc8x2.11 mc7x0.78 mc3x0.37 mc5x1.5 mc6x1.4 conv7x1.51 conv10x1.41
+  conv5x0.92 conv27x6.17 mc2x0.71 mc7x1.5 conv4x0.71 mc7x0.7 mc5x1.53 conv24x7.67
+  mc2x0.39 conv2x0.76 conv10x1.74 conv5x1.71 az7x2.48 conv22x4.93 mc11x4.02
+  conv8x1.08 mc4x0.64 mc2x0.46 mc4x1.35 mc7x1.36 mc23x2.35 conv11x3.51
+  mc30x10.58 mc12x2.66 conv2x0.44 conv22x6.23 conv12x2.81 mc16x6.06"
+
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|all" >&2
 	exit 2
 	;;
 esac
@@ -117,9 +127,10 @@ gen) trace_runs "$GEN" ;;
 held1) trace_runs "$HELD1" ;;
 held2) trace_runs "$HELD2" ;;
 held3) trace_runs "$HELD3" ;;
+held4) trace_runs "$HELD4" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4"
 	;;
 esac
 
