@@ -141,8 +141,9 @@ type replica struct {
 	lastScrape   time.Time
 	lastScrapeOK bool
 
-	inFlight       int   // the balancer's own in-flight requests
-	inFlightWeight int64 // their token weights, in micro-units (wlc_in_flight)
+	inFlight       int     // the balancer's own in-flight requests
+	inFlightWeight int64   // their token weights, in micro-units (wlc_in_flight)
+	heldPrefill    float64 // their computed prompt tokens (cost-aware policies): KV they hold or will
 	// Peers' in-flight requests on this replica (shared state, shared.go):
 	// part of the effective load, never of this instance's reservations.
 	peerInFlight int
@@ -452,7 +453,8 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
 			MeanOutput:     meanOutput,
-			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests})
+			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests,
+			HeldPrefill: r.heldPrefill})
 		b.candReps = append(b.candReps, r)
 	}
 	if servedBy == 0 && len(b.replicas) > 0 {
@@ -513,6 +515,9 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	r := res.rep
 	r.inFlight--
 	r.inFlightWeight -= res.weight
+	if r.heldPrefill -= res.prefill; r.inFlight <= 0 || r.heldPrefill < 0 {
+		r.heldPrefill = 0
+	}
 	b.donePending(res)
 	if res.run != 0 {
 		// Only the policy that pinned can unpin (a reload may have

@@ -61,11 +61,18 @@ func TestCostPendingPrefillUntilFirstToken(t *testing.T) {
 	if got := pending(t0); got != 0 {
 		t.Fatalf("pending after the first token = %v, want 0", got)
 	}
+	// The computed prompt's KV stays held while the request runs.
+	b.mu.Lock()
+	if got := res.rep.heldPrefill; got != 1600 {
+		b.mu.Unlock()
+		t.Fatalf("held after the first token = %v, want 1600", got)
+	}
+	b.mu.Unlock()
 	b.Release(res, OutcomeOK, t0)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if r := res.rep; r.pendingRequests != 0 || r.pendingPrefill != 0 {
-		t.Fatalf("after release: %d requests, %v tokens pending", r.pendingRequests, r.pendingPrefill)
+	if r := res.rep; r.pendingRequests != 0 || r.pendingPrefill != 0 || r.heldPrefill != 0 {
+		t.Fatalf("after release: %d requests, %v tokens pending, %v held", r.pendingRequests, r.pendingPrefill, r.heldPrefill)
 	}
 }
 

@@ -238,6 +238,7 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 	r := res.rep
 	res.prefill = tokens
 	r.pendingPrefill += tokens
+	r.heldPrefill += tokens
 	r.pendingRequests++
 	start := r.prefillBusyUntil
 	if start.Before(now) {

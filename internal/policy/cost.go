@@ -315,6 +315,17 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
 			est += excess * c.MeanOutput * c.DecodeStep / slots
 		}
+		// A full KV cache admits this prompt only as running requests end
+		// and free theirs: the KV the balancer's requests there hold (their
+		// computed prompts, half their mean output so far) turns over in
+		// about one request's decode, mean-output x step. Without it a
+		// replica that has just taken long contexts looked as fast as any,
+		// and short prompts behind them waited or were preempted (issue 9:
+		// the overloaded conversation trace runs).
+		held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
+		if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
+			est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
+		}
 		p.ttfts[i] = est
 		// The prefill a choice adds also delays others on that replica, by
 		// its time x the number of requests it holds up. Two groups:
@@ -530,8 +541,8 @@ func (p *Cost) detail(cands []Candidate, limit int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit=%d", limit)
 	for i, c := range cands {
-		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f in_flight=%d rate=%.0f step=%.3fs",
-			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f kv_held=%.0f in_flight=%d rate=%.0f step=%.3fs",
+			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.HeldPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 	}
 	return b.String()
 }

@@ -312,3 +312,31 @@ func TestCostKeepsAPrefixInPlaceWhenRequestsArriveFast(t *testing.T) {
 		t.Errorf("1,000 requests a second: stayed behind a 10 s queue to save 0.32 s")
 	}
 }
+
+// A replica whose KV the balancer's running requests fill admits a new
+// prompt only as they end: an otherwise equal replica with room wins, though
+// it has more requests in flight (the tie-break that would pick the other).
+func TestCostWaitsForKVRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		held float64 // prompt tokens the first replica's requests hold
+		want int
+	}{
+		{"room for the prompt", 40_000, 0},
+		{"KV held by running requests", 95_000, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newCost(t, nil)
+			cands := costCands(2)
+			for i := range cands {
+				cands[i].KVCacheTokens, cands[i].MeanOutput = 100_000, 200
+			}
+			cands[0].InFlight, cands[0].HeldPrefill = 2, tc.held
+			cands[1].InFlight = 3
+			c := p.Choose(costPrompt("p", 600, 0, ""), cands, t0) // 9,600 tokens
+			if c.Index != tc.want {
+				t.Fatalf("chose %d, want %d: %+v", c.Index, tc.want, c)
+			}
+		})
+	}
+}

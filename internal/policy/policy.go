@@ -43,6 +43,10 @@ type Candidate struct {
 	// they were sent; PendingRequests counts those requests.
 	PendingPrefill  float64
 	PendingRequests int
+	// HeldPrefill is the prompt tokens the balancer's own in-flight
+	// requests on the replica computed or will compute there (less their
+	// cache hits): the KV they hold, or will once admitted, until they end.
+	HeldPrefill float64
 }
 
 // Choice is a policy's answer: an index into the candidates, the reason for
