@@ -173,10 +173,9 @@ type Cost struct {
 	estimates  []float64 // scores: expected TTFT plus the delay the prefill causes others
 	ttfts      []float64 // expected TTFT
 	prefills   []float64
-	delayed    []float64 // requests each candidate's prefill is priced to hold up
-	meanGap    float64   // running mean of the seconds between two decisions
-	lastChoice time.Time // the last decision's time
-	meanPrompt float64   // running mean of routed prefill tokens: prices a foreign queue
+	delayed    []float64      // requests each candidate's prefill is priced to hold up
+	arrivals   []costArrivals // by replica id
+	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }
 
 // costSession remembers where a session's last request went, for requests
@@ -351,9 +350,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
 		own := prefill / c.PrefillRate
 		delayed := rho / (1 - rho)
-		if p.meanGap > 0 {
-			delayed += min(1, (ahead/c.PrefillRate+own)/(p.meanGap*float64(n)))
+		arr := &p.arrivals[id]
+		if arr.meanGap > 0 {
+			delayed += min(1, (ahead/c.PrefillRate+own)/(arr.meanGap*float64(n)))
 		}
+		arr.note(now)
 		est += own * delayed
 		p.delayed[i] = delayed
 		// On a full cache every computed block evicts one; evicted blocks
@@ -407,7 +408,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 		p.sessions[session] = costSession{rep: p.candID[best], tokens: tokens}
 	}
-	p.noteArrival(now)
 	if p.meanPrompt == 0 {
 		p.meanPrompt = float64(prefill)
 	} else {
@@ -424,20 +424,29 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	return choice
 }
 
-// noteArrival updates the running mean gap between decisions, over about
-// the last 64 (a clock that went back is skipped; while the mean is 0, as
-// after requests that came together at start, the next gap replaces it).
-func (p *Cost) noteArrival(now time.Time) {
-	if !p.lastChoice.IsZero() {
-		if gap := now.Sub(p.lastChoice).Seconds(); gap >= 0 {
-			if p.meanGap == 0 {
-				p.meanGap = gap
+// costArrivals is one replica's running mean of the seconds between the
+// decisions it was a candidate in: how fast requests that could go there
+// come, whatever the other replicas serve (models on disjoint replicas do
+// not count each other's requests; LoRA adapters on the same replicas do).
+type costArrivals struct {
+	meanGap float64
+	last    time.Time
+}
+
+// note updates the mean gap over about the last 64 decisions (a clock that
+// went back is skipped; while the mean is 0, as after requests that came
+// together at start, the next gap replaces it).
+func (a *costArrivals) note(now time.Time) {
+	if !a.last.IsZero() {
+		if gap := now.Sub(a.last).Seconds(); gap >= 0 {
+			if a.meanGap == 0 {
+				a.meanGap = gap
 			} else {
-				p.meanGap += (gap - p.meanGap) / 64
+				a.meanGap += (gap - a.meanGap) / 64
 			}
 		}
 	}
-	p.lastChoice = now
+	a.last = now
 }
 
 // Finished records a finished request's prompt blocks again on its replica:
@@ -524,6 +533,9 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 	}
 	if len(p.depth) < len(p.names) {
 		p.depth = make([]int32, len(p.names))
+	}
+	for len(p.arrivals) < len(p.names) {
+		p.arrivals = append(p.arrivals, costArrivals{})
 	}
 	if cap(p.estimates) < len(cands) {
 		p.estimates = make([]float64, len(cands))

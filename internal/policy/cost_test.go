@@ -340,3 +340,25 @@ func TestCostWaitsForKVRoom(t *testing.T) {
 		})
 	}
 }
+
+// The rate that keeps a prompt with its prefix is that of the requests its
+// replicas could take: a flood for a model served elsewhere does not count.
+func TestCostArrivalsAreCountedPerReplica(t *testing.T) {
+	p := newCost(t, nil)
+	fleet := costCands(4)
+	ours, theirs := fleet[:2], fleet[2:] // two models on disjoint replicas
+	now := t0
+	held := p.Choose(costPrompt("sys", 200, 0, "s1"), ours, now).Index
+	ours[held].PendingPrefill, ours[held].PendingRequests = 5_000, 1
+	for i := range 100 { // our model: one request every 100 s
+		now = now.Add(100 * time.Second)
+		p.Choose(costPrompt(fmt.Sprintf("ours%d", i), 1, 0, ""), ours, now)
+		for k := range 999 { // the other model: 10 a second in between
+			p.Choose(costPrompt(fmt.Sprintf("theirs%d", k%50), 1, 0, ""), theirs, now.Add(time.Duration(k+1)*100*time.Millisecond))
+		}
+	}
+	now = now.Add(100 * time.Second)
+	if c := p.Choose(costPrompt("sys", 200, 2, "s2"), ours, now); c.Index == held {
+		t.Errorf("another model's 10 requests a second kept the prompt behind a 0.5 s queue: %+v", c)
+	}
+}
