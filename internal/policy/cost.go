@@ -320,8 +320,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// computed prompts, half their mean output so far) turns over in
 		// about one request's decode, mean-output x step. Without it a
 		// replica that has just taken long contexts looked as fast as any,
-		// and short prompts behind them waited or were preempted (issue 9:
-		// the overloaded conversation trace runs).
+		// and short prompts sent after them waited 12-15 s (issue 9: the
+		// overloaded conversation trace runs; measured effect in
+		// BENCHMARKS.md, "This session (2026-12-02)"). Only this
+		// balancer's prompts are known: peers' requests count for their
+		// output, direct clients' not at all.
 		held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
 		if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
 			est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
