@@ -10,6 +10,7 @@
 #   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
+#   VARIANT=cost:eviction_weight=100 scripts/heldout.sh held4   # one variant, cheaply
 #
 # Sets: bar (the twelve runs of the bar's table), gen (fifteen fleet sizes and
 # speeds the bar does not name), held1, held2, held3, held4 (held-out runs:
@@ -23,7 +24,11 @@
 # policies run; default: rr, least-request, sticky, both prefix-tree
 # parameterizations, llmlb and cost, plus llmlb-warm for the bar set), POLICY
 # (the one judged, default cost), SEED (default 1; trace replays do not
-# depend on it).
+# depend on it), VARIANT (a policy spec, e.g. cost:eviction_weight=100: each
+# run keeps or makes its full JSON, runs the variant alone beside it, and
+# judges the variant against the full run's policies other than cost; each
+# policy runs on its own engines, so the other rows do not depend on which
+# policies ran with them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,11 +85,22 @@ bench() {
 	files+=("$file")
 	if [[ -s $file ]]; then
 		echo "$name: kept $file" >&2
-		return
 	fi
-	echo "$name: llmlb bench $* --policies $policies" >&2
-	"$bin" bench "$@" --seed "$SEED" --policies "$policies" --json --quiet >"$file.tmp"
-	mv "$file.tmp" "$file"
+	if [[ ! -s $file ]]; then
+		echo "$name: llmlb bench $* --policies $policies" >&2
+		"$bin" bench "$@" --seed "$SEED" --policies "$policies" --json --quiet >"$file.tmp"
+		mv "$file.tmp" "$file"
+	fi
+	if [[ -n ${VARIANT:-} ]]; then
+		local vfile
+		vfile="$OUT/$name.variant-$(printf '%s' "$VARIANT" | md5sum | cut -c1-12).json"
+		if [[ ! -s $vfile ]]; then
+			echo "$name: llmlb bench $* --policies $VARIANT" >&2
+			"$bin" bench "$@" --seed "$SEED" --policies "$VARIANT" --json --quiet >"$vfile.tmp"
+			mv "$vfile.tmp" "$vfile"
+		fi
+		files[${#files[@]} - 1]="$file+$vfile"
+	fi
 }
 
 # trace_runs LIST: the trace runs named in LIST.
@@ -134,4 +150,10 @@ all)
 	;;
 esac
 
-go run ./scripts/barcheck -policy "$POLICY" "${files[@]}"
+if [[ -n ${VARIANT:-} ]]; then
+	# The variant is judged against the full runs' other policies, not
+	# against the cost those runs hold.
+	go run ./scripts/barcheck -policy "$VARIANT" -exclude cost "${files[@]}"
+else
+	go run ./scripts/barcheck -policy "$POLICY" "${files[@]}"
+fi

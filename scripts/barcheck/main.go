@@ -5,9 +5,12 @@
 // sharing are not judged on it), P99 no worse than rr's, and on longshort a
 // short-request P99 of rr over the policy's of at least 6.5x. It prints one
 // line per run and how many runs meet the rule; scripts/heldout.sh runs the
-// benchmark sets of BENCHMARKS.md and calls it.
+// benchmark sets of BENCHMARKS.md and calls it. A run may be given as several
+// files of the same run joined by "+" (FULL.json+VARIANT.json): their results
+// are judged together, so that a variant run alone (`--policies cost:...`) is
+// compared with the other policies' rows of a full run.
 //
-//	go run ./scripts/barcheck [-policy cost] [-exclude llmlb-warm] FILE.json...
+//	go run ./scripts/barcheck [-policy cost] [-exclude llmlb-warm] FILE.json[+MORE.json]...
 package main
 
 import (
@@ -121,7 +124,7 @@ func main() {
 	policy := flag.String("policy", "cost", "the policy judged against all the others in each file")
 	excludeList := flag.String("exclude", "", "comma-separated policies not counted as others")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: barcheck [-policy cost] [-exclude a,b] FILE.json...")
+		fmt.Fprintln(os.Stderr, "usage: barcheck [-policy cost] [-exclude a,b] FILE.json[+MORE.json]...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -148,13 +151,9 @@ func run(w io.Writer, files []string, policy string, exclude map[string]bool) er
 	var logP50, logP99, logHit float64
 	hits := 0
 	for _, file := range files {
-		data, err := os.ReadFile(file)
+		r, err := load(file)
 		if err != nil {
 			return err
-		}
-		var r report
-		if err := json.Unmarshal(data, &r); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
 		}
 		v, err := judge(r, policy, exclude)
 		if err != nil {
@@ -178,7 +177,7 @@ func run(w io.Writer, files []string, policy string, exclude map[string]bool) er
 		} else {
 			met++
 		}
-		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		name := strings.TrimSuffix(filepath.Base(strings.Split(file, "+")[0]), ".json")
 		fmt.Fprintf(w, "%-28s p50 %.2fx  P99 %.2fx  hit %s%s  %s\n", name, v.P50, v.P99, hit, extra, outcome)
 	}
 	n := float64(len(files))
@@ -189,4 +188,37 @@ func run(w io.Writer, files []string, policy string, exclude map[string]bool) er
 	fmt.Fprintf(w, "%s meets the bar on %d of %d runs; geometric means over the best other's: p50 %.3f, P99 %.3f, hit rate %s\n",
 		policy, met, len(files), math.Exp(logP50/n), math.Exp(logP99/n), hitMean)
 	return nil
+}
+
+// load reads one run: a report, or several reports of the same run joined by
+// "+", whose results are judged together (a policy in two of them is an
+// error: which row counts would be ambiguous).
+func load(arg string) (report, error) {
+	var merged report
+	files := strings.Split(arg, "+")
+	owner := map[string]string{} // policy -> the file it came from
+	for i, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return report{}, err
+		}
+		var r report
+		if err := json.Unmarshal(data, &r); err != nil {
+			return report{}, fmt.Errorf("%s: %w", file, err)
+		}
+		if i == 0 {
+			merged.Workload, merged.Replicas = r.Workload, r.Replicas
+		} else if r.Workload != merged.Workload || r.Replicas != merged.Replicas {
+			return report{}, fmt.Errorf("%s: workload %q at %d replicas, %s: %q at %d: not the same run",
+				file, r.Workload, r.Replicas, files[0], merged.Workload, merged.Replicas)
+		}
+		for _, res := range r.Results {
+			if other, dup := owner[res.Policy]; dup {
+				return report{}, fmt.Errorf("policy %q is in both %s and %s", res.Policy, other, file)
+			}
+			owner[res.Policy] = file
+			merged.Results = append(merged.Results, res)
+		}
+	}
+	return merged, nil
 }

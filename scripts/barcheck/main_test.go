@@ -104,3 +104,39 @@ func TestRunCountsRunsMeetingTheBar(t *testing.T) {
 		t.Fatalf("malformed JSON: %v", err)
 	}
 }
+
+// A variant run alone is judged against a full run's other rows.
+func TestRunJudgesAVariantAgainstAFullRun(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, r report) string {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	full := write("run.json", report{Workload: "trace", Replicas: 4,
+		Results: []result{res("rr", 0.1, 1, 0.5, 0), res("cost", 0.1, 0.9, 0.5, 0)}})
+	variant := write("variant.json", report{Workload: "trace", Replicas: 4,
+		Results: []result{res("cost:eviction_weight=1,tie_steps=2", 0.1, 0.8, 0.5, 0)}})
+	var out bytes.Buffer
+	err := run(&out, []string{full + "+" + variant}, "cost:eviction_weight=1,tie_steps=2", map[string]bool{"cost": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "run ") || !strings.Contains(out.String(), "meets the bar on 1 of 1 runs") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	again := write("again.json", report{Workload: "trace", Replicas: 4, Results: []result{res("cost", 0.1, 0.9, 0.5, 0)}})
+	if err := run(&out, []string{full + "+" + again}, "cost", nil); err == nil || !strings.Contains(err.Error(), `policy "cost" is in both`) {
+		t.Fatalf("a policy in both files: %v", err)
+	}
+	other := write("other.json", report{Workload: "trace", Replicas: 8, Results: []result{res("x", 0.1, 0.9, 0.5, 0)}})
+	if err := run(&out, []string{full + "+" + other}, "cost", nil); err == nil || !strings.Contains(err.Error(), "not the same run") {
+		t.Fatalf("two different runs: %v", err)
+	}
+}
