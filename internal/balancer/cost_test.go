@@ -275,3 +275,23 @@ func TestCostKeepsARunningPromptCached(t *testing.T) {
 	b.Release(next, OutcomeOK, t0)
 	b.Release(long, OutcomeOK, t0)
 }
+
+// Each release gives back its own request's held KV: with two requests on
+// one replica, the one left still holds its prefill.
+func TestCostReleaseReturnsItsHeldKV(t *testing.T) {
+	b := costFleet(t, 1)
+	first, err := b.Select(costProfile("x", 100, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Select(costProfile("y", 50, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release(first, OutcomeCanceled, t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if got, want := second.rep.heldPrefill, float64(second.Explanation.PrefillTokens); got != want || want == 0 {
+		t.Fatalf("held after releasing the first = %v, want the second's %v", got, want)
+	}
+}

@@ -145,7 +145,7 @@ func TestCostExplainsEveryCandidate(t *testing.T) {
 	}
 	p.SetExplain(true)
 	c := p.Choose(costPrompt("x", 2, 0, ""), cands, t0)
-	for _, want := range []string{"a ttft=", "b ttft=", "c ttft=", "limit=", "held_up="} {
+	for _, want := range []string{"a ttft=", "b ttft=", "c ttft=", "limit=", "held_up=", "kv_held="} {
 		if !strings.Contains(c.Detail, want) {
 			t.Fatalf("detail %q lacks %q", c.Detail, want)
 		}

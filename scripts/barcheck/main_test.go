@@ -15,6 +15,20 @@ func res(policy string, p50, p99, hit, shortP99 float64) result {
 	return result{Policy: policy, TTFT: quantiles{P50: p50, P99: p99}, TTFTShort: quantiles{P99: shortP99}, HitRate: hit}
 }
 
+// writeReport writes r as dir/name and returns its path.
+func writeReport(t *testing.T, dir, name string, r report) string {
+	t.Helper()
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestJudgeAppliesEachLimit(t *testing.T) {
 	base := func(cost result) report {
 		return report{Workload: "chat", Results: []result{
@@ -76,17 +90,7 @@ func TestJudgeExcludesAndReportsMissingPolicy(t *testing.T) {
 
 func TestRunCountsRunsMeetingTheBar(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, r report) string {
-		data, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name string, r report) string { return writeReport(t, dir, name, r) }
 	good := write("good.json", report{Results: []result{res("rr", 0.1, 1, 0.5, 0), res("cost", 0.1, 0.9, 0.5, 0)}})
 	bad := write("bad.json", report{Results: []result{res("rr", 0.1, 1, 0.5, 0), res("cost", 0.2, 0.9, 0.5, 0)}})
 	var out bytes.Buffer
@@ -108,17 +112,7 @@ func TestRunCountsRunsMeetingTheBar(t *testing.T) {
 // A variant run alone is judged against a full run's other rows.
 func TestRunJudgesAVariantAgainstAFullRun(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, r report) string {
-		data, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name string, r report) string { return writeReport(t, dir, name, r) }
 	full := write("run.json", report{Workload: "trace", Replicas: 4,
 		Results: []result{res("rr", 0.1, 1, 0.5, 0), res("cost", 0.1, 0.9, 0.5, 0)}})
 	variant := write("variant.json", report{Workload: "trace", Replicas: 4,
