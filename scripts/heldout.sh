@@ -8,6 +8,7 @@
 #   scripts/heldout.sh held1            # 14 trace runs, a few minutes on 2 cores
 #   scripts/heldout.sh held3            # 40 trace runs
 #   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
+#   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
 #   VARIANT=cost:eviction_weight=100 scripts/heldout.sh held4   # one variant, cheaply
@@ -16,7 +17,8 @@
 # speeds the bar does not name), held1, held2, held3, held4 (held-out runs:
 # traces at REPLICASxSPEED; held4 was drawn at random, seed 20261202, 2-32
 # replicas log-uniform, 0.1-0.4x speed per replica, 1.5x that for Azure,
-# before any variant ran on it), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# before any variant ran on it; held5 the same way with seed 20261203, at the
+# start of the session that kept it for judging last), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -28,7 +30,9 @@
 # run keeps or makes its full JSON, runs the variant alone beside it, and
 # judges the variant against the full run's policies other than cost; each
 # policy runs on its own engines, so the other rows do not depend on which
-# policies ran with them).
+# policies ran with them), JOBS (runs at once, default 1: each run is
+# single-threaded with one policy, so JOBS=2 halves a VARIANT set's time on
+# 2 cores; a full run already simulates its policies in parallel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +40,7 @@ set_name=${1:-}
 OUT=${OUT:-/tmp/llmlb-heldout}
 POLICY=${POLICY:-cost}
 SEED=${SEED:-1}
+JOBS=${JOBS:-1}
 BASE=rr,least-request,sticky,prefix-tree,prefix-tree:cache_threshold=0.5,balance_abs=32,balance_rel=1.0001,llmlb
 
 GEN="
@@ -62,10 +67,16 @@ HELD4="
   conv8x1.08 mc4x0.64 mc2x0.46 mc4x1.35 mc7x1.36 mc23x2.35 conv11x3.51
   mc30x10.58 mc12x2.66 conv2x0.44 conv22x6.23 conv12x2.81 mc16x6.06"
 
+HELD5="
+  mc2x0.30 conv5x1.32 conv3x0.38 az7x2.44 mc16x3.07 az4x1.39 mc12x1.33 az7x4.18
+  mc25x6.82 mc5x1.69 conv4x0.80 conv6x0.82 conv3x0.97 mc10x3.68 conv15x4.96
+  conv11x1.24 az19x3.04 conv3x0.89 mc10x2.48 mc4x0.87 az26x15.19 conv32x5.19
+  mc2x0.28 conv15x2.44 mc4x1.27 mc3x0.82 mc5x0.83 conv11x3.96 conv14x3.52 conv8x1.23"
+
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | held5 | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|all" >&2
 	exit 2
 	;;
 esac
@@ -76,30 +87,46 @@ echo "building $bin" >&2
 go build -o "$bin" ./cmd/llmlb
 
 files=()
+pids=()
 
-# bench NAME ARGS...: one run, every policy, unless its JSON is already there.
+# bench NAME POLICIES ARGS...: one run, every policy, unless its JSON is
+# already there (and the variant's beside it); with JOBS > 1 in the
+# background, at most JOBS at once.
 bench() {
-	local name=$1 policies=$2
-	shift 2
-	local file="$OUT/$name.json"
+	local name=$1
+	local file="$OUT/$name.json" vfile=""
 	files+=("$file")
+	if [[ -n ${VARIANT:-} ]]; then
+		vfile="$OUT/$name.variant-$(printf '%s' "$VARIANT" | md5sum | cut -c1-12).json"
+		files[${#files[@]} - 1]="$file+$vfile"
+	fi
+	if ((JOBS <= 1)); then
+		bench_one "$vfile" "$@"
+		return
+	fi
+	while (($(jobs -rp | wc -l) >= JOBS)); do
+		wait -n || true # a failure is collected below, by its pid
+	done
+	bench_one "$vfile" "$@" &
+	pids+=($!)
+}
+
+# bench_one VFILE NAME POLICIES ARGS...: bench's work for one run.
+bench_one() {
+	local vfile=$1 name=$2 policies=$3
+	shift 3
+	local file="$OUT/$name.json"
 	if [[ -s $file ]]; then
 		echo "$name: kept $file" >&2
-	fi
-	if [[ ! -s $file ]]; then
+	else
 		echo "$name: llmlb bench $* --policies $policies" >&2
 		"$bin" bench "$@" --seed "$SEED" --policies "$policies" --json --quiet >"$file.tmp"
 		mv "$file.tmp" "$file"
 	fi
-	if [[ -n ${VARIANT:-} ]]; then
-		local vfile
-		vfile="$OUT/$name.variant-$(printf '%s' "$VARIANT" | md5sum | cut -c1-12).json"
-		if [[ ! -s $vfile ]]; then
-			echo "$name: llmlb bench $* --policies $VARIANT" >&2
-			"$bin" bench "$@" --seed "$SEED" --policies "$VARIANT" --json --quiet >"$vfile.tmp"
-			mv "$vfile.tmp" "$vfile"
-		fi
-		files[${#files[@]} - 1]="$file+$vfile"
+	if [[ -n $vfile && ! -s $vfile ]]; then
+		echo "$name: llmlb bench $* --policies $VARIANT" >&2
+		"$bin" bench "$@" --seed "$SEED" --policies "$VARIANT" --json --quiet >"$vfile.tmp"
+		mv "$vfile.tmp" "$vfile"
 	fi
 }
 
@@ -144,11 +171,21 @@ held1) trace_runs "$HELD1" ;;
 held2) trace_runs "$HELD2" ;;
 held3) trace_runs "$HELD3" ;;
 held4) trace_runs "$HELD4" ;;
+held5) trace_runs "$HELD5" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5"
 	;;
 esac
+
+failed=0
+for pid in "${pids[@]}"; do
+	wait "$pid" || failed=1
+done
+if ((failed)); then
+	echo "scripts/heldout.sh: a run failed (its message is above)" >&2
+	exit 1
+fi
 
 if [[ -n ${VARIANT:-} ]]; then
 	# The variant is judged against the full runs' other policies, not
