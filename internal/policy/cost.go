@@ -322,7 +322,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// replica that has just taken long contexts looked as fast as any,
 		// and short prompts sent after them waited 12-15 s (issue 9: the
 		// overloaded conversation trace runs; measured effect in
-		// BENCHMARKS.md, "This session (2026-12-02)"). Only this
+		// BENCHMARKS.md, "First session of 2026-12-02"). Only this
 		// balancer's prompts are known: peers' requests count for their
 		// output, direct clients' not at all.
 		held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
