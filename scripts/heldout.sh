@@ -9,6 +9,7 @@
 #   scripts/heldout.sh held3            # 40 trace runs
 #   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
+#   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
 #   VARIANT=cost:eviction_weight=100 scripts/heldout.sh held4   # one variant, cheaply
@@ -18,7 +19,9 @@
 # traces at REPLICASxSPEED; held4 was drawn at random, seed 20261202, 2-32
 # replicas log-uniform, 0.1-0.4x speed per replica, 1.5x that for Azure,
 # before any variant ran on it; held5 the same way with seed 20261203, at the
-# start of the session that kept it for judging last), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# start of the session that kept it for judging last; held6 with seed
+# 20261204, runs already in another set redrawn, judged with the defaults
+# only), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -73,10 +76,16 @@ HELD5="
   conv11x1.24 az19x3.04 conv3x0.89 mc10x2.48 mc4x0.87 az26x15.19 conv32x5.19
   mc2x0.28 conv15x2.44 mc4x1.27 mc3x0.82 mc5x0.83 conv11x3.96 conv14x3.52 conv8x1.23"
 
+HELD6="
+  conv2x0.25 mc3x0.78 az4x0.92 conv23x4.86 mc24x9.39 mc24x9.15 az2x0.75 conv3x0.81
+  conv18x4.50 az14x2.59 mc27x10.46 conv10x1.56 mc11x4.33 mc3x0.92 mc2x0.35
+  conv12x3.41 mc26x2.61 mc19x2.93 az5x1.17 mc2x0.55 conv24x9.59 az26x5.50 mc7x2.50
+  az12x4.94 mc2x0.69 mc6x1.04 mc2x0.27 conv5x0.93 az2x0.87 az6x2.86"
+
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | held5 | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|all" >&2
 	exit 2
 	;;
 esac
@@ -172,9 +181,10 @@ held2) trace_runs "$HELD2" ;;
 held3) trace_runs "$HELD3" ;;
 held4) trace_runs "$HELD4" ;;
 held5) trace_runs "$HELD5" ;;
+held6) trace_runs "$HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6"
 	;;
 esac
 
