@@ -35,7 +35,8 @@
 # policy runs on its own engines, so the other rows do not depend on which
 # policies ran with them), JOBS (runs at once, default 1: each run is
 # single-threaded with one policy, so JOBS=2 halves a VARIANT set's time on
-# 2 cores; a full run already simulates its policies in parallel).
+# 2 cores; a full run already simulates its policies on every core, so JOBS
+# gains nothing there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
