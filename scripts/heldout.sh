@@ -11,6 +11,8 @@
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
+#   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
+#   POLICY=prefix-tree EXCLUDE=cost scripts/heldout.sh traces   # a baseline judged by the same rule against the other baselines
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
 #   VARIANT=cost:eviction_weight=100 scripts/heldout.sh held4   # one variant, cheaply
 #
@@ -21,14 +23,15 @@
 # before any variant ran on it; held5 the same way with seed 20261203, at the
 # start of the session that kept it for judging last; held6 with seed
 # 20261204, runs already in another set redrawn, judged with the defaults
-# only), all. A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# only), traces (gen and held1-6), all (bar and traces). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
 # Environment: OUT (work directory, default /tmp/llmlb-heldout), POLICIES (the
 # policies run; default: rr, least-request, sticky, both prefix-tree
 # parameterizations, llmlb and cost, plus llmlb-warm for the bar set), POLICY
-# (the one judged, default cost), SEED (default 1; trace replays do not
+# (the one judged, default cost), EXCLUDE (policies not counted as others,
+# comma-separated; default none), SEED (default 1; trace replays do not
 # depend on it), VARIANT (a policy spec, e.g. cost:eviction_weight=100: each
 # run keeps or makes its full JSON, runs the variant alone beside it, and
 # judges the variant against the full run's policies other than cost; each
@@ -84,9 +87,9 @@ HELD6="
   az12x4.94 mc2x0.69 mc6x1.04 mc2x0.27 conv5x0.93 az2x0.87 az6x2.86"
 
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -183,6 +186,7 @@ held3) trace_runs "$HELD3" ;;
 held4) trace_runs "$HELD4" ;;
 held5) trace_runs "$HELD5" ;;
 held6) trace_runs "$HELD6" ;;
+traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
 	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6"
@@ -203,5 +207,5 @@ if [[ -n ${VARIANT:-} ]]; then
 	# against the cost those runs hold.
 	go run ./scripts/barcheck -policy "$VARIANT" -exclude cost "${files[@]}"
 else
-	go run ./scripts/barcheck -policy "$POLICY" "${files[@]}"
+	go run ./scripts/barcheck -policy "$POLICY" -exclude "${EXCLUDE:-}" "${files[@]}"
 fi
