@@ -16,6 +16,7 @@ const (
 	domRequest
 	domMooncake
 	domTraceRequest
+	domBailian
 )
 
 // mix combines two words into one key.

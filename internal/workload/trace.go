@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
@@ -36,6 +37,14 @@ type TraceOptions struct {
 // name; each maps onto 32 of the engine's 16-token blocks.
 const MooncakeBlockTokens = 512
 
+// BailianBlockTokens is the size of the blocks a Bailian (Qwen) trace's
+// hash_ids name: the engine's own block size.
+const BailianBlockTokens = 16
+
+// bailianPrefixTokens is how much of a Bailian prompt its prefix key covers:
+// the profiler hashes the first 4,096 characters, about 1,024 tokens.
+const bailianPrefixTokens = 1024
+
 // maxTraceTokens bounds a trace request's prompt and output, so that a
 // corrupt line is an error rather than an allocation that kills the process.
 const maxTraceTokens = 10_000_000
@@ -47,46 +56,76 @@ const maxTraceMillis = 1e12
 // ErrUnknownFormat is returned by OpenTrace for a format it cannot read.
 var ErrUnknownFormat = errors.New("workload: unknown trace format")
 
-// OpenTrace reads the trace file at path. format is "mooncake" or "azure";
-// "" takes it from the extension (.jsonl: mooncake, .csv: azure).
+// TraceFormats lists the formats OpenTrace reads.
+var TraceFormats = []string{"mooncake", "bailian", "azure"}
+
+// OpenTrace reads the trace file at path. format is "mooncake", "bailian" or
+// "azure"; "" takes it from the file: .csv is azure, and a .jsonl file is
+// bailian when its first line has a "chat_id" field, else mooncake.
 func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
 	if format == "" {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".jsonl":
-			format = "mooncake"
+			format = "jsonl" // mooncake or bailian: the first line tells
 		case ".csv":
 			format = "azure"
 		default:
 			return nil, fmt.Errorf("%w: cannot tell the format of %s from its extension (want .jsonl or .csv, or name the format)", ErrUnknownFormat, path)
 		}
 	}
-	var read func(io.Reader, TraceOptions) (Workload, error)
-	switch format {
-	case "mooncake":
-		read = ReadMooncake
-	case "azure":
-		read = ReadAzure
-	default:
-		return nil, fmt.Errorf("%w %q (known: mooncake, azure)", ErrUnknownFormat, format)
+	if format != "jsonl" && !slices.Contains(TraceFormats, format) {
+		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownFormat, format, strings.Join(TraceFormats, ", "))
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("workload: open trace: %w", err)
 	}
 	defer f.Close()
-	w, err := read(bufio.NewReaderSize(f, 1<<16), opt)
+	br := bufio.NewReaderSize(f, 1<<16)
+	if format == "jsonl" {
+		format = sniffJSONL(br)
+	}
+	read := ReadMooncake
+	switch format {
+	case "bailian":
+		read = ReadBailian
+	case "azure":
+		read = ReadAzure
+	}
+	w, err := read(br, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
 	return w, nil
 }
 
+// sniffJSONL tells a Bailian trace from a Mooncake one by its first line's
+// fields: Bailian's records begin with chat_id and parent_chat_id, which
+// Mooncake's lack. Only the first 64 KiB are looked at (a Bailian line's
+// chat_id comes before its hash_ids).
+func sniffJSONL(br *bufio.Reader) string {
+	buf, _ := br.Peek(1 << 16)
+	for len(buf) > 0 {
+		line, rest, _ := bytes.Cut(buf, []byte("\n"))
+		if len(bytes.TrimSpace(line)) > 0 {
+			if bytes.Contains(line, []byte(`"chat_id"`)) {
+				return "bailian"
+			}
+			break
+		}
+		buf = rest
+	}
+	return "mooncake"
+}
+
 // traceRecord is one request of a trace, before its prompt is built.
 type traceRecord struct {
-	at     time.Duration // offset from the trace's first request, before Speed
-	input  int
-	output int
-	ids    []uint64 // Mooncake hash_ids; nil for Azure
+	at      time.Duration // offset from the trace's first request, before Speed
+	input   int
+	output  int
+	ids     []uint64 // Mooncake or Bailian hash_ids; nil for Azure
+	session string   // Bailian: the conversation (its first request's chat_id)
+	turn    int      // Bailian: the turn within it
 }
 
 // mooncakeLine is one line of a Mooncake trace.
@@ -211,6 +250,121 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 	return unwrap(newTrace("azure", recs, opt))
 }
 
+// bailianLine is one line of a Bailian (Alibaba Qwen serving) trace.
+type bailianLine struct {
+	ChatID       *int64   `json:"chat_id"`
+	ParentChatID *int64   `json:"parent_chat_id"`
+	Timestamp    *float64 `json:"timestamp"`
+	InputLength  *int     `json:"input_length"`
+	OutputLength *int     `json:"output_length"`
+	Turn         int      `json:"turn"`
+	HashIDs      []uint64 `json:"hash_ids"`
+}
+
+// ReadBailian reads a trace in the format of Alibaba's Qwen-Bailian usage
+// traces (github.com/alibaba-edu/qwen-bailian-usagetraces-anon; JSONL:
+// chat_id, parent_chat_id (-1 for a conversation's first request),
+// timestamp in seconds, input_length, output_length, type, turn, hash_ids of
+// 16-token blocks). Arrivals are offsets from the earliest timestamp. Each hash id is one engine block, chained like the
+// engine's, so a cache hit needs the whole prefix of ids to be equal; a
+// partial last block shares nothing. A request's session key names its
+// conversation, found by following parent_chat_id to the first request; its
+// prefix key stands for the first 1,024 tokens (docs/WORKLOADS.md).
+func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
+	var recs []traceRecord
+	var chats, parents []int64 // per record; parents[i] < 0: a first request
+	for line := 1; sc.Scan(); line++ {
+		b := sc.Bytes()
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var m bailianLine
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("workload: bailian line %d: %w", line, err)
+		}
+		switch {
+		case m.ChatID == nil || m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
+			return nil, fmt.Errorf("workload: bailian line %d: chat_id, timestamp, input_length and output_length are required", line)
+		case math.IsNaN(*m.Timestamp) || *m.Timestamp < 0 || *m.Timestamp > maxTraceMillis/1000:
+			return nil, fmt.Errorf("workload: bailian line %d: bad timestamp %v (want 0..%g s)", line, *m.Timestamp, maxTraceMillis/1000)
+		case *m.InputLength < 1 || *m.InputLength > maxTraceTokens:
+			return nil, fmt.Errorf("workload: bailian line %d: input_length %d, want 1..%d", line, *m.InputLength, maxTraceTokens)
+		case *m.OutputLength < 0 || *m.OutputLength > maxTraceTokens:
+			return nil, fmt.Errorf("workload: bailian line %d: output_length %d, want 0..%d", line, *m.OutputLength, maxTraceTokens)
+		}
+		parent := int64(-1)
+		if m.ParentChatID != nil {
+			parent = *m.ParentChatID
+		}
+		chats, parents = append(chats, *m.ChatID), append(parents, parent)
+		recs = append(recs, traceRecord{
+			at:     time.Duration(*m.Timestamp * float64(time.Second)),
+			input:  *m.InputLength,
+			output: *m.OutputLength,
+			ids:    m.HashIDs,
+			turn:   max(m.Turn, 1),
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("workload: bailian: %w", err)
+	}
+	roots, err := bailianRoots(chats, parents)
+	if err != nil {
+		return nil, err
+	}
+	first := time.Duration(math.MaxInt64)
+	for i := range recs {
+		first = min(first, recs[i].at)
+	}
+	for i := range recs {
+		recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[i], 10)
+		recs[i].at -= first
+	}
+	return unwrap(newTrace("bailian", recs, opt))
+}
+
+// bailianRoots returns each record's conversation: the chat_id reached by
+// following parent_chat_id until a negative one or one the trace lacks (a
+// conversation that began before the trace did).
+func bailianRoots(chats, parents []int64) ([]int64, error) {
+	parentOf := make(map[int64]int64, len(chats))
+	for i, c := range chats {
+		parentOf[c] = parents[i]
+	}
+	rootOf := make(map[int64]int64, len(chats))
+	roots := make([]int64, len(chats))
+	var path []int64
+	for i, c := range chats {
+		path = path[:0]
+		root := c
+		for {
+			if r, ok := rootOf[root]; ok {
+				root = r
+				break
+			}
+			p, ok := parentOf[root]
+			if !ok || p < 0 {
+				break
+			}
+			if path = append(path, root); len(path) > len(chats) {
+				return nil, fmt.Errorf("workload: bailian: the parent_chat_id chain from chat_id %d loops", c)
+			}
+			root = p
+		}
+		for _, v := range path {
+			rootOf[v] = root
+		}
+		rootOf[c] = root
+		roots[i] = root
+	}
+	return roots, nil
+}
+
 // parseAzureTime reads "2023-11-16 18:17:03.9799600" (or seconds as a number).
 func parseAzureTime(s string) (time.Time, error) {
 	if t, err := time.Parse(azureLayout, s); err == nil {
@@ -241,7 +395,7 @@ type traceGen struct {
 	i        int
 	speed    float64
 	ids      ids
-	keys     []uint64             // scratch: one Mooncake prompt's block keys (FromBlockKeys copies them)
+	keys     []uint64             // scratch: one prompt's block keys (FromBlockKeys copies them)
 	prefixes map[[2]uint64]string // Mooncake prefix keys by their first two ids
 }
 
@@ -285,13 +439,19 @@ func (g *traceGen) Pop() *Request {
 	r := &Request{ID: g.ids.take(), At: rec.at, Turn: 1, Output: max(rec.output, 1), owner: g}
 	own := contentID(0, domTraceRequest, r.ID)
 	var prefixKey string
-	if g.format == "mooncake" {
-		r.Prompt = g.mooncakePrompt(rec, own)
+	switch g.format {
+	case "mooncake":
+		r.Prompt = g.idPrompt(rec, own, MooncakeBlockTokens, domMooncake)
 		prefixKey = g.mooncakePrefix(rec, r.ID)
-	} else {
+	case "bailian":
+		r.Prompt = g.idPrompt(rec, own, BailianBlockTokens, domBailian)
+		prefixKey = bailianPrefix(rec, r.Prompt, r.ID)
+		r.Session, r.Turn = rec.session, rec.turn
+	default:
 		r.Prompt = extendPrompt(rec.input, nil, own)
 	}
 	r.Profile = request.Profile{
+		SessionKey:   r.Session,
 		PrefixKey:    prefixKey,
 		PromptTokens: r.Prompt.Tokens,
 		OutputTokens: DeclaredOutput,
@@ -302,16 +462,17 @@ func (g *traceGen) Pop() *Request {
 	return r
 }
 
-// mooncakePrompt maps each full 512-token block onto 32 engine blocks keyed
-// mix(hash_id, k); blocks of a partial last 512-block, or without an id, are
-// unique to the request.
-func (g *traceGen) mooncakePrompt(rec *traceRecord, own uint64) tokenize.Prompt {
-	const per = MooncakeBlockTokens / tokenize.BlockSize
-	full := min(rec.input/MooncakeBlockTokens, len(rec.ids))
+// idPrompt maps each full block of blockTokens named by a hash id onto
+// blockTokens/16 engine blocks keyed mix(hash_id, k) (Mooncake: 32; Bailian:
+// 1); blocks of a partial last block, or without an id, are unique to the
+// request.
+func (g *traceGen) idPrompt(rec *traceRecord, own uint64, blockTokens int, domain uint64) tokenize.Prompt {
+	per := blockTokens / tokenize.BlockSize
+	full := min(rec.input/blockTokens, len(rec.ids))
 	n := rec.input / tokenize.BlockSize
 	keys := g.keys[:0]
 	for m := range full {
-		id := contentID(0, domMooncake, rec.ids[m])
+		id := contentID(0, domain, rec.ids[m])
 		for k := range per {
 			keys = append(keys, blockKey(id, k))
 		}
@@ -341,6 +502,18 @@ func (g *traceGen) mooncakePrefix(rec *traceRecord, id uint64) string {
 	s := md5Key("", fmt.Sprintf("mooncake prefix %d %d", k[0], k[1]))
 	g.prefixes[k] = s
 	return s
+}
+
+// bailianPrefix stands in for the MD5 of the first 4096 characters: the
+// chained hash of the engine block at 1,024 tokens, or of the last block the
+// trace names when the prompt is shorter. A prompt without a named full block
+// gets a key of its own.
+func bailianPrefix(rec *traceRecord, p tokenize.Prompt, id uint64) string {
+	n := min(bailianPrefixTokens/tokenize.BlockSize, rec.input/BailianBlockTokens, len(rec.ids), len(p.Blocks))
+	if n == 0 {
+		return md5Key("", "bailian request "+strconv.FormatUint(id, 10))
+	}
+	return md5Key("", "bailian prefix "+strconv.FormatUint(p.Blocks[n-1], 16))
 }
 
 // Complete implements Workload; a replay's arrivals do not depend on it.

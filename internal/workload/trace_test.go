@@ -2,8 +2,10 @@ package workload
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -312,5 +314,156 @@ func TestMooncakeSampleReuse(t *testing.T) {
 	}
 	if share := float64(repeated) / float64(total); share < 0.60 || share > 0.68 {
 		t.Errorf("%.3f of blocks repeat, want ~0.64", share)
+	}
+}
+
+func TestBailianTrace(t *testing.T) {
+	// Conversation 1: chat 1, then 2 (parent 1), then 4 (parent 2); chat 3
+	// starts another; chat 9's parent 8 began before the trace; chat 10
+	// repeats chat 1's ids after a different first one.
+	const trace = `{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 7, "type": "text", "turn": 1, "hash_ids": [11, 12, 13]}
+{"chat_id": 2, "parent_chat_id": 1, "timestamp": 2.25, "input_length": 64, "output_length": 0, "type": "text", "turn": 2, "hash_ids": [11, 12, 13, 14]}
+
+{"chat_id": 3, "parent_chat_id": -1, "timestamp": 3, "input_length": 32, "output_length": 5, "type": "search", "turn": 1, "hash_ids": [21, 22]}
+{"chat_id": 4, "parent_chat_id": 2, "timestamp": 4, "input_length": 80, "output_length": 5, "type": "text", "turn": 3, "hash_ids": [11, 12, 13, 14, 15]}
+{"chat_id": 9, "parent_chat_id": 8, "timestamp": 5, "input_length": 16, "output_length": 5, "type": "text", "turn": 4, "hash_ids": [31]}
+{"chat_id": 10, "parent_chat_id": -1, "timestamp": 6, "input_length": 48, "output_length": 5, "type": "text", "hash_ids": [99, 12, 13]}
+`
+	w, err := ReadBailian(strings.NewReader(trace), TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := drive(t, w, fixed(time.Second))
+	if len(reqs) != 6 {
+		t.Fatalf("%d requests, want 6", len(reqs))
+	}
+	c1, c2, c3, c4, c9, c10 := reqs[0], reqs[1], reqs[2], reqs[3], reqs[4], reqs[5]
+	if c1.At != 0 || c2.At != 1750*time.Millisecond || c4.At != 3500*time.Millisecond {
+		t.Errorf("arrivals %v %v %v, want 0, 1.75s, 3.5s (timestamps are seconds, offsets from the first)", c1.At, c2.At, c4.At)
+	}
+	tests := []struct {
+		name string
+		x, y *Request
+		want int
+	}{
+		{"the next turn holds the whole earlier prompt (its partial block excepted)", c1, c2, 2},
+		{"a later turn extends the one before", c2, c4, 4},
+		{"another conversation shares nothing", c1, c3, 0},
+		{"equal ids after a different first one share nothing (chained)", c1, c10, 0},
+	}
+	for _, tt := range tests {
+		if got := sharedBlocks(tt.x.Prompt.Blocks, tt.y.Prompt.Blocks); got != tt.want {
+			t.Errorf("%s: %d shared blocks, want %d", tt.name, got, tt.want)
+		}
+	}
+	if len(c1.Prompt.Blocks) != 2 || len(c4.Prompt.Blocks) != 5 {
+		t.Errorf("block counts %d and %d, want 2 and 5 (16-token blocks)", len(c1.Prompt.Blocks), len(c4.Prompt.Blocks))
+	}
+	if c1.Profile.SessionKey == "" || c1.Profile.SessionKey != c2.Profile.SessionKey || c2.Profile.SessionKey != c4.Profile.SessionKey {
+		t.Errorf("session keys %q %q %q, want one conversation", c1.Profile.SessionKey, c2.Profile.SessionKey, c4.Profile.SessionKey)
+	}
+	if c3.Profile.SessionKey == c1.Profile.SessionKey || c9.Profile.SessionKey == c1.Profile.SessionKey || c10.Profile.SessionKey == c1.Profile.SessionKey {
+		t.Errorf("other conversations share session key %q", c1.Profile.SessionKey)
+	}
+	if c4.Session != c4.Profile.SessionKey || c4.Turn != 3 || c10.Turn != 1 {
+		t.Errorf("chat 4: session %q turn %d; chat 10 turn %d; want its key, 3 and 1", c4.Session, c4.Turn, c10.Turn)
+	}
+	if c2.Output != 1 {
+		t.Errorf("zero output generated as %d tokens, want 1", c2.Output)
+	}
+	// Prefix keys cover the first 1,024 tokens: chats 1, 2 and 4 differ
+	// (their prompts are shorter, so the keys cover different lengths).
+	if c1.Profile.PrefixKey == "" || c1.Profile.PrefixKey == c3.Profile.PrefixKey || c1.Profile.PrefixKey == c10.Profile.PrefixKey {
+		t.Errorf("prefix keys %q %q %q, want three different", c1.Profile.PrefixKey, c3.Profile.PrefixKey, c10.Profile.PrefixKey)
+	}
+}
+
+func TestBailianPrefixKeyCoversTheFirst1024Tokens(t *testing.T) {
+	ids := func(first, n int) string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = strconv.Itoa(first + i)
+		}
+		return strings.Join(s, ", ")
+	}
+	// Two prompts equal in their first 64 blocks, then different; a third
+	// differs in block 64 (0-based 63).
+	trace := fmt.Sprintf(`{"chat_id": 1, "timestamp": 0, "input_length": 1600, "output_length": 1, "hash_ids": [%s]}
+{"chat_id": 2, "timestamp": 1, "input_length": 1600, "output_length": 1, "hash_ids": [%s, %s]}
+{"chat_id": 3, "timestamp": 2, "input_length": 1600, "output_length": 1, "hash_ids": [%s, 7777, %s]}
+`, ids(0, 100), ids(0, 64), ids(500, 36), ids(0, 63), ids(64, 36))
+	w, err := ReadBailian(strings.NewReader(trace), TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := drive(t, w, fixed(time.Second))
+	if reqs[0].Profile.PrefixKey != reqs[1].Profile.PrefixKey {
+		t.Errorf("equal first 1,024 tokens, prefix keys %q and %q", reqs[0].Profile.PrefixKey, reqs[1].Profile.PrefixKey)
+	}
+	if reqs[0].Profile.PrefixKey == reqs[2].Profile.PrefixKey {
+		t.Errorf("different 64th block, same prefix key %q", reqs[0].Profile.PrefixKey)
+	}
+	if reqs[0].Profile.SessionKey == reqs[1].Profile.SessionKey {
+		t.Errorf("two first requests share session key %q", reqs[0].Profile.SessionKey)
+	}
+}
+
+func TestBailianRejectsBadInput(t *testing.T) {
+	tests := []struct{ name, text, wantErr string }{
+		{"not json", `{"chat_id": 1, "timestamp": 0, "input_length": 10, "output_length": 1}` + "\nnope\n", "bailian line 2"},
+		{"no chat_id", `{"timestamp": 0, "input_length": 10, "output_length": 1}`, "chat_id, timestamp"},
+		{"bad timestamp", `{"chat_id": 1, "timestamp": -1, "input_length": 10, "output_length": 1}`, "bad timestamp -1"},
+		{"zero input", `{"chat_id": 1, "timestamp": 0, "input_length": 0, "output_length": 1}`, "input_length 0"},
+		{"negative output", `{"chat_id": 1, "timestamp": 0, "input_length": 5, "output_length": -2}`, "output_length -2"},
+		{"parent loop", `{"chat_id": 1, "parent_chat_id": 2, "timestamp": 0, "input_length": 5, "output_length": 1}` + "\n" +
+			`{"chat_id": 2, "parent_chat_id": 1, "timestamp": 1, "input_length": 5, "output_length": 1}`, "loops"},
+		{"empty", "\n", "no requests"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := ReadBailian(strings.NewReader(tt.text), TraceOptions{})
+			if err == nil || w != nil {
+				t.Fatalf("got %v, %v; want an error", w, err)
+			}
+			if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestOpenTraceTellsBailianFromMooncake(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// The same numbers in both formats: Bailian's timestamps are seconds,
+	// Mooncake's milliseconds.
+	bailian := write("qwen.jsonl", "\n"+`{"chat_id": 5, "parent_chat_id": -1, "timestamp": 0, "input_length": 32, "output_length": 1, "hash_ids": [1, 2]}`+"\n"+
+		`{"chat_id": 6, "parent_chat_id": 5, "timestamp": 3, "input_length": 32, "output_length": 1, "hash_ids": [1, 2]}`+"\n")
+	mooncake := write("mc.jsonl", `{"timestamp": 0, "input_length": 32, "output_length": 1, "hash_ids": [1]}`+"\n"+
+		`{"timestamp": 3, "input_length": 32, "output_length": 1, "hash_ids": [1]}`+"\n")
+	for _, tt := range []struct {
+		path, format string
+		gap          time.Duration
+		session      bool
+	}{
+		{bailian, "", 3 * time.Second, true},
+		{bailian, "bailian", 3 * time.Second, true},
+		{mooncake, "", 3 * time.Millisecond, false},
+		{bailian, "mooncake", 3 * time.Millisecond, false}, // a named format is obeyed
+	} {
+		w, err := OpenTrace(tt.path, tt.format, TraceOptions{})
+		if err != nil {
+			t.Fatalf("%s as %q: %v", tt.path, tt.format, err)
+		}
+		reqs := drive(t, w, fixed(time.Second))
+		if got := reqs[1].At - reqs[0].At; got != tt.gap || (reqs[1].Profile.SessionKey != "") != tt.session {
+			t.Errorf("%s as %q: gap %v, session %q; want %v, session %v", filepath.Base(tt.path), tt.format, got, reqs[1].Profile.SessionKey, tt.gap, tt.session)
+		}
 	}
 }
