@@ -10,6 +10,7 @@
 #   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
+#   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
 #   POLICY=prefix-tree EXCLUDE=cost scripts/heldout.sh traces   # a baseline judged by the same rule against the other baselines
@@ -23,7 +24,9 @@
 # before any variant ran on it; held5 the same way with seed 20261203, at the
 # start of the session that kept it for judging last; held6 with seed
 # 20261204, runs already in another set redrawn, judged with the defaults
-# only), traces (gen and held1-6), all (bar and traces). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# only), held7 (seed 20261205, drawn the same way before the third session's
+# change was judged; runs already in another set redrawn), traces (gen and
+# held1-6), all (bar, traces and held7). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -86,16 +89,30 @@ HELD6="
   conv12x3.41 mc26x2.61 mc19x2.93 az5x1.17 mc2x0.55 conv24x9.59 az26x5.50 mc7x2.50
   az12x4.94 mc2x0.69 mc6x1.04 mc2x0.27 conv5x0.93 az2x0.87 az6x2.86"
 
+HELD7="
+  mc15x4.30 mc12x2.62 az3x1.16 az12x2.21 az28x7.48 az2x0.69 conv5x0.84 mc2x0.31
+  conv16x4.13 az3x1.34 az6x1.15 az16x8.45 az11x4.68 az7x1.27 conv8x0.94 mc3x0.98
+  mc22x6.09 mc3x0.85 conv20x3.34 mc13x4.79 az7x1.36 az12x2.65 conv6x1.72 mc13x2.39
+  conv4x0.44 az28x13.97 mc11x2.81 mc15x3.38 conv14x4.48 mc7x2.27"
+
+if [[ ${VARIANT:-} == cost ]]; then
+	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
+	exit 2
+fi
+
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | traces | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|held7|traces|all" >&2
 	exit 2
 	;;
 esac
 
 mkdir -p "$OUT"
-bin="$OUT/llmlb"
+# A binary of its own, so that two invocations on one $OUT do not replace
+# each other's while it runs.
+bin=$(mktemp "$OUT/llmlb.XXXXXX")
+trap 'rm -f "$bin"' EXIT
 echo "building $bin" >&2
 go build -o "$bin" ./cmd/llmlb
 
@@ -186,10 +203,11 @@ held3) trace_runs "$HELD3" ;;
 held4) trace_runs "$HELD4" ;;
 held5) trace_runs "$HELD5" ;;
 held6) trace_runs "$HELD6" ;;
+held7) trace_runs "$HELD7" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7"
 	;;
 esac
 

@@ -34,6 +34,8 @@ type CostConfig struct {
 	// the least-loaded candidate's + slack): consistent hashing with bounded
 	// loads, so a prefix every request shares cannot pull all traffic to
 	// one replica (cost.bounded_load 2, cost.bounded_load_slack 8). The
+	// bound binds a replica that holds part of the prompt or whose batch is
+	// full, not one that holds none of it and can admit it (overBound). The
 	// slack binds at light load, where the estimates already price the
 	// queue: at 4 it sent a prefix's later requests elsewhere while its
 	// replica was the fastest, and cost hit rate on held-out traces
@@ -71,6 +73,12 @@ type CostConfig struct {
 	// measured on the Mooncake traces. (100 met issue 9's rule on fewer
 	// held-out trace runs; 1,000 on fewer again.)
 	EvictionWeight float64
+	// RotationStart shifts where the rotation among equal candidates starts
+	// (cost.rotation_start, 0). It changes nothing but the order in which
+	// equal estimates are met: a benchmark run with 1, 2 or 3 shows how much
+	// its result depends on that order (BENCHMARKS.md: on issue 9's trace
+	// runs, as much as most changes measured there).
+	RotationStart int
 }
 
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
@@ -136,6 +144,9 @@ func (c CostConfig) Validate() error {
 	if c.Sessions < 0 {
 		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
 	}
+	if c.RotationStart < 0 {
+		bad = append(bad, fmt.Sprintf("cost.rotation_start: must be >= 0, got %d", c.RotationStart))
+	}
 	if len(bad) > 0 {
 		return errors.New(strings.Join(bad, "; "))
 	}
@@ -152,8 +163,9 @@ func (c CostConfig) Validate() error {
 // sized to its real KV capacity, the work ahead is the prefill the replica
 // still owes the balancer's earlier requests (Candidate.PendingPrefill) plus
 // its scraped queue beyond them, and the rates are the replica's own,
-// measured. Among the replicas within the bounded-load limit it takes the
-// smallest estimate; ties go to the fewest in-flight requests, then in
+// measured. Among the replicas within the bounded-load limit (which binds
+// a replica that holds part of the prompt or whose batch is full, see
+// overBound) it takes the smallest estimate; ties go to the fewest in-flight requests, then in
 // rotation. docs/ROUTING.md explains the model and its limits.
 type Cost struct {
 	cfg   CostConfig
@@ -273,7 +285,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 
 	// Bounded load: no replica beyond max(ceil(c x mean), min + slack) in
-	// flight, counting this request.
+	// flight, counting this request, if it holds part of the prompt or its
+	// batch is full (overBound).
 	total, minIn := 0, math.MaxInt
 	for i := range cands {
 		total += cands[i].InFlight
@@ -284,7 +297,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	reuse := p.index.Reuse()
 	nowNS := now.UnixNano()
 	fastest := -1
-	start := int(p.rr % uint64(n))
+	start := int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
 	p.rr++
 	for j := range n {
 		i := start + j
@@ -368,7 +381,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 			est += p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
-		if c.InFlight+1 > limit {
+		if p.overBound(c, limit, prefill, tokens) {
 			continue
 		}
 		if fastest < 0 || est < p.estimates[fastest] {
@@ -388,7 +401,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 				i -= n
 			}
 			c := &cands[i]
-			if c.InFlight+1 > limit || p.estimates[i] > margin {
+			if p.overBound(c, limit, p.prefills[i], tokens) || p.estimates[i] > margin {
 				continue
 			}
 			if p.preferred(i, best, cands) {
@@ -423,9 +436,26 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		choice.Reason = ReasonAffinity
 	}
 	if p.explain {
-		choice.Detail = p.detail(cands, limit)
+		choice.Detail = p.detail(cands, limit, tokens)
 	}
 	return choice
+}
+
+// overBound reports whether the bounded-load rule keeps candidate c out: it
+// would go past the limit, and either holds part of the prompt (the bound
+// stops cache affinity from piling requests onto the replicas that hold a
+// prefix everyone shares) or has no free batch slot. A replica that holds
+// none of a sized prompt and can still admit it is ahead on its estimate
+// alone (queue, batch, KV), which already prices its load: bounding it by
+// request count sent short requests behind 100K-token prefills on
+// longshort, where the one replica without a long prefill takes most short
+// requests (BENCHMARKS.md, "Third session of 2026-12-02").
+func (p *Cost) overBound(c *Candidate, limit int, prefill float64, tokens int) bool {
+	if c.InFlight+1 <= limit {
+		return false
+	}
+	holds := prefill < float64(tokens)
+	return tokens <= 0 || holds || c.InFlight+1 > p.cfg.MaxNumSeqs
 }
 
 // costArrivals is one replica's running mean of the seconds between the
@@ -558,12 +588,19 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 
 // detail lists every candidate's estimate for the debug log and decision
 // records.
-func (p *Cost) detail(cands []Candidate, limit int) string {
+func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit=%d", limit)
 	for i, c := range cands {
 		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f kv_held=%.0f in_flight=%d rate=%.0f step=%.3fs",
 			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.HeldPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		if c.InFlight+1 > limit {
+			if p.overBound(&cands[i], limit, p.prefills[i], tokens) {
+				b.WriteString(" over_limit")
+			} else {
+				b.WriteString(" over_limit_exempt")
+			}
+		}
 	}
 	return b.String()
 }

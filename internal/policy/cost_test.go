@@ -107,6 +107,57 @@ func TestCostBoundedLoad(t *testing.T) {
 	}
 }
 
+// TestCostBoundedLoadBindsAffinityOnly: the bound keeps a replica past its
+// share from taking a request that follows its cache or that its full batch
+// cannot admit, but not one it holds nothing of and can admit at once, when
+// the others owe long prefills (longshort: short requests behind 100K-token
+// prefills).
+func TestCostBoundedLoadBindsAffinityOnly(t *testing.T) {
+	setup := func() (*Cost, []Candidate, int) {
+		p := newCost(t, func(c *CostConfig) { c.BoundedLoad, c.BoundedLoadSlack, c.MaxNumSeqs = 1.5, 2, 64 })
+		cands := costCands(4)
+		held := p.Choose(costPrompt("shared", 50, 0, ""), cands, t0).Index
+		// The others each owe a 100K-token prefill (10 s at 10K tokens/s);
+		// the free one runs 20 short requests: past max(ceil(1.5*27/4), 4) = 11.
+		for i := range cands {
+			cands[i].InFlight, cands[i].PendingPrefill, cands[i].PendingRequests = 2, 100_000, 1
+		}
+		free := (held + 1) % len(cands)
+		cands[free].InFlight, cands[free].PendingPrefill, cands[free].PendingRequests = 20, 0, 0
+		return p, cands, free
+	}
+	p, cands, free := setup()
+	if c := p.Choose(costPrompt("other", 0, 4, "a"), cands, t0); c.Index != free {
+		t.Errorf("a short prompt no replica holds went to %d (estimate %.2fs), not to the free replica %d past its share: %s",
+			c.Index, c.Estimate, free, p.detail(cands, 11, 4*tokenize.BlockSize))
+	}
+	// The free replica holds this prompt's prefix: the bound applies.
+	p, cands, free = setup()
+	p.Choose(costPrompt("mine", 10, 0, ""), cands, t0) // learn where it goes
+	cands[free].InFlight = 0
+	held := p.Choose(costPrompt("mine", 10, 1, ""), cands, t0).Index
+	cands[held].InFlight, cands[held].PendingPrefill = 20, 0
+	for i := range cands {
+		if i != held {
+			cands[i].InFlight, cands[i].PendingPrefill = 2, 100_000
+		}
+	}
+	if c := p.Choose(costPrompt("mine", 10, 2, ""), cands, t0); c.Index == held {
+		t.Errorf("the bound let replica %d past its share take a prompt it holds", held)
+	}
+	// Its batch is full: the bound applies.
+	p, cands, free = setup()
+	cands[free].InFlight = 64
+	for i := range cands {
+		if i != free {
+			cands[i].InFlight = 30
+		}
+	}
+	if c := p.Choose(costPrompt("other", 0, 4, "b"), cands, t0); c.Index == free {
+		t.Errorf("the bound let a replica with a full batch (64 of 64) past its share take a request")
+	}
+}
+
 func TestCostSessionWithoutBlocks(t *testing.T) {
 	p := newCost(t, nil)
 	cands := costCands(3)
@@ -360,5 +411,19 @@ func TestCostArrivalsAreCountedPerReplica(t *testing.T) {
 	now = now.Add(100 * time.Second)
 	if c := p.Choose(costPrompt("sys", 200, 2, "s2"), ours, now); c.Index == held {
 		t.Errorf("another model's 10 requests a second kept the prompt behind a 0.5 s queue: %+v", c)
+	}
+}
+
+// TestCostRotationStart: rotation_start changes only which of equal
+// candidates is met first.
+func TestCostRotationStart(t *testing.T) {
+	for start := range 5 {
+		p := newCost(t, func(c *CostConfig) { c.RotationStart = start })
+		if got := p.Choose(costPrompt("x", 0, 4, "s"), costCands(4), t0).Index; got != start%4 {
+			t.Errorf("rotation_start %d: the first of 4 equal candidates chosen is %d, want %d", start, got, start%4)
+		}
+	}
+	if err := (CostConfig{RotationStart: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.rotation_start") {
+		t.Errorf("rotation_start -1: %v", err)
 	}
 }
