@@ -165,8 +165,9 @@ func (c CostConfig) Validate() error {
 // its scraped queue beyond them, and the rates are the replica's own,
 // measured. Among the replicas within the bounded-load limit (which binds
 // a replica that holds part of the prompt or whose batch is full, see
-// overBound) it takes the smallest estimate; ties go to the fewest in-flight requests, then in
-// rotation. docs/ROUTING.md explains the model and its limits.
+// overBound) it takes the smallest estimate; ties go to the fewest in-flight
+// requests, then in rotation. docs/ROUTING.md explains the model and its
+// limits.
 type Cost struct {
 	cfg   CostConfig
 	index *kvindex.Index
