@@ -285,7 +285,7 @@ loop:
 		err = ferr
 	}
 	s := gen.Stats().Snapshot()
-	fmt.Fprintf(out, "done: %d requests, %d ok, %d failed; logs in %s\n", s.Requests, s.OK, s.Failed, logFile.Name())
+	fmt.Fprintf(out, "done: %d requests, %d ok, %d failed%s; logs in %s\n", s.Requests, s.OK, s.Failed, failureNote(s), logFile.Name())
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/traffic"
 	"github.com/llmlb/llmlb/internal/ui"
 )
 
@@ -228,5 +229,35 @@ func TestDemoRejectsUnknownPolicy(t *testing.T) {
 	err := demo(context.Background(), o, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), `--policy: policy: unknown policy "nope"`) {
 		t.Fatalf("err = %v, want an unknown-policy error", err)
+	}
+}
+
+// TestDemoFailureNote: the status line says what the failed requests were.
+func TestDemoFailureNote(t *testing.T) {
+	tests := []struct {
+		name string
+		sum  traffic.Summary
+		want string
+	}{
+		{"none failed", traffic.Summary{Requests: 10, OK: 10, ByStatus: map[int]int{200: 10}}, ""},
+		{"streams cut by the flap, a 503 and a refused connection", traffic.Summary{Requests: 20, OK: 12, Failed: 8,
+			ByStatus: map[int]int{0: 1, 200: 17, 503: 2},
+			Errors: map[string]int{
+				`traffic: stream error event: {"error":{"message":"upstream broke"}}`:    4,
+				"traffic: stream ended without [DONE]":                                   1,
+				"Post \"http://127.0.0.1:8080/v1/chat/completions\": connection refused": 1,
+			}},
+			": 5 cut mid-stream, 2 HTTP 503, 1 no answer"},
+	}
+	for _, tt := range tests {
+		if got := failureNote(tt.sum); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	var b bytes.Buffer
+	sc := &demoScreen{}
+	sc.writeLine(&b, frame{elapsed: time.Minute, snap: &ui.Snapshot{}, traffic: tests[1].sum})
+	if want := "20 requests (8 failed: 5 cut mid-stream, 2 HTTP 503, 1 no answer)"; !strings.Contains(b.String(), want) {
+		t.Errorf("status line %q lacks %q", b.String(), want)
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,8 +128,8 @@ func (sc *demoScreen) screenLines(f frame) []string {
 	}
 	t := f.traffic
 	lines = append(lines, "",
-		fmt.Sprintf("decisions/s %.1f   requests %d (ok %d, failed %d)   TTFT p50 %s p99 %s   imbalance %.2f",
-			s.Fleet.RequestsPerSecond, t.Requests, t.OK, t.Failed,
+		fmt.Sprintf("decisions/s %.1f   requests %d (ok %d, failed %d%s)   TTFT p50 %s p99 %s   imbalance %.2f",
+			s.Fleet.RequestsPerSecond, t.Requests, t.OK, t.Failed, failureNote(t),
 			fmtSeconds(s.Fleet.TTFTp50Seconds), fmtSeconds(s.Fleet.TTFTp99Seconds), s.Fleet.ImbalanceIndex))
 	alerts := "none"
 	if len(s.Alerts) > 0 {
@@ -154,7 +156,7 @@ func (sc *demoScreen) screenLines(f frame) []string {
 // state and share, and the episode.
 func (sc *demoScreen) writeLine(out io.Writer, f frame) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%s] %.1f decisions/s, %d requests (%d failed)", clockOf(f.elapsed), f.snap.Fleet.RequestsPerSecond, f.traffic.Requests, f.traffic.Failed)
+	fmt.Fprintf(&b, "[%s] %.1f decisions/s, %d requests (%d failed%s)", clockOf(f.elapsed), f.snap.Fleet.RequestsPerSecond, f.traffic.Requests, f.traffic.Failed, failureNote(f.traffic))
 	for _, r := range f.snap.Replicas {
 		fmt.Fprintf(&b, " | %s %s %.0f%%", r.Name, r.State, 100*r.Share)
 	}
@@ -163,6 +165,47 @@ func (sc *demoScreen) writeLine(out io.Writer, f frame) {
 	}
 	b.WriteByte('\n')
 	_, _ = io.WriteString(out, b.String())
+}
+
+// failureNote says what the failed requests were, for the status line:
+// ": 5 cut mid-stream" (a stream broken after its first byte, which no
+// balancer can retry without replaying what the client has seen: the
+// flapping replica went down under it), ": 2 HTTP 503", ": 1 no answer"
+// (no response at all). "" when none failed.
+func failureNote(t traffic.Summary) string {
+	if t.Failed == 0 {
+		return ""
+	}
+	midStream, noAnswer := 0, 0
+	for class, n := range t.Errors {
+		if strings.HasPrefix(class, "traffic: stream") || strings.HasPrefix(class, "traffic: reading stream") {
+			midStream += n
+		}
+	}
+	var parts []string
+	if midStream > 0 {
+		parts = append(parts, fmt.Sprintf("%d cut mid-stream", midStream))
+	}
+	statuses := make([]int, 0, len(t.ByStatus))
+	for st := range t.ByStatus {
+		statuses = append(statuses, st)
+	}
+	slices.Sort(statuses)
+	for _, st := range statuses {
+		switch n := t.ByStatus[st]; {
+		case st == 0:
+			noAnswer += n
+		case st != http.StatusOK:
+			parts = append(parts, fmt.Sprintf("%d HTTP %d", n, st))
+		}
+	}
+	if noAnswer > 0 {
+		parts = append(parts, fmt.Sprintf("%d no answer", noAnswer))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
 }
 
 func fmtSeconds(s float64) string {
