@@ -277,6 +277,25 @@ func FuzzReadMooncake(f *testing.F) {
 	})
 }
 
+func FuzzReadBailian(f *testing.F) {
+	f.Add(`{"chat_id": 1, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 521, "output_length": 132, "type": "text", "turn": 1, "hash_ids": [1089, 1090]}` + "\n" +
+		`{"chat_id": 2, "parent_chat_id": 1, "timestamp": 62.5, "input_length": 40, "output_length": 0, "turn": 2, "hash_ids": [1089]}`)
+	f.Add("{\"chat_id\": 7, \"parent_chat_id\": 7, \"timestamp\": 0, \"input_length\": 3, \"output_length\": 1}\n\n{}")
+	f.Fuzz(func(t *testing.T, text string) {
+		w, err := ReadBailian(strings.NewReader(text), TraceOptions{Speed: 2})
+		if err != nil {
+			return
+		}
+		for !w.Done() {
+			r := w.Pop()
+			if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize ||
+				r.Profile.SessionKey == "" || r.Turn < 1 {
+				t.Fatalf("bad request %+v", r)
+			}
+		}
+	})
+}
+
 func FuzzReadAzure(f *testing.F) {
 	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n")
 	f.Add("GeneratedTokens,TIMESTAMP,ContextTokens\n1,12.5,7\n")
