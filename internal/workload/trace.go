@@ -63,17 +63,18 @@ var TraceFormats = []string{"mooncake", "bailian", "azure"}
 // "azure"; "" takes it from the file: .csv is azure, and a .jsonl file is
 // bailian when its first line has a "chat_id" field, else mooncake.
 func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
+	sniff := false // a .jsonl file: mooncake or bailian, the first line tells
 	if format == "" {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".jsonl":
-			format = "jsonl" // mooncake or bailian: the first line tells
+			format, sniff = "mooncake", true
 		case ".csv":
 			format = "azure"
 		default:
 			return nil, fmt.Errorf("%w: cannot tell the format of %s from its extension (want .jsonl or .csv, or name the format)", ErrUnknownFormat, path)
 		}
 	}
-	if format != "jsonl" && !slices.Contains(TraceFormats, format) {
+	if !slices.Contains(TraceFormats, format) {
 		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownFormat, format, strings.Join(TraceFormats, ", "))
 	}
 	f, err := os.Open(path)
@@ -82,7 +83,7 @@ func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<16)
-	if format == "jsonl" {
+	if sniff {
 		format = sniffJSONL(br)
 	}
 	read := ReadMooncake

@@ -249,6 +249,9 @@ func TestOpenTraceFormat(t *testing.T) {
 	if _, err := OpenTrace(txt, "", TraceOptions{}); !errors.Is(err, ErrUnknownFormat) {
 		t.Errorf("unknown extension: %v, want ErrUnknownFormat", err)
 	}
+	if _, err := OpenTrace(txt, "jsonl", TraceOptions{}); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("format jsonl (an extension, not a format): %v, want ErrUnknownFormat", err)
+	}
 	if _, err := OpenTrace(txt, "sharegpt", TraceOptions{}); !errors.Is(err, ErrUnknownFormat) {
 		t.Errorf("unknown format: %v, want ErrUnknownFormat", err)
 	}
