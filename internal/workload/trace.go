@@ -137,6 +137,43 @@ type mooncakeLine struct {
 	HashIDs      []uint64 `json:"hash_ids"`
 }
 
+// eachJSONLine decodes every non-blank line of a JSONL trace into a fresh T
+// and hands it to fn with its 1-based line number; it stops at the first
+// error (a line that is not JSON, one fn refuses, or a read error), named by
+// the format.
+func eachJSONLine[T any](format string, r io.Reader, fn func(line int, m *T) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		b := sc.Bytes()
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var m T
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("workload: %s line %d: %w", format, line, err)
+		}
+		if err := fn(line, &m); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("workload: %s: %w", format, err)
+	}
+	return nil
+}
+
+// checkLengths bounds a trace request's prompt and output tokens.
+func checkLengths(format string, line, input, output int) error {
+	switch {
+	case input < 1 || input > maxTraceTokens:
+		return fmt.Errorf("workload: %s line %d: input_length %d, want 1..%d", format, line, input, maxTraceTokens)
+	case output < 0 || output > maxTraceTokens:
+		return fmt.Errorf("workload: %s line %d: output_length %d, want 0..%d", format, line, output, maxTraceTokens)
+	}
+	return nil
+}
+
 // ReadMooncake reads a Mooncake trace (JSONL: timestamp in ms,
 // input_length, output_length, hash_ids of 512-token blocks). Full 512-token
 // blocks map onto 32 engine blocks keyed by their hash id, so equal ids give
@@ -147,27 +184,16 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
 	var recs []traceRecord
-	for line := 1; sc.Scan(); line++ {
-		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
-			continue
-		}
-		var m mooncakeLine
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("workload: mooncake line %d: %w", line, err)
-		}
+	err := eachJSONLine("mooncake", r, func(line int, m *mooncakeLine) error {
 		switch {
 		case m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
-			return nil, fmt.Errorf("workload: mooncake line %d: timestamp, input_length and output_length are required", line)
+			return fmt.Errorf("workload: mooncake line %d: timestamp, input_length and output_length are required", line)
 		case math.IsNaN(*m.Timestamp) || *m.Timestamp < 0 || *m.Timestamp > maxTraceMillis:
-			return nil, fmt.Errorf("workload: mooncake line %d: bad timestamp %v (want 0..%g ms)", line, *m.Timestamp, maxTraceMillis)
-		case *m.InputLength < 1 || *m.InputLength > maxTraceTokens:
-			return nil, fmt.Errorf("workload: mooncake line %d: input_length %d, want 1..%d", line, *m.InputLength, maxTraceTokens)
-		case *m.OutputLength < 0 || *m.OutputLength > maxTraceTokens:
-			return nil, fmt.Errorf("workload: mooncake line %d: output_length %d, want 0..%d", line, *m.OutputLength, maxTraceTokens)
+			return fmt.Errorf("workload: mooncake line %d: bad timestamp %v (want 0..%g ms)", line, *m.Timestamp, maxTraceMillis)
+		}
+		if err := checkLengths("mooncake", line, *m.InputLength, *m.OutputLength); err != nil {
+			return err
 		}
 		recs = append(recs, traceRecord{
 			at:     time.Duration(*m.Timestamp * float64(time.Millisecond)),
@@ -175,9 +201,10 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 			output: *m.OutputLength,
 			ids:    m.HashIDs,
 		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("workload: mooncake: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return unwrap(newTrace("mooncake", recs, opt))
 }
@@ -266,37 +293,27 @@ type bailianLine struct {
 // traces (github.com/alibaba-edu/qwen-bailian-usagetraces-anon; JSONL:
 // chat_id, parent_chat_id (-1 for a conversation's first request),
 // timestamp in seconds, input_length, output_length, type, turn, hash_ids of
-// 16-token blocks). Arrivals are offsets from the earliest timestamp. Each hash id is one engine block, chained like the
-// engine's, so a cache hit needs the whole prefix of ids to be equal; a
-// partial last block shares nothing. A request's session key names its
+// 16-token blocks). Arrivals are offsets from the earliest timestamp. Each
+// hash id is one engine block, chained like the engine's, so a cache hit
+// needs the whole prefix of ids to be equal; a partial last block shares
+// nothing. A request's session key names its
 // conversation, found by following parent_chat_id to the first request; its
 // prefix key stands for the first 1,024 tokens (docs/WORKLOADS.md).
 func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
 	var recs []traceRecord
 	var chats, parents []int64 // per record; parents[i] < 0: a first request
-	for line := 1; sc.Scan(); line++ {
-		b := sc.Bytes()
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
-		var m bailianLine
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("workload: bailian line %d: %w", line, err)
-		}
+	err := eachJSONLine("bailian", r, func(line int, m *bailianLine) error {
 		switch {
 		case m.ChatID == nil || m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
-			return nil, fmt.Errorf("workload: bailian line %d: chat_id, timestamp, input_length and output_length are required", line)
+			return fmt.Errorf("workload: bailian line %d: chat_id, timestamp, input_length and output_length are required", line)
 		case math.IsNaN(*m.Timestamp) || *m.Timestamp < 0 || *m.Timestamp > maxTraceMillis/1000:
-			return nil, fmt.Errorf("workload: bailian line %d: bad timestamp %v (want 0..%g s)", line, *m.Timestamp, maxTraceMillis/1000)
-		case *m.InputLength < 1 || *m.InputLength > maxTraceTokens:
-			return nil, fmt.Errorf("workload: bailian line %d: input_length %d, want 1..%d", line, *m.InputLength, maxTraceTokens)
-		case *m.OutputLength < 0 || *m.OutputLength > maxTraceTokens:
-			return nil, fmt.Errorf("workload: bailian line %d: output_length %d, want 0..%d", line, *m.OutputLength, maxTraceTokens)
+			return fmt.Errorf("workload: bailian line %d: bad timestamp %v (want 0..%g s)", line, *m.Timestamp, maxTraceMillis/1000)
+		}
+		if err := checkLengths("bailian", line, *m.InputLength, *m.OutputLength); err != nil {
+			return err
 		}
 		parent := int64(-1)
 		if m.ParentChatID != nil {
@@ -310,9 +327,10 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 			ids:    m.HashIDs,
 			turn:   max(m.Turn, 1),
 		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("workload: bailian: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	roots, err := bailianRoots(chats, parents)
 	if err != nil {
