@@ -35,7 +35,8 @@ type CostConfig struct {
 	// loads, so a prefix every request shares cannot pull all traffic to
 	// one replica (cost.bounded_load 2, cost.bounded_load_slack 8). The
 	// bound binds a replica that holds part of the prompt or whose batch is
-	// full, not one that holds none of it and can admit it (overBound). The
+	// full, not one that holds none of it and can admit it, up to twice the
+	// bound (overBound). The
 	// slack binds at light load, where the estimates already price the
 	// queue: at 4 it sent a prefix's later requests elsewhere while its
 	// replica was the fastest, and cost hit rate on held-out traces
@@ -450,13 +451,16 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 // alone (queue, batch, KV), which already prices its load: bounding it by
 // request count sent short requests behind 100K-token prefills on
 // longshort, where the one replica without a long prefill takes most short
-// requests (BENCHMARKS.md, "Third session of 2026-12-02").
+// requests (BENCHMARKS.md, "Third session of 2026-12-02"). Twice the limit
+// binds every replica: the bound is also the backstop against estimates
+// that are wrong (a replica whose /metrics claim rates it does not have
+// would otherwise take requests up to a full batch).
 func (p *Cost) overBound(c *Candidate, limit int, prefill float64, tokens int) bool {
 	if c.InFlight+1 <= limit {
 		return false
 	}
 	holds := prefill < float64(tokens)
-	return tokens <= 0 || holds || c.InFlight+1 > p.cfg.MaxNumSeqs
+	return tokens <= 0 || holds || c.InFlight+1 > min(2*limit, p.cfg.MaxNumSeqs)
 }
 
 // costArrivals is one replica's running mean of the seconds between the

@@ -156,6 +156,14 @@ func TestCostBoundedLoadBindsAffinityOnly(t *testing.T) {
 	if c := p.Choose(costPrompt("other", 0, 4, "b"), cands, t0); c.Index == free {
 		t.Errorf("the bound let a replica with a full batch (64 of 64) past its share take a request")
 	}
+	// At twice the limit the bound binds whatever the estimate says: with
+	// 2 in flight on each of the others and 24 on the free one, the limit is
+	// max(ceil(1.5*31/4), 4) = 12, and a 25th request is past 2 x 12.
+	p, cands, free = setup()
+	cands[free].InFlight = 24
+	if c := p.Choose(costPrompt("other", 0, 4, "c"), cands, t0); c.Index == free {
+		t.Errorf("the bound let a replica at 24 in flight take a request while the others hold 2 (limit 12)")
+	}
 }
 
 func TestCostSessionWithoutBlocks(t *testing.T) {
