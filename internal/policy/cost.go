@@ -80,6 +80,22 @@ type CostConfig struct {
 	// its result depends on that order (BENCHMARKS.md: on issue 9's trace
 	// runs, as much as most changes measured there).
 	RotationStart int
+	// BurstSpread lets the later requests of a session's burst (parallel
+	// tool calls, sub-agents: requests of a session that arrive before
+	// the one before has its first token) leave the replica the burst
+	// went to: one takes the best other replica if its score there is at
+	// most burst_spread x the wait the burst's earlier requests added on
+	// the burst's replica (cost.burst_spread, 1; 0 keeps a burst where
+	// its estimates put it). A request's own estimate never justifies
+	// that move, since the other replica must first copy the session's
+	// context; the copy pays off at the session's next bursts, which then
+	// find their context on two replicas and share steps on neither (issue
+	// 9: on agentic a session's bursts otherwise all queue on its one
+	// replica, and round-robin, whose rotation copies every session
+	// everywhere, had the better median; BENCHMARKS.md, "Fourth session of
+	// 2026-12-02"). At 1 a copy is worth the burst's wait once more, the
+	// next burst's.
+	BurstSpread float64
 }
 
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
@@ -109,6 +125,7 @@ func DefaultCostConfig() CostConfig {
 		MaxNumSeqs:       256,
 		Sessions:         65_536,
 		EvictionWeight:   300,
+		BurstSpread:      1,
 	}
 }
 
@@ -144,6 +161,9 @@ func (c CostConfig) Validate() error {
 	}
 	if c.Sessions < 0 {
 		bad = append(bad, fmt.Sprintf("cost.sessions: must be >= 0, got %d", c.Sessions))
+	}
+	if !(c.BurstSpread >= 0) || math.IsInf(c.BurstSpread, 0) {
+		bad = append(bad, fmt.Sprintf("cost.burst_spread: must be >= 0, got %v", c.BurstSpread))
 	}
 	if c.RotationStart < 0 {
 		bad = append(bad, fmt.Sprintf("cost.rotation_start: must be >= 0, got %d", c.RotationStart))
@@ -193,10 +213,17 @@ type Cost struct {
 }
 
 // costSession remembers where a session's last request went, for requests
-// whose prompt has no blocks.
+// whose prompt has no blocks, and the session's current burst.
 type costSession struct {
 	rep    int32
 	tokens int
+	// firstTokenBy is when the session's requests so far are expected to
+	// have their first tokens (Unix nanoseconds): a request before it is
+	// part of a burst, whose first request went to burstRep with a TTFT
+	// estimate of burstTTFT seconds.
+	firstTokenBy int64
+	burstRep     int32
+	burstTTFT    float64
 }
 
 // NewCost returns a cost policy, or an error for a bad config.
@@ -413,6 +440,13 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	} else { // unreachable: the least-loaded candidate is within the limit
 		best = start
 	}
+	inBurst := hasSession && nowNS < sess.firstTokenBy
+	spreadFrom := -1
+	if inBurst && p.cfg.BurstSpread > 0 && best >= 0 && p.candID[best] == sess.burstRep {
+		if alt := p.spreadBurst(best, cands, limit, tokens, sess.burstTTFT); alt != best {
+			spreadFrom, best = best, alt
+		}
+	}
 	prefill := int(p.prefills[best])
 	cached := tokens - prefill
 	if len(blocks) > 0 {
@@ -425,7 +459,13 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 				break
 			}
 		}
-		p.sessions[session] = costSession{rep: p.candID[best], tokens: tokens}
+		next := costSession{rep: p.candID[best], tokens: tokens, burstRep: p.candID[best], burstTTFT: p.ttfts[best],
+			firstTokenBy: nowNS + int64(p.ttfts[best]*float64(time.Second))}
+		if inBurst {
+			next.firstTokenBy = max(next.firstTokenBy, sess.firstTokenBy)
+			next.burstRep, next.burstTTFT = sess.burstRep, sess.burstTTFT
+		}
+		p.sessions[session] = next
 	}
 	if p.meanPrompt == 0 {
 		p.meanPrompt = float64(prefill)
@@ -439,8 +479,37 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	if p.explain {
 		choice.Detail = p.detail(cands, limit, tokens)
+		if spreadFrom >= 0 {
+			choice.Detail += fmt.Sprintf("; burst_spread: from %s, where the burst added %.3fs", cands[spreadFrom].Name, p.ttfts[spreadFrom]-sess.burstTTFT)
+		}
 	}
 	return choice
+}
+
+// spreadBurst returns the candidate a later request of a burst takes
+// instead of best, the burst's replica: the best other one within the
+// bound, if its score there is at most burst_spread x what the burst's
+// earlier requests added to the request's TTFT on best (its estimate now
+// less the burst's first request's); best otherwise. (CostConfig.BurstSpread
+// says why.)
+func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burstTTFT float64) int {
+	added := p.ttfts[best] - burstTTFT
+	if !(added > 0) {
+		return best
+	}
+	alt := -1
+	for i := range cands {
+		if i == best || p.overBound(&cands[i], limit, p.prefills[i], tokens) {
+			continue
+		}
+		if alt < 0 || p.estimates[i] < p.estimates[alt] {
+			alt = i
+		}
+	}
+	if alt >= 0 && p.estimates[alt] <= p.estimates[best]+p.cfg.BurstSpread*added {
+		return alt
+	}
+	return best
 }
 
 // overBound reports whether the bounded-load rule keeps candidate c out: it

@@ -435,3 +435,69 @@ func TestCostRotationStart(t *testing.T) {
 		t.Errorf("rotation_start -1: %v", err)
 	}
 }
+
+// TestCostSpreadsBursts: the later requests of a session's burst leave the
+// burst's replica once the burst's own earlier requests have added more to
+// their wait there than going elsewhere costs, well before their estimate
+// alone would send them; requests that are not a burst are not moved.
+func TestCostSpreadsBursts(t *testing.T) {
+	// The session's context, 256 blocks, is held by one replica; its next
+	// turn adds 32 blocks and comes as a burst whose requests each add 8
+	// of their own (parallel tool calls).
+	prompt := func(context, own int, tag string) *Request {
+		keys := make([]uint64, 0, context+own)
+		for i := range context {
+			keys = append(keys, tokenize.KeyOfText(fmt.Sprint("context/", i)))
+		}
+		for i := range own {
+			keys = append(keys, tokenize.KeyOfText(fmt.Sprint(tag, "/", i)))
+		}
+		p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+		return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: "s"}
+	}
+	// firstMoved returns the index of the burst's first request routed
+	// away from the session's replica, requests gap apart, or -1.
+	firstMoved := func(spread float64, gap time.Duration) (int, string) {
+		p := newCost(t, func(c *CostConfig) { c.BurstSpread = spread })
+		p.SetExplain(true)
+		cands := costCands(2)
+		home := p.Choose(prompt(256, 0, ""), cands, t0).Index // the previous turn, long done
+		at := t0.Add(time.Minute)
+		for k := range 40 {
+			own := 8
+			if k == 0 {
+				own = 0
+			}
+			c := p.Choose(prompt(288, own, fmt.Sprint(k)), cands, at)
+			if c.Index != home {
+				return k, c.Detail
+			}
+			cands[home].PendingPrefill += float64(c.PrefillTokens)
+			cands[home].PendingRequests++
+			cands[home].InFlight++
+			at = at.Add(gap)
+		}
+		return -1, ""
+	}
+	plain, _ := firstMoved(0, 0)
+	spread, detail := firstMoved(1, 0)
+	if plain < 0 {
+		t.Fatal("with burst_spread 0 the burst never left its replica in 40 requests")
+	}
+	if spread < 2 || spread >= plain {
+		t.Errorf("the burst's first request to leave its replica is #%d with burst_spread 1, #%d with 0: want it later than the second and earlier than with 0", spread, plain)
+	}
+	if !strings.Contains(detail, "burst_spread: from") {
+		t.Errorf("the moved request's detail does not say it was spread: %q", detail)
+	}
+	// The same requests 2 s apart, each after the one before has its
+	// first token: no burst, nothing spread.
+	apartPlain, _ := firstMoved(0, 2*time.Second)
+	apartSpread, _ := firstMoved(1, 2*time.Second)
+	if apartSpread != apartPlain {
+		t.Errorf("requests 2 s apart left the session's replica at #%d with burst_spread 1 and #%d with 0: only bursts are spread", apartSpread, apartPlain)
+	}
+	if err := (CostConfig{BurstSpread: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.burst_spread") {
+		t.Errorf("burst_spread -1: %v", err)
+	}
+}
