@@ -460,7 +460,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 			}
 		}
 		next := costSession{rep: p.candID[best], tokens: tokens, burstRep: p.candID[best], burstTTFT: p.ttfts[best],
-			firstTokenBy: nowNS + int64(p.ttfts[best]*float64(time.Second))}
+			firstTokenBy: nowNS + burstWindow(p.ttfts[best])}
 		if inBurst {
 			next.firstTokenBy = max(next.firstTokenBy, sess.firstTokenBy)
 			next.burstRep, next.burstTTFT = sess.burstRep, sess.burstTTFT
@@ -484,6 +484,20 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 	}
 	return choice
+}
+
+// maxBurstWindow bounds how long after a request the session's next ones
+// count as its burst, whatever its estimate (an estimate of hours is a
+// replica in trouble, not a prefill).
+const maxBurstWindow = 10 * time.Minute
+
+// burstWindow is a TTFT estimate in seconds as nanoseconds, within
+// [0, maxBurstWindow].
+func burstWindow(ttft float64) int64 {
+	if !(ttft > 0) {
+		return 0
+	}
+	return int64(min(ttft, maxBurstWindow.Seconds()) * float64(time.Second))
 }
 
 // spreadBurst returns the candidate a later request of a burst takes

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -499,5 +500,22 @@ func TestCostSpreadsBursts(t *testing.T) {
 	}
 	if err := (CostConfig{BurstSpread: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.burst_spread") {
 		t.Errorf("burst_spread -1: %v", err)
+	}
+}
+
+func TestBurstWindowIsBounded(t *testing.T) {
+	for _, c := range []struct {
+		ttft float64
+		want int64
+	}{
+		{0.25, int64(250 * time.Millisecond)},
+		{-1, 0},
+		{math.NaN(), 0},
+		{math.Inf(1), int64(maxBurstWindow)},
+		{1e300, int64(maxBurstWindow)},
+	} {
+		if got := burstWindow(c.ttft); got != c.want {
+			t.Errorf("burstWindow(%v) = %d, want %d", c.ttft, got, c.want)
+		}
 	}
 }
