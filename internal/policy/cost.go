@@ -94,7 +94,9 @@ type CostConfig struct {
 	// replica, and round-robin, whose rotation copies every session
 	// everywhere, had the better median; BENCHMARKS.md, "Fourth session of
 	// 2026-12-02"). At 1 a copy is worth the burst's wait once more, the
-	// next burst's.
+	// next burst's. On a full cache the copy's eviction price is shared by
+	// the requests the burst is expected still to send, which follow the
+	// copy (spreadBurst).
 	BurstSpread float64
 }
 
@@ -208,6 +210,7 @@ type Cost struct {
 	ttfts      []float64 // expected TTFT
 	prefills   []float64
 	delayed    []float64      // requests each candidate's prefill is priced to hold up
+	evictions  []float64      // the part of each score that prices the blocks its prefill evicts
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -224,6 +227,9 @@ type costSession struct {
 	firstTokenBy int64
 	burstRep     int32
 	burstTTFT    float64
+	// burstCount is the requests of the current burst so far, prevBurst
+	// those of the session's burst before (1 for a lone request).
+	burstCount, prevBurst int32
 }
 
 // NewCost returns a cost policy, or an error for a bad config.
@@ -406,8 +412,10 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		// On a full cache every computed block evicts one; evicted blocks
 		// come back with the index's measured reuse rate, and then cost
 		// their prefill again, by eviction_weight (CostConfig).
+		p.evictions[i] = 0
 		if reuse > 0 && p.index.Idle(id) >= 0 {
-			est += p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
+			p.evictions[i] = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
+			est += p.evictions[i]
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if p.overBound(c, limit, prefill, tokens) {
@@ -443,7 +451,10 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	inBurst := hasSession && nowNS < sess.firstTokenBy
 	spreadFrom := -1
 	if inBurst && p.cfg.BurstSpread > 0 && best >= 0 && p.candID[best] == sess.burstRep {
-		if alt := p.spreadBurst(best, cands, limit, tokens, sess.burstTTFT); alt != best {
+		// The burst's later requests follow a copy to its replica: expect
+		// as many as the session's previous burst had, less those routed.
+		sharing := max(1, int(sess.prevBurst)-int(sess.burstCount))
+		if alt := p.spreadBurst(best, cands, limit, tokens, sess.burstTTFT, sharing); alt != best {
 			spreadFrom, best = best, alt
 		}
 	}
@@ -461,9 +472,11 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 		next := costSession{rep: p.candID[best], tokens: tokens, burstRep: p.candID[best], burstTTFT: p.ttfts[best],
 			firstTokenBy: nowNS + burstWindow(p.ttfts[best])}
+		next.burstCount, next.prevBurst = 1, sess.burstCount
 		if inBurst {
 			next.firstTokenBy = max(next.firstTokenBy, sess.firstTokenBy)
 			next.burstRep, next.burstTTFT = sess.burstRep, sess.burstTTFT
+			next.burstCount, next.prevBurst = min(sess.burstCount+1, math.MaxInt32), sess.prevBurst
 		}
 		p.sessions[session] = next
 	}
@@ -505,8 +518,12 @@ func burstWindow(ttft float64) int64 {
 // bound, if its score there is at most burst_spread x what the burst's
 // earlier requests added to the request's TTFT on best (its estimate now
 // less the burst's first request's); best otherwise. (CostConfig.BurstSpread
-// says why.)
-func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burstTTFT float64) int {
+// says why.) The price of the blocks the copy evicts counts once for the
+// sharing requests of the burst expected to follow the copy there: on a
+// full cache it would otherwise keep a whole burst behind a replica's
+// 100K-token prefill to spare one copy (BENCHMARKS.md, "Fourth session of
+// 2026-12-02": mixed's P99).
+func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burstTTFT float64, sharing int) int {
 	added := p.ttfts[best] - burstTTFT
 	if !(added > 0) {
 		return best
@@ -520,7 +537,11 @@ func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burst
 			alt = i
 		}
 	}
-	if alt >= 0 && p.estimates[alt] <= p.estimates[best]+p.cfg.BurstSpread*added {
+	if alt < 0 {
+		return best
+	}
+	score := p.estimates[alt] - p.evictions[alt]*(1-1/float64(sharing))
+	if score <= p.estimates[best]+p.cfg.BurstSpread*added {
 		return alt
 	}
 	return best
@@ -669,9 +690,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.ttfts = make([]float64, len(cands))
 		p.prefills = make([]float64, len(cands))
 		p.delayed = make([]float64, len(cands))
+		p.evictions = make([]float64, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
-	p.delayed = p.delayed[:len(cands)]
+	p.delayed, p.evictions = p.delayed[:len(cands)], p.evictions[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision

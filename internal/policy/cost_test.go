@@ -519,3 +519,71 @@ func TestBurstWindowIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCostBurstSharesTheCopysEvictions: on full caches, a copy of a
+// session's context elsewhere is priced by the blocks it evicts; a burst's
+// later requests follow the copy, so the price is shared among those the
+// burst is expected to send (its previous burst's size, less those sent),
+// and a burst leaves a replica with seconds of prefill queued where a
+// session whose requests came one at a time keeps its request with its
+// cache. Without the sharing both stay.
+func TestCostBurstSharesTheCopysEvictions(t *testing.T) {
+	prompt := func(own int, tag string) *Request {
+		keys := make([]uint64, 0, 24+own)
+		for i := range 24 {
+			keys = append(keys, tokenize.KeyOfText(fmt.Sprint("context/", i)))
+		}
+		for i := range own {
+			keys = append(keys, tokenize.KeyOfText(fmt.Sprint(tag, "/", i)))
+		}
+		p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+		return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: "s"}
+	}
+	// moved reports whether the second request of a burst left the
+	// session's replica, after six earlier requests gap apart (0: a burst).
+	moved := func(gap time.Duration) bool {
+		p := newCost(t, nil)
+		cands := costCands(2)
+		for i := range cands {
+			cands[i].KVCacheTokens = 64 * tokenize.BlockSize
+		}
+		// Families of 24 blocks, more than both caches hold, come back:
+		// the caches fill and evicted blocks are asked for again.
+		for range 3 {
+			for f := range 8 {
+				p.Choose(costPrompt("fam"+string(rune('a'+f)), 24, 0, ""), cands, t0)
+			}
+		}
+		reuse := p.index.Reuse()
+		if reuse <= 0 {
+			t.Fatal("setup: no evicted block was asked for again")
+		}
+		at := t0
+		var home int
+		for k := range 6 {
+			home = p.Choose(prompt(1, fmt.Sprint("earlier", k)), cands, at).Index
+			at = at.Add(gap)
+		}
+		// The next burst, a minute later: the session's replica now owes
+		// prefill that takes about 0.6 of what a copy of the 26-block
+		// prompt on the other replica is priced at for its evictions.
+		price := DefaultCostConfig().EvictionWeight * reuse * 26 * tokenize.BlockSize / 10_000
+		cands[home].PendingPrefill = 0.6 * price / (1/10_000.0 + 0.02/2048)
+		cands[home].PendingRequests = 1
+		at = at.Add(time.Minute)
+		first := p.Choose(prompt(2, "first"), cands, at)
+		if first.Index != home {
+			t.Fatalf("setup: the burst's first request left the session's replica (owing %.0f tokens; copy priced %.2fs)", cands[home].PendingPrefill, price)
+		}
+		cands[home].PendingPrefill += float64(first.PrefillTokens)
+		cands[home].PendingRequests++
+		cands[home].InFlight++
+		return p.Choose(prompt(2, "second"), cands, at).Index != home
+	}
+	if !moved(0) {
+		t.Error("after a burst of 6, the next burst's second request stayed behind seconds of prefill to spare one copy's evictions")
+	}
+	if moved(10 * time.Second) {
+		t.Error("after requests one at a time, the second request of two left its cache for a full one")
+	}
+}
