@@ -211,6 +211,7 @@ type Cost struct {
 	prefills   []float64
 	delayed    []float64      // requests each candidate's prefill is priced to hold up
 	evictions  []float64      // the part of each score that prices the blocks its prefill evicts
+	aheads     []float64      // each candidate's work ahead, prefill tokens
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -222,11 +223,11 @@ type costSession struct {
 	tokens int
 	// firstTokenBy is when the session's requests so far are expected to
 	// have their first tokens (Unix nanoseconds): a request before it is
-	// part of a burst, whose first request went to burstRep with a TTFT
-	// estimate of burstTTFT seconds.
+	// part of a burst, whose first request went to burstRep; burstTokens is
+	// the prefill the burst's requests sent there make it compute.
 	firstTokenBy int64
 	burstRep     int32
-	burstTTFT    float64
+	burstTokens  float64
 	// burstCount is the requests of the current burst so far, prevBurst
 	// those of the session's burst before (1 for a lone request).
 	burstCount, prevBurst int32
@@ -350,6 +351,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		cached = max(0, min(cached, tokens-1)) // a full hit still computes its last token
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
+		p.aheads[i] = ahead
 		// The work ahead and this prompt are computed in steps of at most
 		// batch_tokens, each paying about a decode step on top of its tokens.
 		work := ahead + prefill
@@ -449,12 +451,13 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		best = start
 	}
 	inBurst := hasSession && nowNS < sess.firstTokenBy
-	spreadFrom := -1
+	spreadFrom, burstAdded := -1, 0.0
 	if inBurst && p.cfg.BurstSpread > 0 && best >= 0 && p.candID[best] == sess.burstRep {
 		// The burst's later requests follow a copy to its replica: expect
 		// as many as the session's previous burst had, less those routed.
 		sharing := max(1, int(sess.prevBurst)-int(sess.burstCount))
-		if alt := p.spreadBurst(best, cands, limit, tokens, sess.burstTTFT, sharing); alt != best {
+		var alt int
+		if alt, burstAdded = p.spreadBurst(best, cands, limit, tokens, sess.burstTokens, sharing); alt != best {
 			spreadFrom, best = best, alt
 		}
 	}
@@ -470,12 +473,15 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 				break
 			}
 		}
-		next := costSession{rep: p.candID[best], tokens: tokens, burstRep: p.candID[best], burstTTFT: p.ttfts[best],
+		next := costSession{rep: p.candID[best], tokens: tokens, burstRep: p.candID[best], burstTokens: p.prefills[best],
 			firstTokenBy: nowNS + burstWindow(p.ttfts[best])}
 		next.burstCount, next.prevBurst = 1, sess.burstCount
 		if inBurst {
 			next.firstTokenBy = max(next.firstTokenBy, sess.firstTokenBy)
-			next.burstRep, next.burstTTFT = sess.burstRep, sess.burstTTFT
+			next.burstRep, next.burstTokens = sess.burstRep, sess.burstTokens
+			if next.burstRep == p.candID[best] {
+				next.burstTokens += p.prefills[best]
+			}
 			next.burstCount, next.prevBurst = min(sess.burstCount+1, math.MaxInt32), sess.prevBurst
 		}
 		p.sessions[session] = next
@@ -493,7 +499,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	if p.explain {
 		choice.Detail = p.detail(cands, limit, tokens)
 		if spreadFrom >= 0 {
-			choice.Detail += fmt.Sprintf("; burst_spread: from %s, where the burst added %.3fs", cands[spreadFrom].Name, p.ttfts[spreadFrom]-sess.burstTTFT)
+			choice.Detail += fmt.Sprintf("; burst_spread: from %s, where the burst added %.3fs", cands[spreadFrom].Name, burstAdded)
 		}
 	}
 	return choice
@@ -516,18 +522,25 @@ func burstWindow(ttft float64) int64 {
 // spreadBurst returns the candidate a later request of a burst takes
 // instead of best, the burst's replica: the best other one within the
 // bound, if its score there is at most burst_spread x what the burst's
-// earlier requests added to the request's TTFT on best (its estimate now
-// less the burst's first request's); best otherwise. (CostConfig.BurstSpread
-// says why.) The price of the blocks the copy evicts counts once for the
-// sharing requests of the burst expected to follow the copy there: on a
-// full cache it would otherwise keep a whole burst behind a replica's
-// 100K-token prefill to spare one copy (BENCHMARKS.md, "Fourth session of
-// 2026-12-02": mixed's P99).
-func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burstTTFT float64, sharing int) int {
-	added := p.ttfts[best] - burstTTFT
-	if !(added > 0) {
-		return best
+// earlier requests add to the request's TTFT on best; best otherwise
+// (CostConfig.BurstSpread says why). What they add is their prefill still
+// ahead of it there (burstTokens, at most the replica's work ahead: what
+// it has computed since is gone), in tokens and steps, so neither time
+// nor other sessions' queue counts. The price of the blocks the copy
+// evicts counts once for the sharing requests of the burst expected to
+// follow the copy there: on a full cache it would otherwise keep a whole
+// burst behind a replica's 100K-token prefill to spare one copy
+// (BENCHMARKS.md, "Fourth session of 2026-12-02": mixed's P99). It also
+// returns what the burst added, in seconds.
+func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burstTokens float64, sharing int) (int, float64) {
+	c := &cands[best]
+	ahead := p.aheads[best]
+	behind := min(burstTokens, ahead)
+	if !(behind > 0) {
+		return best, 0
 	}
+	work, batch := ahead+p.prefills[best], float64(p.cfg.BatchTokens)
+	added := c.DecodeStep*(math.Floor(work/batch)-math.Floor((work-behind)/batch)) + behind/c.PrefillRate
 	alt := -1
 	for i := range cands {
 		if i == best || p.overBound(&cands[i], limit, p.prefills[i], tokens) {
@@ -538,13 +551,13 @@ func (p *Cost) spreadBurst(best int, cands []Candidate, limit, tokens int, burst
 		}
 	}
 	if alt < 0 {
-		return best
+		return best, added
 	}
 	score := p.estimates[alt] - p.evictions[alt]*(1-1/float64(sharing))
 	if score <= p.estimates[best]+p.cfg.BurstSpread*added {
-		return alt
+		return alt, added
 	}
-	return best
+	return best, added
 }
 
 // overBound reports whether the bounded-load rule keeps candidate c out: it
@@ -691,9 +704,10 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.prefills = make([]float64, len(cands))
 		p.delayed = make([]float64, len(cands))
 		p.evictions = make([]float64, len(cands))
+		p.aheads = make([]float64, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
-	p.delayed, p.evictions = p.delayed[:len(cands)], p.evictions[:len(cands)]
+	p.delayed, p.evictions, p.aheads = p.delayed[:len(cands)], p.evictions[:len(cands)], p.aheads[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision

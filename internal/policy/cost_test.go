@@ -498,6 +498,22 @@ func TestCostSpreadsBursts(t *testing.T) {
 	if apartSpread != apartPlain {
 		t.Errorf("requests 2 s apart left the session's replica at #%d with burst_spread 1 and #%d with 0: only bursts are spread", apartSpread, apartPlain)
 	}
+	// Work other sessions queue on the burst's replica is not the burst's:
+	// with 2 s of it ahead and a copy elsewhere of 3.3 s, the sibling stays.
+	p := newCost(t, nil)
+	cands := costCands(2)
+	home := p.Choose(prompt(2048, 0, ""), cands, t0).Index
+	at := t0.Add(time.Minute)
+	first := p.Choose(prompt(2080, 0, "0"), cands, at)
+	if first.Index != home {
+		t.Fatalf("setup: the burst's first request left the session's replica")
+	}
+	cands[home].PendingPrefill += float64(first.PrefillTokens) + 20_000
+	cands[home].PendingRequests += 2
+	cands[home].InFlight += 2
+	if c := p.Choose(prompt(2080, 8, "1"), cands, at); c.Index != home {
+		t.Errorf("a burst's second request left its cache for a 3.3 s copy because of 2 s of other sessions' prefill: %s", c.Detail)
+	}
 	if err := (CostConfig{BurstSpread: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.burst_spread") {
 		t.Errorf("burst_spread -1: %v", err)
 	}
