@@ -437,6 +437,21 @@ func TestCostRotationStart(t *testing.T) {
 	}
 }
 
+// sessionPrompt returns a request of session "s": the first context blocks
+// of the session's context (equal for equal counts), then own blocks of its
+// own named by tag.
+func sessionPrompt(context, own int, tag string) *Request {
+	keys := make([]uint64, 0, context+own)
+	for i := range context {
+		keys = append(keys, tokenize.KeyOfText(fmt.Sprint("context/", i)))
+	}
+	for i := range own {
+		keys = append(keys, tokenize.KeyOfText(fmt.Sprint(tag, "/", i)))
+	}
+	p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+	return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: "s"}
+}
+
 // TestCostSpreadsBursts: the later requests of a session's burst leave the
 // burst's replica once the burst's own earlier requests have added more to
 // their wait there than going elsewhere costs, well before their estimate
@@ -445,17 +460,7 @@ func TestCostSpreadsBursts(t *testing.T) {
 	// The session's context, 256 blocks, is held by one replica; its next
 	// turn adds 32 blocks and comes as a burst whose requests each add 8
 	// of their own (parallel tool calls).
-	prompt := func(context, own int, tag string) *Request {
-		keys := make([]uint64, 0, context+own)
-		for i := range context {
-			keys = append(keys, tokenize.KeyOfText(fmt.Sprint("context/", i)))
-		}
-		for i := range own {
-			keys = append(keys, tokenize.KeyOfText(fmt.Sprint(tag, "/", i)))
-		}
-		p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
-		return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: "s"}
-	}
+	prompt := sessionPrompt
 	// firstMoved returns the index of the burst's first request routed
 	// away from the session's replica, requests gap apart, or -1.
 	firstMoved := func(spread float64, gap time.Duration) (int, string) {
@@ -544,17 +549,7 @@ func TestBurstWindowIsBounded(t *testing.T) {
 // session whose requests came one at a time keeps its request with its
 // cache. Without the sharing both stay.
 func TestCostBurstSharesTheCopysEvictions(t *testing.T) {
-	prompt := func(own int, tag string) *Request {
-		keys := make([]uint64, 0, 24+own)
-		for i := range 24 {
-			keys = append(keys, tokenize.KeyOfText(fmt.Sprint("context/", i)))
-		}
-		for i := range own {
-			keys = append(keys, tokenize.KeyOfText(fmt.Sprint(tag, "/", i)))
-		}
-		p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
-		return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks, SessionKey: "s"}
-	}
+	prompt := func(own int, tag string) *Request { return sessionPrompt(24, own, tag) }
 	// moved reports whether the second request of a burst left the
 	// session's replica, after six earlier requests gap apart (0: a burst).
 	moved := func(gap time.Duration) bool {
