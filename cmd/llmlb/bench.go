@@ -42,6 +42,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		seed        = fs.Int64("seed", 1, "random seed (workload and balancer); same seed, same numbers")
 		jsonOut     = fs.Bool("json", false, "print machine-readable results (JSON) on stdout instead of the table")
 		htmlOut     = fs.String("html", "", "write a self-contained HTML report with SVG charts to this file")
+		requestsOut = fs.String("requests", "", "write every routed request (policy, replica, prompt and cached tokens, TTFT, e2e) as CSV to this file")
 		rate        = fs.Float64("rate", 0, "arrivals per second (new sessions for closed-loop workloads); 0 = the workload's default for --replicas")
 		users       = fs.Int("users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
 		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
@@ -183,9 +184,27 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer f.Close()
 		htmlFile = f
 	}
+	var requestsFile *os.File
+	if *requestsOut != "" {
+		f, err := os.Create(*requestsOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		requestsFile = f
+		opts.KeepRequests = true
+	}
 	rep, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
+	}
+	if requestsFile != nil {
+		if err := rep.WriteRequestsCSV(requestsFile); err != nil {
+			return err
+		}
+		if err := requestsFile.Close(); err != nil {
+			return err
+		}
 	}
 	if htmlFile != nil {
 		if err := rep.WriteHTML(htmlFile); err != nil {
@@ -203,6 +222,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *htmlOut != "" {
 		fmt.Fprintf(stdout, "report: %s\n", *htmlOut)
+	}
+	if *requestsOut != "" {
+		fmt.Fprintf(stdout, "requests: %s\n", *requestsOut)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"unknown policy", []string{"--policies", "random", "--duration", "1m"}, "random"},
 		{"missing trace", []string{"--trace", "/nonexistent/trace.jsonl"}, "no such file"},
 		{"unwritable report", []string{"--html", "/nonexistent/dir/r.html", "--duration", "1m"}, "no such file"},
+		{"unwritable request log", []string{"--requests", "/nonexistent/dir/r.csv", "--duration", "1m"}, "no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,7 +53,7 @@ func TestBenchHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("err = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"--workload", "--trace", "--policies", "--replicas", "--profile", "--duration", "--seed", "--json", "--html", "--session-ttl", "--token-unit"} {
+	for _, f := range []string{"--workload", "--trace", "--policies", "--replicas", "--profile", "--duration", "--seed", "--json", "--html", "--requests", "--session-ttl", "--token-unit"} {
 		if !strings.Contains(stderr.String(), strings.TrimPrefix(f, "-")) {
 			t.Errorf("help lacks %s", f)
 		}
@@ -96,12 +97,14 @@ func TestTraceSpan(t *testing.T) {
 }
 
 // TestBenchEndToEnd runs the command on a small fleet: JSON on stdout that
-// parses back, and an HTML report with SVG charts.
+// parses back, an HTML report with SVG charts, and a request log with a
+// row for every finished or unfinished request.
 func TestBenchEndToEnd(t *testing.T) {
 	html := filepath.Join(t.TempDir(), "report.html")
+	requests := filepath.Join(t.TempDir(), "requests.csv")
 	var stdout, stderr bytes.Buffer
 	args := []string{"--workload", "chat", "--replicas", "2", "--duration", "2m", "--policies", "rr,llmlb",
-		"--json", "--html", html, "--quiet", "--session-slack", "2"}
+		"--json", "--html", html, "--requests", requests, "--quiet", "--session-slack", "2"}
 	if err := benchMain(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
@@ -118,5 +121,16 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	if !bytes.Contains(page, []byte("<svg")) {
 		t.Fatal("HTML report has no <svg>")
+	}
+	log, err := os.ReadFile(requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1 // the header
+	for _, r := range rep.Results {
+		want += r.Finished + r.Unfinished
+	}
+	if got := bytes.Count(log, []byte("\n")); got != want || !bytes.HasPrefix(log, []byte("policy,request,session,")) {
+		t.Fatalf("request log: %d lines, want %d; starts %q", got, want, log[:min(len(log), 60)])
 	}
 }

@@ -119,6 +119,9 @@ type Options struct {
 	// in-flight loads (serve's state.share_load: false).
 	NoShareLoad bool
 	Progress    io.Writer // progress line every ~1 s of wall time; nil = none
+	// KeepRequests records every routed request in Result.RequestLog
+	// (llmlb bench --requests): memory grows with the run's requests.
+	KeepRequests bool
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }

@@ -64,6 +64,7 @@ type flight struct {
 	core       int // the balancer that routed it
 	arrived    time.Duration
 	firstToken time.Duration // -1 until the first token
+	cached     int           // prompt tokens found cached, from the first token
 }
 
 func (r *run) setup() error {
@@ -391,6 +392,7 @@ func (r *run) onEvent(ev engine.Event) {
 	case engine.FirstToken:
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
+			f.cached = ev.CachedTokens
 		}
 		r.bals[f.core].FirstToken(f.res)
 	case engine.Finished, engine.Aborted:

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -100,6 +102,57 @@ type Result struct {
 
 	WallSeconds         float64 `json:"wall_seconds"` // not deterministic
 	SimulatedSecPerWall float64 `json:"simulated_seconds_per_wall_second"`
+
+	// RequestLog is every routed request, by id, when Options.KeepRequests
+	// (WriteRequestsCSV); not in the JSON report.
+	RequestLog []RequestRecord `json:"-"`
+}
+
+// RequestRecord is one routed request of a run: what it asked, where it
+// went and what it got. Times are virtual seconds from the run's start.
+type RequestRecord struct {
+	ID      uint64
+	Session string // "" for requests without a session
+	Turn    int
+	Arrival float64
+	Replica string
+	// PromptTokens and CachedTokens: the prompt, and the part the replica
+	// found in its prefix cache (0 when it never started).
+	PromptTokens, CachedTokens int
+	OutputTokens               int     // generated (0 when unfinished)
+	TTFT, E2E                  float64 // censored at the drain's end when unfinished
+	Finished                   bool
+}
+
+// requestsHeader is the header row of WriteRequestsCSV.
+var requestsHeader = []string{"policy", "request", "session", "turn", "arrival_seconds", "replica",
+	"prompt_tokens", "cached_tokens", "output_tokens", "ttft_seconds", "e2e_seconds", "finished"}
+
+// WriteRequestsCSV writes every policy's request log (Options.KeepRequests)
+// as CSV, one row per routed request, policies in the report's order.
+// Requests that no replica took (failed) or that the engine rejected are
+// not routed and have no row; the report counts them.
+func (rep *Report) WriteRequestsCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(requestsHeader); err != nil {
+		return fmt.Errorf("bench: requests csv: %w", err)
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 6, 64) }
+	for _, res := range rep.Results {
+		for _, q := range res.RequestLog {
+			row := []string{res.Policy, strconv.FormatUint(q.ID, 10), q.Session, strconv.Itoa(q.Turn), f(q.Arrival), q.Replica,
+				strconv.Itoa(q.PromptTokens), strconv.Itoa(q.CachedTokens), strconv.Itoa(q.OutputTokens),
+				f(q.TTFT), f(q.E2E), strconv.FormatBool(q.Finished)}
+			if err := cw.Write(row); err != nil {
+				return fmt.Errorf("bench: requests csv: %w", err)
+			}
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("bench: requests csv: %w", err)
+	}
+	return nil
 }
 
 // WriteJSON writes the report as indented JSON.

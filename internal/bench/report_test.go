@@ -2,11 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sampleReport is a small hand-made report for the output tests.
@@ -125,4 +128,69 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return bytes.Equal(ja, jb)
+}
+
+// TestRequestLog: with KeepRequests every routed request has one record,
+// consistent with the report's counts, and WriteRequestsCSV writes them
+// all; without it nothing is kept.
+func TestRequestLog(t *testing.T) {
+	opts := testOptions(t, "agentic", 2, 2*time.Minute, "rr", "cost")
+	opts.Drain = 10 * time.Second // leave some unfinished
+	plain, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.KeepRequests = true
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for i, res := range rep.Results {
+		if plain.Results[i].RequestLog != nil {
+			t.Errorf("%s: a request log without KeepRequests", res.Policy)
+		}
+		if !equalJSON(t, deterministic(plain.Results)[i], deterministic(rep.Results)[i]) {
+			t.Errorf("%s: keeping the request log changed the results", res.Policy)
+		}
+		if got, want := len(res.RequestLog), res.Finished+res.Unfinished; got != want || got == 0 {
+			t.Fatalf("%s: %d records, want finished + unfinished = %d", res.Policy, got, want)
+		}
+		finished, sessions := 0, 0
+		for j, q := range res.RequestLog {
+			if j > 0 && q.ID <= res.RequestLog[j-1].ID {
+				t.Fatalf("%s: records not in request order at %d", res.Policy, j)
+			}
+			if q.CachedTokens < 0 || q.CachedTokens > q.PromptTokens || q.TTFT < 0 || q.TTFT > q.E2E+1e-9 ||
+				(q.Replica != "replica-1" && q.Replica != "replica-2") || q.Turn < 1 {
+				t.Fatalf("%s: inconsistent record %+v", res.Policy, q)
+			}
+			if q.Finished {
+				finished++
+			} else if q.OutputTokens != 0 {
+				t.Fatalf("%s: unfinished record with output: %+v", res.Policy, q)
+			}
+			if q.Session != "" {
+				sessions++
+			}
+		}
+		if finished != res.Finished || sessions != len(res.RequestLog) {
+			t.Errorf("%s: %d finished records (report %d), %d with a session of %d", res.Policy, finished, res.Finished, sessions, len(res.RequestLog))
+		}
+		rows += len(res.RequestLog)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteRequestsCSV(&buf); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != rows+1 || strings.Join(recs[0], ",") != strings.Join(requestsHeader, ",") {
+		t.Fatalf("CSV: %d rows with header %v, want %d", len(recs), recs[0], rows+1)
+	}
+	if recs[1][0] != "rr" || recs[len(recs)-1][0] != "cost" {
+		t.Errorf("CSV rows not in the report's policy order: first %v, last %v", recs[1], recs[len(recs)-1])
+	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -44,6 +45,9 @@ type accumulator struct {
 	perReplica   []float64 // total routed prompt tokens per replica
 
 	generatedAtEnd uint64 // output tokens generated in [0, Duration]
+
+	keep bool            // Options.KeepRequests
+	log  []RequestRecord // every routed request, when keep
 }
 
 func (a *accumulator) init(n int, o *Options) {
@@ -53,6 +57,7 @@ func (a *accumulator) init(n int, o *Options) {
 	a.reasons = map[balancer.Reason]int{}
 	a.pinDecisions = map[string]int{}
 	a.profile = o.Profile
+	a.keep = o.KeepRequests
 	a.ceiling = newCeilingCache(n * o.Profile.Blocks())
 	windows := int((o.Duration + o.ShareWindow - 1) / o.ShareWindow)
 	a.routedTokens = make([][]float64, 0, windows)
@@ -85,6 +90,19 @@ func (a *accumulator) done(f *flight, at time.Duration, ev engine.Event, duratio
 		a.turn2Prompt += uint64(f.req.Prompt.Tokens)
 		a.turn2Cached += uint64(min(ev.CachedTokens, f.req.Prompt.Tokens))
 	}
+	a.record(f, f.firstToken, at, max(ev.CachedTokens, 0), ev.OutputTokens, true)
+}
+
+// record adds f to the request log (when kept): its first token after ttft,
+// its end (or the run's, unfinished) at end.
+func (a *accumulator) record(f *flight, ttft, end time.Duration, cached, output int, finished bool) {
+	if !a.keep {
+		return
+	}
+	a.log = append(a.log, RequestRecord{ID: f.req.ID, Session: f.req.Session, Turn: f.req.Turn,
+		Arrival: f.arrived.Seconds(), Replica: replicaName(f.replica), PromptTokens: f.req.Prompt.Tokens,
+		CachedTokens: min(cached, f.req.Prompt.Tokens), OutputTokens: output,
+		TTFT: ttft.Seconds(), E2E: (end - f.arrived).Seconds(), Finished: finished})
 }
 
 // firstToken records a request's TTFT in the overall, per-class and
@@ -119,7 +137,9 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		if f.req.Turn >= 2 {
 			a.ttft2 = append(a.ttft2, ttft.Seconds())
 		}
+		a.record(f, ttft, end, f.cached, 0, false)
 	}
+	slices.SortFunc(a.log, func(x, y RequestRecord) int { return cmp.Compare(x.ID, y.ID) })
 	slices.Sort(a.ttft)
 	slices.Sort(a.e2e)
 	slices.Sort(a.ttft2)
@@ -177,6 +197,7 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		PinDecisions:       a.pinDecisions,
 		TTFTQuantiles:      quantileCurve(a.ttft),
 		WallSeconds:        wall.Seconds(),
+		RequestLog:         a.log,
 	}
 	if wall > 0 {
 		res.SimulatedSecPerWall = r.now.Seconds() / wall.Seconds()
