@@ -60,7 +60,8 @@ type CostConfig struct {
 	// differences are below the model's resolution.
 	TieSteps float64
 	// Sessions bounds the table of session keys remembered for requests
-	// whose prompt cannot be hashed into blocks (cost.sessions, 65536).
+	// whose prompt cannot be hashed into blocks and for bursts
+	// (cost.sessions, 65536; 0 remembers none, and spreads no burst).
 	Sessions int
 	// EvictionWeight scales the price of the blocks a prompt evicts from a
 	// full cache: weight x the index's measured reuse of evicted blocks x
