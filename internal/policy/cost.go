@@ -84,10 +84,10 @@ type CostConfig struct {
 	// BurstSpread lets the later requests of a session's burst (parallel
 	// tool calls, sub-agents: requests of a session that arrive before
 	// the one before has its first token) leave the replica the burst
-	// went to: one takes the best other replica if its score there is at
-	// most burst_spread x the wait the burst's earlier requests added on
-	// the burst's replica (cost.burst_spread, 1; 0 keeps a burst where
-	// its estimates put it). A request's own estimate never justifies
+	// went to: one takes the best other replica if its score there exceeds
+	// its score on the burst's replica by at most burst_spread x the wait
+	// the burst's earlier requests add there (cost.burst_spread, 1; 0 keeps
+	// a burst where its estimates put it). A request's own estimate never justifies
 	// that move, since the other replica must first copy the session's
 	// context; the copy pays off at the session's next bursts, which then
 	// find their context on two replicas and share steps on neither (issue
