@@ -174,45 +174,27 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	// Open the report file before the run so a bad path fails at once.
-	var htmlFile *os.File
-	if *htmlOut != "" {
-		f, err := os.Create(*htmlOut)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		htmlFile = f
+	// Open the output files before the run so a bad path fails at once.
+	htmlFile, err := createOutput(*htmlOut)
+	if err != nil {
+		return err
 	}
-	var requestsFile *os.File
-	if *requestsOut != "" {
-		f, err := os.Create(*requestsOut)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		requestsFile = f
-		opts.KeepRequests = true
+	defer htmlFile.Close()
+	requestsFile, err := createOutput(*requestsOut)
+	if err != nil {
+		return err
 	}
+	defer requestsFile.Close()
+	opts.KeepRequests = requestsFile != nil
 	rep, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if requestsFile != nil {
-		if err := rep.WriteRequestsCSV(requestsFile); err != nil {
-			return err
-		}
-		if err := requestsFile.Close(); err != nil {
-			return err
-		}
+	if err := finishOutput(requestsFile, rep.WriteRequestsCSV); err != nil {
+		return err
 	}
-	if htmlFile != nil {
-		if err := rep.WriteHTML(htmlFile); err != nil {
-			return err
-		}
-		if err := htmlFile.Close(); err != nil {
-			return err
-		}
+	if err := finishOutput(htmlFile, rep.WriteHTML); err != nil {
+		return err
 	}
 	if *jsonOut {
 		return rep.WriteJSON(stdout)
@@ -227,6 +209,27 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "requests: %s\n", *requestsOut)
 	}
 	return nil
+}
+
+// createOutput creates the file at path, or returns nil for no path. A nil
+// *os.File's Close is a harmless error, so it may be deferred either way.
+func createOutput(path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return os.Create(path)
+}
+
+// finishOutput writes f with write and closes it, reporting either's error;
+// a nil f is no output.
+func finishOutput(f *os.File, write func(io.Writer) error) error {
+	if f == nil {
+		return nil
+	}
+	if err := write(f); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // traceSpan is the time from the start to just after the last arrival,
