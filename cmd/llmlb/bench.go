@@ -32,8 +32,8 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	var (
 		wlName      = fs.String("workload", "", "synthetic workload: "+strings.Join(workload.Names(), ", ")+" (default agentic)")
-		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake or Qwen-Bailian JSONL, Azure CSV)")
-		traceFormat = fs.String("trace-format", "", "trace format: mooncake | bailian | azure (default from the file: .csv is azure; .jsonl is bailian when its first line has chat_id, else mooncake)")
+		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake or Qwen-Bailian JSONL, Azure or BurstGPT CSV)")
+		traceFormat = fs.String("trace-format", "", "trace format: mooncake | bailian | azure | burstgpt (default from the file: .csv is burstgpt when its header has a \"Request tokens\" column, else azure; .jsonl is bailian when its first line has chat_id, else mooncake)")
 		traceSpeed  = fs.Float64("trace-speed", 1, "trace time compression: 2 replays twice as fast")
 		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
 		replicas    = fs.Int("replicas", 4, "number of simulated replicas")

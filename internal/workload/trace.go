@@ -57,19 +57,20 @@ const maxTraceMillis = 1e12
 var ErrUnknownFormat = errors.New("workload: unknown trace format")
 
 // TraceFormats lists the formats OpenTrace reads.
-var TraceFormats = []string{"mooncake", "bailian", "azure"}
+var TraceFormats = []string{"mooncake", "bailian", "azure", "burstgpt"}
 
-// OpenTrace reads the trace file at path. format is "mooncake", "bailian" or
-// "azure"; "" takes it from the file: .csv is azure, and a .jsonl file is
-// bailian when its first line has a "chat_id" field, else mooncake.
+// OpenTrace reads the trace file at path. format is "mooncake", "bailian",
+// "azure" or "burstgpt"; "" takes it from the file: a .csv file is burstgpt
+// when its header has a "Request tokens" column, else azure, and a .jsonl
+// file is bailian when its first line has a "chat_id" field, else mooncake.
 func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
-	sniff := false // a .jsonl file: mooncake or bailian, the first line tells
+	var sniff func(*bufio.Reader) string // the extension leaves two formats; the first line tells
 	if format == "" {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".jsonl":
-			format, sniff = "mooncake", true
+			format, sniff = "mooncake", sniffJSONL
 		case ".csv":
-			format = "azure"
+			format, sniff = "azure", sniffCSV
 		default:
 			return nil, fmt.Errorf("%w: cannot tell the format of %s from its extension (want .jsonl or .csv, or name the format)", ErrUnknownFormat, path)
 		}
@@ -83,8 +84,8 @@ func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<16)
-	if sniff {
-		format = sniffJSONL(br)
+	if sniff != nil {
+		format = sniff(br)
 	}
 	read := ReadMooncake
 	switch format {
@@ -92,6 +93,8 @@ func OpenTrace(path, format string, opt TraceOptions) (Workload, error) {
 		read = ReadBailian
 	case "azure":
 		read = ReadAzure
+	case "burstgpt":
+		read = ReadBurstGPT
 	}
 	w, err := read(br, opt)
 	if err != nil {
@@ -119,12 +122,26 @@ func sniffJSONL(br *bufio.Reader) string {
 	return "mooncake"
 }
 
+// sniffCSV tells a BurstGPT trace from an Azure one by its header: BurstGPT's
+// names a "Request tokens" column, Azure's has ContextTokens instead. Only
+// the first 64 KiB are looked at; a header that does not parse is Azure's,
+// whose reader then says what is wrong with it.
+func sniffCSV(br *bufio.Reader) string {
+	buf, _ := br.Peek(1 << 16)
+	buf = bytes.TrimPrefix(buf, []byte(utf8BOM))
+	head, err := csv.NewReader(bytes.NewReader(buf)).Read()
+	if err == nil && csvColumn(head, "Request tokens") >= 0 {
+		return "burstgpt"
+	}
+	return "azure"
+}
+
 // traceRecord is one request of a trace, before its prompt is built.
 type traceRecord struct {
 	at      time.Duration // offset from the trace's first request, before Speed
 	input   int
 	output  int
-	ids     []uint64 // Mooncake or Bailian hash_ids; nil for Azure
+	ids     []uint64 // Mooncake or Bailian hash_ids; nil for Azure and BurstGPT
 	session string   // Bailian: the conversation (its first request's chat_id)
 	turn    int      // Bailian: the turn within it
 }
@@ -209,65 +226,96 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 	return unwrap(newTrace("mooncake", recs, opt))
 }
 
-// azureLayout is the Azure trace's TIMESTAMP format; fractional seconds of
-// any length are accepted when parsing.
-const azureLayout = "2006-01-02 15:04:05"
-
-// ReadAzure reads an Azure LLM inference trace (CSV with a header naming
-// TIMESTAMP, ContextTokens and GeneratedTokens). Arrivals are offsets from
-// the earliest timestamp; prompts share nothing (the trace has no content).
-func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
-	if err := opt.validate(); err != nil {
-		return nil, err
+// eachCSVRow reads a CSV trace and hands fn the values of the columns cols
+// (trimmed, in the order of cols) of every row after the header, with the
+// row's 1-based line number; it stops at the first error (a header without
+// one of cols, a row too short or not CSV, one fn refuses), named by the
+// format. header is the format's own header, for that error. The columns
+// are found by name (csvColumn), so they may come in any order among
+// others. A leading UTF-8 BOM, which spreadsheet tools write, is dropped:
+// it would stick to the first name, or make a quoted one a CSV error.
+func eachCSVRow(format, header string, cols []string, r io.Reader, fn func(line int, v []string) error) error {
+	br := bufio.NewReader(r) // r itself when OpenTrace passes its reader
+	if b, _ := br.Peek(len(utf8BOM)); string(b) == utf8BOM {
+		br.Discard(len(utf8BOM))
 	}
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(br)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1
 	head, err := cr.Read()
 	if err != nil {
-		return nil, fmt.Errorf("workload: azure: reading the header: %w", err)
+		return fmt.Errorf("workload: %s: reading the header: %w", format, err)
 	}
-	col := map[string]int{"timestamp": -1, "contexttokens": -1, "generatedtokens": -1}
-	for i, h := range head {
-		k := strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
-		if _, ok := col[k]; ok {
-			col[k] = i
+	at := make([]int, len(cols))
+	for j, name := range cols {
+		if at[j] = csvColumn(head, name); at[j] < 0 {
+			return fmt.Errorf("workload: %s: header %q lacks a %s column (want %s)", format, strings.Join(head, ","), name, header)
 		}
 	}
-	for _, k := range []string{"timestamp", "contexttokens", "generatedtokens"} {
-		if col[k] < 0 {
-			return nil, fmt.Errorf("workload: azure: header %q lacks a %s column (want TIMESTAMP,ContextTokens,GeneratedTokens)", strings.Join(head, ","), k)
-		}
-	}
-	need := max(col["timestamp"], col["contexttokens"], col["generatedtokens"])
-	var recs []traceRecord
-	var stamps []time.Time
+	need := slices.Max(at)
+	v := make([]string, len(cols))
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("workload: azure: %w", err)
+			return fmt.Errorf("workload: %s: %w", format, err)
 		}
 		line, _ := cr.FieldPos(0)
 		if len(rec) <= need {
-			return nil, fmt.Errorf("workload: azure line %d: %d fields, want at least %d", line, len(rec), need+1)
+			return fmt.Errorf("workload: %s line %d: %d fields, want at least %d", format, line, len(rec), need+1)
 		}
-		ts, err := parseAzureTime(strings.TrimSpace(rec[col["timestamp"]]))
+		for j, i := range at {
+			v[j] = strings.TrimSpace(rec[i])
+		}
+		if err := fn(line, v); err != nil {
+			return err
+		}
+	}
+}
+
+// utf8BOM is the byte order mark some tools put at the start of a CSV file.
+const utf8BOM = "\ufeff"
+
+// csvColumn returns the index of the header column called name
+// (case-insensitive, spaces around it ignored), or -1.
+func csvColumn(head []string, name string) int {
+	return slices.IndexFunc(head, func(h string) bool { return strings.EqualFold(strings.TrimSpace(h), name) })
+}
+
+// azureHeader is the Azure traces' header (2023 and 2024 alike).
+const azureHeader = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+// ReadAzure reads an Azure LLM inference trace, 2023 or 2024 (CSV with a
+// header naming TIMESTAMP, ContextTokens and GeneratedTokens). Arrivals are
+// offsets from the earliest timestamp; prompts share nothing (the trace has
+// no content).
+func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	var recs []traceRecord
+	var stamps []time.Time
+	err := eachCSVRow("azure", azureHeader, strings.Split(azureHeader, ","), r, func(line int, v []string) error {
+		ts, err := parseAzureTime(v[0])
 		if err != nil {
-			return nil, fmt.Errorf("workload: azure line %d: %w", line, err)
+			return fmt.Errorf("workload: azure line %d: %w", line, err)
 		}
-		in, err1 := strconv.Atoi(strings.TrimSpace(rec[col["contexttokens"]]))
-		out, err2 := strconv.Atoi(strings.TrimSpace(rec[col["generatedtokens"]]))
+		in, err1 := strconv.Atoi(v[1])
+		out, err2 := strconv.Atoi(v[2])
 		switch {
 		case err1 != nil || in < 1 || in > maxTraceTokens:
-			return nil, fmt.Errorf("workload: azure line %d: ContextTokens %q, want an integer 1..%d", line, rec[col["contexttokens"]], maxTraceTokens)
+			return fmt.Errorf("workload: azure line %d: ContextTokens %q, want an integer 1..%d", line, v[1], maxTraceTokens)
 		case err2 != nil || out < 0 || out > maxTraceTokens:
-			return nil, fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer 0..%d", line, rec[col["generatedtokens"]], maxTraceTokens)
+			return fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer 0..%d", line, v[2], maxTraceTokens)
 		}
 		stamps = append(stamps, ts)
 		recs = append(recs, traceRecord{input: in, output: out})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(stamps) > 0 {
 		first := slices.MinFunc(stamps, func(a, b time.Time) int { return a.Compare(b) })
@@ -276,6 +324,87 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 		}
 	}
 	return unwrap(newTrace("azure", recs, opt))
+}
+
+// parseAzureTime reads an Azure TIMESTAMP: a date and a time of day with any
+// fraction of a second, "2023-11-16 18:17:03.9799600" (2023, UTC) or
+// "2024-05-10 00:00:00.009930+00:00" (2024, with its UTC offset), a T in
+// place of the space and a Z for the offset (as some tools re-export it);
+// or seconds as a number. Times are absolute, so rows with different
+// offsets are the right distance apart.
+func parseAzureTime(s string) (time.Time, error) {
+	layout := "2006-01-02 15:04:05"
+	if len(s) > len("2006-01-02") && s[len("2006-01-02")] == 'T' {
+		layout = "2006-01-02T15:04:05"
+	}
+	// A zone follows the time: Z, or a sign after the date's own dashes.
+	if strings.HasSuffix(s, "Z") || strings.LastIndexAny(s, "+-") > len("2006-01-02") {
+		layout += "Z07:00"
+	}
+	if t, err := time.Parse(layout, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= maxTraceMillis/1000 {
+		return time.Unix(0, 0).Add(time.Duration(f * float64(time.Second))), nil
+	}
+	return time.Time{}, fmt.Errorf(`bad TIMESTAMP %q (want "2006-01-02 15:04:05" with an optional fraction of a second, a T or a space after the date, an optional zone Z or +hh:mm or -hh:mm; or seconds 0..%g)`, s, maxTraceMillis/1000)
+}
+
+// burstGPTHeader is the BurstGPT traces' header.
+const burstGPTHeader = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
+
+// ReadBurstGPT reads a BurstGPT trace (github.com/HPMLL/BurstGPT, arXiv
+// 2401.17644: ChatGPT and GPT-4 requests served on Azure; CSV with a header
+// naming Timestamp, in seconds from the trace's start, Request tokens and
+// Response tokens). Arrivals are offsets from the earliest timestamp;
+// prompts share nothing (the trace has no content or sessions). Model and
+// Log Type are ignored: one fleet serves every row. A failed request
+// (Response tokens 0) is replayed like any other; a row with 0 Request
+// tokens has no prompt to send and is skipped (docs/WORKLOADS.md).
+func ReadBurstGPT(r io.Reader, opt TraceOptions) (Workload, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	var recs []traceRecord
+	skipped := 0
+	cols := []string{"Timestamp", "Request tokens", "Response tokens"}
+	err := eachCSVRow("burstgpt", burstGPTHeader, cols, r, func(line int, v []string) error {
+		ts, err := strconv.ParseFloat(v[0], 64)
+		in, err1 := strconv.Atoi(v[1])
+		out, err2 := strconv.Atoi(v[2])
+		switch {
+		case err != nil || !(ts >= 0 && ts <= maxTraceMillis/1000): // NaN fails both
+			return fmt.Errorf("workload: burstgpt line %d: Timestamp %q, want seconds 0..%g", line, v[0], maxTraceMillis/1000)
+		case err1 != nil || in < 0 || in > maxTraceTokens:
+			return fmt.Errorf("workload: burstgpt line %d: Request tokens %q, want an integer 1..%d (0 skips the row)", line, v[1], maxTraceTokens)
+		case err2 != nil || out < 0 || out > maxTraceTokens:
+			return fmt.Errorf("workload: burstgpt line %d: Response tokens %q, want an integer 0..%d", line, v[2], maxTraceTokens)
+		case in == 0:
+			skipped++
+			return nil
+		}
+		recs = append(recs, traceRecord{at: time.Duration(ts * float64(time.Second)), input: in, output: out})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 && skipped > 0 {
+		return nil, fmt.Errorf("workload: burstgpt: the trace holds no requests (every row has 0 Request tokens: %d skipped)", skipped)
+	}
+	fromEarliest(recs)
+	return unwrap(newTrace("burstgpt", recs, opt))
+}
+
+// fromEarliest makes the records' arrivals offsets from the earliest one.
+func fromEarliest(recs []traceRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	first := slices.MinFunc(recs, func(a, b traceRecord) int { return cmp.Compare(a.at, b.at) }).at
+	for i := range recs {
+		recs[i].at -= first
+	}
 }
 
 // bailianLine is one line of a Bailian (Alibaba Qwen serving) trace.
@@ -336,14 +465,10 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := time.Duration(math.MaxInt64)
-	for i := range recs {
-		first = min(first, recs[i].at)
-	}
 	for i := range recs {
 		recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[i], 10)
-		recs[i].at -= first
 	}
+	fromEarliest(recs)
 	return unwrap(newTrace("bailian", recs, opt))
 }
 
@@ -382,17 +507,6 @@ func bailianRoots(chats, parents []int64) ([]int64, error) {
 		roots[i] = root
 	}
 	return roots, nil
-}
-
-// parseAzureTime reads "2023-11-16 18:17:03.9799600" (or seconds as a number).
-func parseAzureTime(s string) (time.Time, error) {
-	if t, err := time.Parse(azureLayout, s); err == nil {
-		return t, nil
-	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= maxTraceMillis/1000 {
-		return time.Unix(0, 0).Add(time.Duration(f * float64(time.Second))), nil
-	}
-	return time.Time{}, fmt.Errorf("bad TIMESTAMP %q (want %q or seconds)", s, azureLayout)
 }
 
 func (o TraceOptions) validate() error {

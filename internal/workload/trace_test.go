@@ -189,7 +189,7 @@ func TestTraceReadersRejectBadInput(t *testing.T) {
 		{"mooncake huge timestamp", "mooncake", `{"timestamp": 1e300, "input_length": 5, "output_length": 1}`, "bad timestamp"},
 		{"mooncake negative timestamp", "mooncake", `{"timestamp": -5, "input_length": 5, "output_length": 1}`, "bad timestamp"},
 		{"mooncake empty", "mooncake", "\n\n", "no requests"},
-		{"azure no header columns", "azure", "a,b,c\n1,2,3\n", "lacks a timestamp column"},
+		{"azure no header columns", "azure", "a,b,c\n1,2,3\n", "lacks a TIMESTAMP column (want TIMESTAMP,ContextTokens,GeneratedTokens)"},
 		{"azure bad time", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n", "azure line 2: bad TIMESTAMP"},
 		{"azure huge context", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,99999999999,5\n", "ContextTokens \"99999999999\""},
 		{"azure bad tokens", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,x,5\n", "ContextTokens \"x\""},
@@ -237,6 +237,73 @@ func TestAzureTimestampsAreOffsetsFromTheFirst(t *testing.T) {
 	}
 	if sharedBlocks(reqs[0].Prompt.Blocks, reqs[2].Prompt.Blocks) != 0 || len(reqs[2].Prompt.Blocks) != 6 {
 		t.Errorf("azure prompts share blocks or have the wrong length")
+	}
+}
+
+func TestParseAzureTime(t *testing.T) {
+	utc := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tests := []struct {
+		name, in string
+		want     time.Time
+	}{
+		{"2023: no zone, seven-digit fraction", "2023-11-16 18:17:03.9799600", utc("2023-11-16T18:17:03.97996Z")},
+		{"no fraction", "2023-11-16 18:17:03", utc("2023-11-16T18:17:03Z")},
+		{"2024: UTC offset", "2024-05-10 00:00:00.009930+00:00", utc("2024-05-10T00:00:00.00993Z")},
+		{"negative offset", "2024-05-10 00:00:00.009930-07:00", utc("2024-05-10T07:00:00.00993Z")},
+		{"positive offset", "2024-05-10 09:30:00+09:30", utc("2024-05-10T00:00:00Z")},
+		{"T and offset", "2024-05-10T00:00:00.009930+00:00", utc("2024-05-10T00:00:00.00993Z")},
+		{"T and Z", "2024-05-10T00:00:00.009930Z", utc("2024-05-10T00:00:00.00993Z")},
+		{"space and Z", "2024-05-10 00:00:00Z", utc("2024-05-10T00:00:00Z")},
+		{"T, no zone", "2024-05-10T00:00:00.5", utc("2024-05-10T00:00:00.5Z")},
+		{"seconds", "12.5", time.Unix(12, 5e8)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseAzureTime(tt.in)
+			if err != nil || !got.Equal(tt.want) {
+				t.Errorf("parseAzureTime(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+	for _, in := range []string{"yesterday", "2024-05-10", "2024-05-10 00:00:00 +00:00", "2024-05-10 00:00:00+0000", "2024-05-10 00:00:00z", "2024-05-10 25:00:00", "-5", "NaN"} {
+		_, err := parseAzureTime(in)
+		if err == nil || !strings.Contains(err.Error(), "bad TIMESTAMP") || !strings.Contains(err.Error(), "Z or +hh:mm") {
+			t.Errorf("parseAzureTime(%q): error %v, want one listing the accepted forms", in, err)
+		}
+	}
+}
+
+func TestAzureOffsetsAreAbsolute(t *testing.T) {
+	// The same instants written with different offsets (and a 2023-style row
+	// without one, read as UTC): 00:00:00.5, 00:00:00, 00:00:01 and
+	// 00:00:02 UTC.
+	const csv = "TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+		"2024-05-10 02:00:00.5+02:00,10,1\n" +
+		"2024-05-09T23:00:00-01:00,20,1\n" +
+		"2024-05-10T00:00:01Z,30,1\n" +
+		"2024-05-10 00:00:02,40,1\n"
+	w, err := ReadAzure(strings.NewReader(csv), TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := drive(t, w, fixed(time.Second))
+	want := []struct {
+		at    time.Duration
+		input int
+	}{{0, 20}, {500 * time.Millisecond, 10}, {time.Second, 30}, {2 * time.Second, 40}}
+	if len(reqs) != len(want) {
+		t.Fatalf("%d requests, want %d", len(reqs), len(want))
+	}
+	for i, r := range reqs {
+		if r.At != want[i].at || r.Prompt.Tokens != want[i].input {
+			t.Errorf("request %d: %d tokens at %v, want %d at %v", i, r.Prompt.Tokens, r.At, want[i].input, want[i].at)
+		}
 	}
 }
 

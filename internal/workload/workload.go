@@ -1,6 +1,7 @@
 // Package workload generates the benchmark's traffic (SPEC s12): synthetic
 // workloads (agentic, chat, oneshot, longshort, mixed) and replays of public
-// traces (Mooncake JSONL, Azure CSV). Everything is deterministic for a seed.
+// traces (Mooncake and Qwen-Bailian JSONL, Azure and BurstGPT CSV).
+// Everything is deterministic for a seed.
 package workload
 
 import (
