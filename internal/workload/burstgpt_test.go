@@ -146,15 +146,6 @@ func FuzzReadBurstGPT(f *testing.F) {
 	f.Add("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n3.5,GPT-4,10,0,10,API log\n")
 	f.Add("\ufeffresponse tokens,timestamp,request tokens,x\n1,0,0,\n2,1e3,7,\"y\"\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		w, err := ReadBurstGPT(strings.NewReader(text), TraceOptions{Speed: 2})
-		if err != nil {
-			return
-		}
-		for !w.Done() {
-			r := w.Pop()
-			if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize {
-				t.Fatalf("bad request %+v", r)
-			}
-		}
+		checkReplay(t, ReadBurstGPT, text, TraceOptions{Speed: 2}, nil)
 	})
 }

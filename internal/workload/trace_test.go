@@ -3,6 +3,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -334,17 +335,26 @@ func FuzzReadMooncake(f *testing.F) {
 	f.Add(`{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [7, 8]}`)
 	f.Add("{\"timestamp\": 5.5, \"input_length\": 3, \"output_length\": 0}\n\n{}")
 	f.Fuzz(func(t *testing.T, text string) {
-		w, err := ReadMooncake(strings.NewReader(text), TraceOptions{})
-		if err != nil {
-			return
-		}
-		for !w.Done() {
-			r := w.Pop()
-			if r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize {
-				t.Fatalf("bad request %+v", r)
-			}
-		}
+		checkReplay(t, ReadMooncake, text, TraceOptions{}, nil)
 	})
+}
+
+// checkReplay reads text with read and, if it is accepted, checks every
+// request it replays: a non-negative arrival, at least one prompt and one
+// output token, one block per 16 prompt tokens, and whatever extra asks.
+func checkReplay(t *testing.T, read func(io.Reader, TraceOptions) (Workload, error), text string, opt TraceOptions, extra func(*Request) bool) {
+	t.Helper()
+	w, err := read(strings.NewReader(text), opt)
+	if err != nil {
+		return
+	}
+	for !w.Done() {
+		r := w.Pop()
+		if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize ||
+			extra != nil && !extra(r) {
+			t.Fatalf("bad request %+v", r)
+		}
+	}
 }
 
 func FuzzReadBailian(f *testing.F) {
@@ -352,17 +362,9 @@ func FuzzReadBailian(f *testing.F) {
 		`{"chat_id": 2, "parent_chat_id": 1, "timestamp": 62.5, "input_length": 40, "output_length": 0, "turn": 2, "hash_ids": [1089]}`)
 	f.Add("{\"chat_id\": 7, \"parent_chat_id\": 7, \"timestamp\": 0, \"input_length\": 3, \"output_length\": 1}\n\n{}")
 	f.Fuzz(func(t *testing.T, text string) {
-		w, err := ReadBailian(strings.NewReader(text), TraceOptions{Speed: 2})
-		if err != nil {
-			return
-		}
-		for !w.Done() {
-			r := w.Pop()
-			if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 || len(r.Prompt.Blocks) != r.Prompt.Tokens/tokenize.BlockSize ||
-				r.Profile.SessionKey == "" || r.Turn < 1 {
-				t.Fatalf("bad request %+v", r)
-			}
-		}
+		checkReplay(t, ReadBailian, text, TraceOptions{Speed: 2}, func(r *Request) bool {
+			return r.Profile.SessionKey != "" && r.Turn >= 1
+		})
 	})
 }
 
@@ -370,16 +372,7 @@ func FuzzReadAzure(f *testing.F) {
 	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n")
 	f.Add("GeneratedTokens,TIMESTAMP,ContextTokens\n1,12.5,7\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		w, err := ReadAzure(strings.NewReader(text), TraceOptions{Speed: 3})
-		if err != nil {
-			return
-		}
-		for !w.Done() {
-			r := w.Pop()
-			if r.At < 0 || r.Prompt.Tokens < 1 || r.Output < 1 {
-				t.Fatalf("bad request %+v", r)
-			}
-		}
+		checkReplay(t, ReadAzure, text, TraceOptions{Speed: 3}, nil)
 	})
 }
 
