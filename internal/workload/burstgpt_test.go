@@ -1,7 +1,6 @@
 package workload
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,13 +82,7 @@ func TestBurstGPTRejectsBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := ReadBurstGPT(strings.NewReader(tt.text), TraceOptions{})
-			if err == nil || w != nil {
-				t.Fatalf("got %v, %v; want an error", w, err)
-			}
-			if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("error %q, want %q", err, tt.wantErr)
-			}
+			checkRejects(t, ReadBurstGPT, tt.text, tt.wantErr)
 		})
 	}
 	if _, err := ReadBurstGPT(strings.NewReader(head+good), TraceOptions{Speed: -1}); err == nil {
@@ -99,13 +92,7 @@ func TestBurstGPTRejectsBadInput(t *testing.T) {
 
 func TestOpenTraceTellsBurstGPTFromAzure(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	// Each file fails to read as the other format, so a wrong guess is an
 	// error; the gaps tell the readers' time units apart as well.
 	burst := write("BurstGPT_1.csv", "\ufeff\"Timestamp\",Model,Request tokens,Response tokens,Total tokens,Log Type\n"+

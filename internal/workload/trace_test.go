@@ -204,13 +204,7 @@ func TestTraceReadersRejectBadInput(t *testing.T) {
 			if tt.format == "azure" {
 				read = ReadAzure
 			}
-			w, err := read(strings.NewReader(tt.text), TraceOptions{})
-			if err == nil || w != nil {
-				t.Fatalf("got %v, %v; want an error", w, err)
-			}
-			if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("error %q, want %q", err, tt.wantErr)
-			}
+			checkRejects(t, read, tt.text, tt.wantErr)
 		})
 	}
 	for _, opt := range []TraceOptions{{Speed: -1}, {Duration: -time.Second}, {Limit: -1}} {
@@ -328,6 +322,19 @@ func TestOpenTraceFormat(t *testing.T) {
 	}
 	if _, err := OpenTrace(filepath.Join(dir, "missing.jsonl"), "", TraceOptions{}); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// checkRejects reads text with read and wants no workload and an error
+// that starts with "workload: " and contains want.
+func checkRejects(t *testing.T, read func(io.Reader, TraceOptions) (Workload, error), text, want string) {
+	t.Helper()
+	w, err := read(strings.NewReader(text), TraceOptions{})
+	if err == nil || w != nil {
+		t.Fatalf("got %v, %v; want an error", w, err)
+	}
+	if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q, want %q", err, want)
 	}
 }
 
@@ -503,26 +510,24 @@ func TestBailianRejectsBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := ReadBailian(strings.NewReader(tt.text), TraceOptions{})
-			if err == nil || w != nil {
-				t.Fatalf("got %v, %v; want an error", w, err)
-			}
-			if !strings.HasPrefix(err.Error(), "workload: ") || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("error %q, want %q", err, tt.wantErr)
-			}
+			checkRejects(t, ReadBailian, tt.text, tt.wantErr)
 		})
 	}
 }
 
+// writeFile writes text to dir/name and returns its path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestOpenTraceTellsBailianFromMooncake(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	// The same numbers in both formats: Bailian's timestamps are seconds,
 	// Mooncake's milliseconds.
 	bailian := write("qwen.jsonl", "\n"+`{"chat_id": 5, "parent_chat_id": -1, "timestamp": 0, "input_length": 32, "output_length": 1, "hash_ids": [1, 2]}`+"\n"+
