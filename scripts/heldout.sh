@@ -11,6 +11,7 @@
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
 #   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
+#   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, judged only against variants of that session
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
 #   POLICY=prefix-tree EXCLUDE=cost scripts/heldout.sh traces   # a baseline judged by the same rule against the other baselines
@@ -25,8 +26,9 @@
 # start of the session that kept it for judging last; held6 with seed
 # 20261204, runs already in another set redrawn, judged with the defaults
 # only), held7 (seed 20261205, drawn the same way before the third session's
-# change was judged; runs already in another set redrawn), traces (gen and
-# held1-6), all (bar, traces and held7). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# change was judged; runs already in another set redrawn), held8 (seed
+# 20261206, the same way, in the fifth session, before any run on them),
+# traces (gen and held1-6), all (bar, traces, held7 and held8). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -95,15 +97,21 @@ HELD7="
   mc22x6.09 mc3x0.85 conv20x3.34 mc13x4.79 az7x1.36 az12x2.65 conv6x1.72 mc13x2.39
   conv4x0.44 az28x13.97 mc11x2.81 mc15x3.38 conv14x4.48 mc7x2.27"
 
+HELD8="
+  az20x11.94 conv12x2.34 conv6x1.04 conv12x2.31 conv8x1.57 az12x5.72 az18x9.47 az5x1.21
+  mc2x0.36 conv13x2.68 mc8x0.86 az4x0.93 az4x1.53 az16x3.81 conv14x5.54 az13x2.37
+  conv2x0.69 mc24x7.38 mc7x1.33 conv7x2.24 mc20x2.91 mc2x0.68 mc3x0.59 conv3x0.40
+  mc27x10.25 mc13x4.84 mc10x1.03 conv11x4.25 mc6x2.07 az5x1.00"
+
 if [[ ${VARIANT:-} == cost ]]; then
 	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
 	exit 2
 fi
 
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | traces | all) ;;
+bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|held7|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|held7|held8|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -204,10 +212,11 @@ held4) trace_runs "$HELD4" ;;
 held5) trace_runs "$HELD5" ;;
 held6) trace_runs "$HELD6" ;;
 held7) trace_runs "$HELD7" ;;
+held8) trace_runs "$HELD8" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8"
 	;;
 esac
 
