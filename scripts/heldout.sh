@@ -11,7 +11,7 @@
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
 #   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
-#   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, judged only against variants of that session
+#   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
 #   POLICY=prefix-tree EXCLUDE=cost scripts/heldout.sh traces   # a baseline judged by the same rule against the other baselines
