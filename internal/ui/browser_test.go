@@ -322,9 +322,16 @@ func TestDashboardInChromium(t *testing.T) {
 	waitPage(t, ctx, "the token accepted", `document.getElementById('token-state').innerText === 'token accepted'`, 10*time.Second)
 	waitPage(t, ctx, "session keys in full",
 		`[...document.querySelectorAll('#decisions td.sess')].some(td => td.innerText.startsWith('user'))`, waitFor)
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="drain"][data-name="sim-1"]`))); err != nil {
-		t.Fatal(err)
-	}
+	// The replica table is redrawn on every refresh, so a button found by
+	// one DevTools call may be gone by the next (chromedp.Click failed so:
+	// "Could not find node with given id"). Finding and clicking it in one
+	// script leaves no gap; the page's delegated handler gets the click.
+	waitPage(t, ctx, "a Drain button for sim-1 to click", `(() => {
+		const b = document.querySelector('button[data-action="drain"][data-name="sim-1"]');
+		if (!b) return false;
+		b.click();
+		return true;
+	})()`, 10*time.Second)
 	waitAdmin(t, admin, "sim-1 draining", func(m map[string]balancer.ReplicaStatus) bool { return m["sim-1"].Draining })
 	waitPage(t, ctx, "sim-1 draining",
 		`!!document.querySelector('#replicas tr[data-replica="sim-1"] .st-draining') &&
