@@ -19,20 +19,27 @@ const trace = `{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash
 {"timestamp": 2500, "input_length": 2100, "output_length": 30, "hash_ids": [1, 2, 3, 4, 5]}
 `
 
-func TestConvertLinksTurns(t *testing.T) {
+// converted runs convert on text and decodes the lines it writes.
+func converted(t *testing.T, text string, window, minBlocks int) []bailianLine {
+	t.Helper()
 	var out bytes.Buffer
-	if err := convert(strings.NewReader(trace), &out, 600, 2); err != nil {
+	if err := convert(strings.NewReader(text), &out, window, minBlocks); err != nil {
 		t.Fatal(err)
 	}
-	var got []bailianLine
+	var lines []bailianLine
 	dec := json.NewDecoder(&out)
 	for dec.More() {
 		var l bailianLine
 		if err := dec.Decode(&l); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, l)
+		lines = append(lines, l)
 	}
+	return lines
+}
+
+func TestConvertLinksTurns(t *testing.T) {
+	got := converted(t, trace, 600, 2)
 	type link struct{ Chat, Parent, Turn int }
 	var links []link
 	for _, l := range got {
@@ -54,7 +61,7 @@ func TestConvertLinksTurns(t *testing.T) {
 	}
 
 	// The bench reads the result with a session per conversation.
-	out.Reset()
+	var out bytes.Buffer
 	if err := convert(strings.NewReader(trace), &out, 600, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -74,17 +81,8 @@ func TestConvertLinksTurns(t *testing.T) {
 
 func TestConvertMinBlocksAndWindow(t *testing.T) {
 	parents := func(window, minBlocks int) []int {
-		var out bytes.Buffer
-		if err := convert(strings.NewReader(trace), &out, window, minBlocks); err != nil {
-			t.Fatal(err)
-		}
 		var ps []int
-		dec := json.NewDecoder(&out)
-		for dec.More() {
-			var l bailianLine
-			if err := dec.Decode(&l); err != nil {
-				t.Fatal(err)
-			}
+		for _, l := range converted(t, trace, window, minBlocks) {
 			ps = append(ps, l.ParentChatID)
 		}
 		return ps
