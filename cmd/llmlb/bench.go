@@ -35,6 +35,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake or Qwen-Bailian JSONL, Azure or BurstGPT CSV)")
 		traceFormat = fs.String("trace-format", "", "trace format: mooncake | bailian | azure | burstgpt (default from the file: .csv is burstgpt when its header has a \"Request tokens\" column, else azure; .jsonl is bailian when its first line has chat_id, else mooncake)")
 		traceSpeed  = fs.Float64("trace-speed", 1, "trace time compression: 2 replays twice as fast")
+		traceLimit  = fs.Int("trace-limit", 0, "replay only the trace's first N requests (0: all)")
 		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
 		replicas    = fs.Int("replicas", 4, "number of simulated replicas")
 		profile     = fs.String("profile", engine.DefaultProfile, "engine profile of every replica")
@@ -135,7 +136,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		path, format := *trace, *traceFormat
 		durationSet := false
 		fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
-		topt := workload.TraceOptions{Speed: *traceSpeed}
+		topt := workload.TraceOptions{Speed: *traceSpeed, Limit: *traceLimit}
 		if durationSet {
 			topt.Duration = *duration
 		}

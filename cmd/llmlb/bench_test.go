@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +35,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"unknown workload", []string{"--workload", "gaming"}, "gaming"},
 		{"unknown policy", []string{"--policies", "random", "--duration", "1m"}, "random"},
 		{"missing trace", []string{"--trace", "/nonexistent/trace.jsonl"}, "no such file"},
+		{"negative trace limit", []string{"--trace", "../../traces/azure_llm_inference_2023_code.csv", "--trace-limit", "-1"}, "negative limit -1"},
 		{"unwritable report", []string{"--html", "/nonexistent/dir/r.html", "--duration", "1m"}, "no such file"},
 		{"unwritable request log", []string{"--requests", "/nonexistent/dir/r.csv", "--duration", "1m"}, "no such file"},
 	}
@@ -53,10 +56,38 @@ func TestBenchHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("err = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"--workload", "--trace", "--policies", "--replicas", "--profile", "--duration", "--seed", "--json", "--html", "--requests", "--session-ttl", "--token-unit"} {
+	for _, f := range []string{"--workload", "--trace", "--trace-limit", "--policies", "--replicas", "--profile", "--duration", "--seed", "--json", "--html", "--requests", "--session-ttl", "--token-unit"} {
 		if !strings.Contains(stderr.String(), strings.TrimPrefix(f, "-")) {
 			t.Errorf("help lacks %s", f)
 		}
+	}
+}
+
+func TestBenchTraceLimit(t *testing.T) {
+	// Five requests a second apart; --trace-limit 2 replays the first two
+	// to arrive.
+	path := filepath.Join(t.TempDir(), "azure.csv")
+	trace := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	for i := range 5 {
+		trace += fmt.Sprintf("%d,100,5\n", 10-i) // out of order: the first two are 6 and 7
+	}
+	if err := os.WriteFile(path, []byte(trace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := benchMain(context.Background(), []string{"--trace", path, "--trace-limit", "2", "--policies", "rr", "--json", "--quiet"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []struct {
+			Requests int `json:"requests"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("%v in %s", err, stdout.String())
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Requests != 2 {
+		t.Errorf("results %+v, want one policy with 2 requests", rep.Results)
 	}
 }
 
