@@ -49,6 +49,10 @@ const bailianPrefixTokens = 1024
 // corrupt line is an error rather than an allocation that kills the process.
 const maxTraceTokens = 10_000_000
 
+// MaxTraceTokens is maxTraceTokens for tools that write traces (a longer
+// request would be refused when replayed).
+const MaxTraceTokens = maxTraceTokens
+
 // maxTraceMillis bounds a Mooncake timestamp (about 30 years) so that the
 // offset fits a time.Duration.
 const maxTraceMillis = 1e12

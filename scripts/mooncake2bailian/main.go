@@ -25,6 +25,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/llmlb/llmlb/internal/workload"
 )
 
 // mooncakeLine is the part of a Mooncake trace line that is read.
@@ -75,10 +77,11 @@ func main() {
 }
 
 // convert reads a Mooncake trace from r and writes it to w in the Bailian
-// format (see the package comment).
+// format (see the package comment). It keeps only the last window requests,
+// so a long trace streams through in bounded memory.
 func convert(r io.Reader, w io.Writer, window, minBlocks int) error {
-	var reqs []mooncakeLine
-	var turns []int
+	var recent []earlier // the last window requests, oldest first
+	first := 0           // the index of recent[0]
 	dec := json.NewDecoder(r)
 	enc := json.NewEncoder(w)
 	for i := 0; ; i++ {
@@ -93,10 +96,14 @@ func convert(r io.Reader, w io.Writer, window, minBlocks int) error {
 			return fmt.Errorf("request %d: %w", i+1, err)
 		}
 		parent, turn := -1, 1
-		if p := parentOf(reqs, m.HashIDs, window, minBlocks); p >= 0 {
-			parent, turn = p, turns[p]+1
+		if p := parentOf(recent, m.HashIDs, minBlocks); p >= 0 {
+			parent, turn = first+p, recent[p].turn+1
 		}
-		reqs, turns = append(reqs, m), append(turns, turn)
+		if len(recent) == window {
+			copy(recent, recent[1:])
+			recent, first = recent[:window-1], first+1
+		}
+		recent = append(recent, earlier{ids: m.HashIDs, turn: turn})
 		if err := enc.Encode(bailianLine{ChatID: i, ParentChatID: parent, Timestamp: m.Timestamp / 1000,
 			InputLength: m.InputLength, OutputLength: m.OutputLength, Type: "text", Turn: turn, HashIDs: ids}); err != nil {
 			return err
@@ -104,13 +111,19 @@ func convert(r io.Reader, w io.Writer, window, minBlocks int) error {
 	}
 }
 
-// parentOf returns the index of the request among the last window of reqs
-// whose prompt ids, bar the last, begin ids, sharing the most and at least
-// minBlocks with it (the latest of equals), or -1.
-func parentOf(reqs []mooncakeLine, ids []uint64, window, minBlocks int) int {
+// earlier is what parentOf needs of a request already written.
+type earlier struct {
+	ids  []uint64 // its 512-token hash ids
+	turn int
+}
+
+// parentOf returns the index of the request in recent whose prompt ids,
+// bar the last, begin ids, sharing the most and at least minBlocks with it
+// (the latest of equals), or -1.
+func parentOf(recent []earlier, ids []uint64, minBlocks int) int {
 	best, bestShared := -1, minBlocks-1
-	for j := len(reqs) - 1; j >= max(0, len(reqs)-window); j-- {
-		prev := reqs[j].HashIDs
+	for j := len(recent) - 1; j >= 0; j-- {
+		prev := recent[j].ids
 		shared := 0
 		for shared < min(len(prev), len(ids)) && prev[shared] == ids[shared] {
 			shared++
@@ -125,8 +138,9 @@ func parentOf(reqs []mooncakeLine, ids []uint64, window, minBlocks int) int {
 // blockIDs maps a Mooncake request's 512-token ids onto one id per 16-token
 // block of its prompt.
 func blockIDs(m mooncakeLine) ([]uint64, error) {
-	if m.InputLength < 1 || m.OutputLength < 0 || math.IsNaN(m.Timestamp) || m.Timestamp < 0 {
-		return nil, fmt.Errorf("want input_length >= 1, output_length >= 0 and a timestamp >= 0, got %d, %d, %v", m.InputLength, m.OutputLength, m.Timestamp)
+	if m.InputLength < 1 || m.InputLength > workload.MaxTraceTokens || m.OutputLength < 0 || math.IsNaN(m.Timestamp) || m.Timestamp < 0 {
+		return nil, fmt.Errorf("want input_length 1..%d, output_length >= 0 and a timestamp >= 0, got %d, %d, %v",
+			workload.MaxTraceTokens, m.InputLength, m.OutputLength, m.Timestamp)
 	}
 	n := (m.InputLength + bailianBlockTokens - 1) / bailianBlockTokens
 	if need := (n + perMooncakeBlock - 1) / perMooncakeBlock; len(m.HashIDs) < need {

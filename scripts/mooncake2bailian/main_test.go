@@ -115,6 +115,7 @@ func TestConvertRejectsBadLines(t *testing.T) {
 		`{"timestamp": 0, "input_length": 1100, "output_length": 1, "hash_ids": [1, 2]}`,
 		`{"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [1]}`,
 		`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [18446744073709551615]}`,
+		`{"timestamp": 0, "input_length": 10000001, "output_length": 1, "hash_ids": [1]}`,
 		`not json`,
 	} {
 		var out bytes.Buffer
