@@ -71,6 +71,15 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		flaps = append(flaps, f)
 		return nil
 	})
+	var slow []bench.Slow
+	fs.Func("slow", "a slower replica: `NAME:FACTOR` makes every engine step of NAME take FACTOR (>= 1) times longer for the whole run (repeatable), e.g. replica-4:2", func(s string) error {
+		f, err := bench.ParseSlow(s)
+		if err != nil {
+			return err
+		}
+		slow = append(slow, f)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmlb bench [--workload NAME | --trace FILE] [flags]\n\nCompares routing policies on a simulated fleet in virtual time (docs/BENCH.md).\n\nflags:")
 		fs.PrintDefaults()
@@ -123,6 +132,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Seed:     *seed,
 		Routing:  cfg,
 		Flaps:    flaps,
+		Slow:     slow,
 		Parallel: *parallel,
 
 		Balancers:   *balancers,

@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +85,30 @@ func ParseFlap(s string) (Flap, error) {
 	return Flap{Replica: name, Period: d}, nil
 }
 
+// Slow is a slower replica: every engine step takes Factor times longer, for
+// the whole run (an older or throttled GPU, a noisy neighbour; the engine's
+// slowdown, like simreplica's slow mode). Factor is >= 1.
+type Slow struct {
+	Replica string
+	Factor  float64
+}
+
+// ParseSlow parses "replica-4:2.5".
+func ParseSlow(s string) (Slow, error) {
+	name, factor, ok := strings.Cut(s, ":")
+	if !ok || name == "" {
+		return Slow{}, fmt.Errorf("bench: slow %q: want NAME:FACTOR, e.g. replica-4:2", s)
+	}
+	f, err := strconv.ParseFloat(factor, 64)
+	if err != nil {
+		return Slow{}, fmt.Errorf("bench: slow %q: factor: %w", s, err)
+	}
+	if !(f >= 1) || math.IsInf(f, 0) {
+		return Slow{}, fmt.Errorf("bench: slow %q: factor must be a number >= 1", s)
+	}
+	return Slow{Replica: name, Factor: f}, nil
+}
+
 // WorkloadFactory returns a fresh workload; every policy run calls it once, so
 // it must give the same sequence every time (same seed).
 type WorkloadFactory func() (workload.Workload, error)
@@ -102,6 +128,7 @@ type Options struct {
 	Seed           int64
 	Routing        balancer.Config // Policy is set per run; zero value = balancer.DefaultConfig()
 	Flaps          []Flap
+	Slow           []Slow        // replicas slower than the profile
 	ScrapeInterval time.Duration // default 3 s
 	TickInterval   time.Duration // default 1 s
 	ShareWindow    time.Duration // window of the imbalance index (default 10 s)
@@ -202,6 +229,19 @@ func (o *Options) validate() error {
 		if _, ok := replicaIndex(f.Replica, o.Replicas); !ok {
 			errs = append(errs, fmt.Errorf("bench: flap: unknown replica %q (replicas are replica-1..replica-%d)", f.Replica, o.Replicas))
 		}
+	}
+	slow := make(map[string]bool)
+	for _, f := range o.Slow {
+		if _, ok := replicaIndex(f.Replica, o.Replicas); !ok {
+			errs = append(errs, fmt.Errorf("bench: slow: unknown replica %q (replicas are replica-1..replica-%d)", f.Replica, o.Replicas))
+		}
+		if !(f.Factor >= 1) || math.IsInf(f.Factor, 0) {
+			errs = append(errs, fmt.Errorf("bench: slow: %s: factor must be a number >= 1, got %v", f.Replica, f.Factor))
+		}
+		if slow[f.Replica] {
+			errs = append(errs, fmt.Errorf("bench: slow: %s given twice", f.Replica))
+		}
+		slow[f.Replica] = true
 	}
 	return errors.Join(errs...)
 }
@@ -327,6 +367,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		Seed:            opts.Seed,
 		Balancers:       opts.Balancers,
 		Flaps:           flapStrings(opts.Flaps),
+		Slow:            slowStrings(opts.Slow),
 		Results:         results,
 	}, nil
 }
@@ -335,6 +376,14 @@ func flapStrings(fs []Flap) []string {
 	var out []string
 	for _, f := range fs {
 		out = append(out, f.Replica+":"+f.Period.String())
+	}
+	return out
+}
+
+func slowStrings(ss []Slow) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Replica+":"+strconv.FormatFloat(s.Factor, 'g', -1, 64))
 	}
 	return out
 }

@@ -123,6 +123,39 @@ func TestFlapRunsThroughHealth(t *testing.T) {
 	}
 }
 
+// TestSlowReplica: round-robin sends a slow replica as many requests as the
+// others, and each of its steps takes Factor times longer, so its requests
+// wait longer for their first token; the report names it.
+func TestSlowReplica(t *testing.T) {
+	opts := testOptions(t, "oneshot", 2, 3*time.Minute, "rr")
+	opts.Slow = []Slow{{Replica: "replica-2", Factor: 3}}
+	opts.KeepRequests = true
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rep.Slow, ","); got != "replica-2:3" {
+		t.Errorf("report's slow replicas %q, want replica-2:3", got)
+	}
+	var ttft [2]float64
+	var n [2]int
+	for _, r := range rep.Results[0].RequestLog {
+		i := 0
+		if r.Replica == "replica-2" {
+			i = 1
+		}
+		ttft[i] += r.TTFT
+		n[i]++
+	}
+	if n[0] == 0 || n[1] == 0 {
+		t.Fatalf("requests per replica %v: round-robin used both", n)
+	}
+	fast, slow := ttft[0]/float64(n[0]), ttft[1]/float64(n[1])
+	if slow < 2*fast {
+		t.Errorf("mean TTFT %.3fs on the 3x slower replica, %.3fs on the other: want at least twice", slow, fast)
+	}
+}
+
 func TestRunRejectsBadOptions(t *testing.T) {
 	good := testOptions(t, "longshort", 2, time.Minute, "rr")
 	tests := []struct {
@@ -136,6 +169,9 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{"duplicate policy", func(o *Options) { o.Policies = []string{"rr", "rr"} }, "twice"},
 		{"flap of an unknown replica", func(o *Options) { o.Flaps = []Flap{{"replica-9", time.Second}} }, "unknown replica"},
 		{"unknown policy", func(o *Options) { o.Policies = []string{"magic"} }, "magic"},
+		{"slow unknown replica", func(o *Options) { o.Slow = []Slow{{"replica-9", 2}} }, "unknown replica"},
+		{"slow factor below 1", func(o *Options) { o.Slow = []Slow{{"replica-1", 0.5}} }, "factor"},
+		{"slow replica twice", func(o *Options) { o.Slow = []Slow{{"replica-1", 2}, {"replica-1", 3}} }, "twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

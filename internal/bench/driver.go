@@ -124,6 +124,13 @@ func (r *run) setup() error {
 		i, _ := replicaIndex(f.Replica, n)
 		r.down[i] = f.Period
 	}
+	for _, s := range o.Slow {
+		i, _ := replicaIndex(s.Replica, n)
+		// engine.Engine has it; tests' stand-in engines do not.
+		if e, ok := r.eng[i].(interface{ SetSlowdown(float64) }); ok {
+			e.SetSlowdown(s.Factor)
+		}
+	}
 	// Sources: engines 0..n-1, mark, scrapes, tick, arrival, shared-state
 	// deliveries and load publication.
 	r.srcMark = n

@@ -23,6 +23,7 @@ type Report struct {
 	// "<policy> xN shared".
 	Balancers int      `json:"balancers,omitempty"`
 	Flaps     []string `json:"flaps,omitempty"`
+	Slow      []string `json:"slow,omitempty"` // slower replicas, NAME:FACTOR
 	Results   []Result `json:"results"`
 }
 
@@ -183,6 +184,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	if len(rep.Flaps) > 0 {
 		fmt.Fprintf(w, ", flaps %s", strings.Join(rep.Flaps, ","))
+	}
+	if len(rep.Slow) > 0 {
+		fmt.Fprintf(w, ", slow %s", strings.Join(rep.Slow, ","))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

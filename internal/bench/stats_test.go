@@ -90,6 +90,32 @@ func TestParseFlap(t *testing.T) {
 	}
 }
 
+func TestParseSlow(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Slow
+		wantErr bool
+	}{
+		{"replica-4:2", Slow{"replica-4", 2}, false},
+		{"replica-1:1.5", Slow{"replica-1", 1.5}, false},
+		{"replica-1:1", Slow{"replica-1", 1}, false},
+		{"replica-1", Slow{}, true},
+		{":2", Slow{}, true},
+		{"replica-1:fast", Slow{}, true},
+		{"replica-1:0.5", Slow{}, true},
+		{"replica-1:NaN", Slow{}, true},
+		{"replica-1:+Inf", Slow{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSlow(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("ParseSlow(%q) = %v, %v; want %v, err %v", tt.in, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestFlapDown(t *testing.T) {
 	f := Flap{Replica: "replica-1", Period: 15 * time.Second}
 	for _, tt := range []struct {
