@@ -156,6 +156,16 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
+		if sum, ok := workload.Summarize(wl); ok && !*quiet {
+			fmt.Fprintf(stderr, "trace %s (%s): %d requests over %v", filepath.Base(path), sum.Format, sum.Requests, sum.Span.Round(time.Second))
+			switch {
+			case sum.Skipped == 1:
+				fmt.Fprint(stderr, "; 1 row skipped (0 request tokens)")
+			case sum.Skipped > 1:
+				fmt.Fprintf(stderr, "; %d rows skipped (0 request tokens)", sum.Skipped)
+			}
+			fmt.Fprintln(stderr)
+		}
 		if !durationSet {
 			opts.Duration = traceSpan(wl)
 		}

@@ -91,6 +91,31 @@ func TestBenchTraceLimit(t *testing.T) {
 	}
 }
 
+// TestBenchPrintsTraceSummary: before a trace run, bench says on stderr what
+// it replays, and how many rows it skipped.
+func TestBenchPrintsTraceSummary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "burst.csv")
+	trace := "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" +
+		"1,ChatGPT,100,5,105,API log\n2,ChatGPT,0,5,5,API log\n3,ChatGPT,0,5,5,API log\n61,ChatGPT,200,5,205,API log\n"
+	if err := os.WriteFile(path, []byte(trace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := benchMain(context.Background(), []string{"--trace", path, "--policies", "rr", "--json"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if want := "trace burst.csv (burstgpt): 2 requests over 1m0s; 2 rows skipped (0 request tokens)\n"; !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("stderr starts %q, want %q", stderr.String(), want)
+	}
+	stderr.Reset()
+	if err := benchMain(context.Background(), []string{"--trace", path, "--policies", "rr", "--json", "--quiet"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("--quiet wrote %q to stderr", stderr.String())
+	}
+}
+
 // fakeTrace is a finished list of arrivals for traceSpan.
 type fakeTrace struct{ at []time.Duration }
 

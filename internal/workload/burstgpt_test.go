@@ -22,10 +22,15 @@ func TestBurstGPTTrace(t *testing.T) {
 		"18,472,5\n" +
 		"0,1000,3.25\n" +
 		"200,40,10\n"
-	for _, text := range []string{trace, loose} {
+	for i, text := range []string{trace, loose} {
 		w, err := ReadBurstGPT(strings.NewReader(text), TraceOptions{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		sum, ok := Summarize(w)
+		wantSum := TraceSummary{Format: "burstgpt", Requests: 3, Span: 6750 * time.Millisecond, Skipped: 1 - i}
+		if !ok || sum != wantSum {
+			t.Errorf("summary %+v, %v; want %+v (the first text's row with 0 request tokens skipped)", sum, ok, wantSum)
 		}
 		reqs := drive(t, w, fixed(time.Second))
 		want := []struct {

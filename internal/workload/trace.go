@@ -397,7 +397,12 @@ func ReadBurstGPT(r io.Reader, opt TraceOptions) (Workload, error) {
 		return nil, fmt.Errorf("workload: burstgpt: the trace holds no requests (every row has 0 Request tokens: %d skipped)", skipped)
 	}
 	fromEarliest(recs)
-	return unwrap(newTrace("burstgpt", recs, opt))
+	g, err := newTrace("burstgpt", recs, opt)
+	if err != nil {
+		return nil, err
+	}
+	g.skipped = skipped
+	return g, nil
 }
 
 // fromEarliest makes the records' arrivals offsets from the earliest one.
@@ -528,6 +533,7 @@ func (o TraceOptions) validate() error {
 // traceGen replays trace records in arrival order; it is open-loop.
 type traceGen struct {
 	format   string
+	skipped  int // rows the reader left out (BurstGPT: 0 request tokens)
 	recs     []traceRecord
 	i        int
 	speed    float64
@@ -556,6 +562,35 @@ func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, e
 		recs = recs[:opt.Limit]
 	}
 	return &traceGen{format: format, recs: recs, speed: speed, prefixes: map[[2]uint64]string{}}, nil
+}
+
+// TraceSummary describes a trace as it will be replayed: what `llmlb
+// bench` prints before a run.
+type TraceSummary struct {
+	Format   string
+	Requests int           // requests replayed (after Speed, Duration and Limit)
+	Span     time.Duration // from the first arrival to the last, replayed
+	// Skipped counts the file's rows the reader left out: BurstGPT rows
+	// with 0 request tokens (in the whole file, before any cut).
+	Skipped int
+}
+
+// Summary returns the trace's TraceSummary.
+func (g *traceGen) Summary() TraceSummary {
+	s := TraceSummary{Format: g.format, Requests: len(g.recs), Skipped: g.skipped}
+	if len(g.recs) > 0 {
+		s.Span = g.recs[len(g.recs)-1].at - g.recs[0].at
+	}
+	return s
+}
+
+// Summarize returns w's TraceSummary if w replays a trace (OpenTrace and
+// the Read functions), false for a synthetic workload.
+func Summarize(w Workload) (TraceSummary, bool) {
+	if g, ok := w.(interface{ Summary() TraceSummary }); ok {
+		return g.Summary(), true
+	}
+	return TraceSummary{}, false
 }
 
 // Peek implements Workload.
