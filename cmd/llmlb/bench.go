@@ -170,7 +170,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			opts.Duration = traceSpan(wl)
 		}
 		opts.Workload = filepath.Base(path)
-		opts.NewWorkload = func() (workload.Workload, error) { return workload.OpenTrace(path, format, topt) }
+		// Read once: each policy replays the same records (a trace of
+		// millions of rows was read and held once per policy).
+		opts.NewWorkload = func() (workload.Workload, error) {
+			w, _ := workload.Replay(wl)
+			return w, nil
+		}
 	} else {
 		name := *wlName
 		if name == "" {
@@ -257,13 +262,17 @@ func finishOutput(f *os.File, write func(io.Writer) error) error {
 // rounded up to a whole minute.
 func traceSpan(wl workload.Workload) time.Duration {
 	var last time.Duration
-	for {
-		at, ok := wl.Peek()
-		if !ok {
-			break
+	if sum, ok := workload.Summarize(wl); ok {
+		last = sum.Span
+	} else { // any other workload: run through its arrivals
+		for {
+			at, ok := wl.Peek()
+			if !ok {
+				break
+			}
+			last = at
+			wl.Pop()
 		}
-		last = at
-		wl.Pop()
 	}
 	d := last + time.Second
 	if d%time.Minute != 0 {

@@ -561,7 +561,22 @@ func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, e
 	if opt.Limit > 0 && len(recs) > opt.Limit {
 		recs = recs[:opt.Limit]
 	}
+	if len(recs) < cap(recs)/2 {
+		recs = slices.Clone(recs) // a slice of a long trace: let the rest go
+	}
 	return &traceGen{format: format, recs: recs, speed: speed, prefixes: map[[2]uint64]string{}}, nil
+}
+
+// Replay returns a fresh replay of the trace w replays from its start, sharing
+// its records (read once, never written after the reader is done), for a
+// trace workload; false for any other. Replays may run in parallel: `llmlb
+// bench` reads a trace once and replays it for each policy.
+func Replay(w Workload) (Workload, bool) {
+	g, ok := w.(*traceGen)
+	if !ok {
+		return nil, false
+	}
+	return &traceGen{format: g.format, skipped: g.skipped, recs: g.recs, speed: g.speed, prefixes: map[[2]uint64]string{}}, true
 }
 
 // TraceSummary describes a trace as it will be replayed: what `llmlb
@@ -569,7 +584,7 @@ func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, e
 type TraceSummary struct {
 	Format   string
 	Requests int           // requests replayed (after Speed, Duration and Limit)
-	Span     time.Duration // from the first arrival to the last, replayed
+	Span     time.Duration // from the replay's start to its last arrival
 	// Skipped counts the file's rows the reader left out: BurstGPT rows
 	// with 0 request tokens (in the whole file, before any cut).
 	Skipped int
@@ -579,7 +594,7 @@ type TraceSummary struct {
 func (g *traceGen) Summary() TraceSummary {
 	s := TraceSummary{Format: g.format, Requests: len(g.recs), Skipped: g.skipped}
 	if len(g.recs) > 0 {
-		s.Span = g.recs[len(g.recs)-1].at - g.recs[0].at
+		s.Span = g.recs[len(g.recs)-1].at
 	}
 	return s
 }
@@ -606,7 +621,7 @@ func (g *traceGen) Pop() *Request {
 	if g.i >= len(g.recs) {
 		return nil
 	}
-	rec := &g.recs[g.i]
+	rec := &g.recs[g.i] // shared with other replays (Replay): read only
 	g.i++
 	r := &Request{ID: g.ids.take(), At: rec.at, Turn: 1, Output: max(rec.output, 1), owner: g}
 	own := contentID(0, domTraceRequest, r.ID)
@@ -629,8 +644,6 @@ func (g *traceGen) Pop() *Request {
 		OutputTokens: DeclaredOutput,
 		PromptBlocks: r.Prompt.Blocks,
 	}
-	// The record's ids are no longer needed once the prompt exists.
-	rec.ids = nil
 	return r
 }
 

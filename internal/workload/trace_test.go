@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -551,6 +553,53 @@ func TestOpenTraceTellsBailianFromMooncake(t *testing.T) {
 		reqs := drive(t, w, fixed(time.Second))
 		if got := reqs[1].At - reqs[0].At; got != tt.gap || (reqs[1].Profile.SessionKey != "") != tt.session {
 			t.Errorf("%s as %q: gap %v, session %q; want %v, session %v", filepath.Base(tt.path), tt.format, got, reqs[1].Profile.SessionKey, tt.gap, tt.session)
+		}
+	}
+}
+
+// TestReplaySharesTheRecords: replays of one trace read (Replay), run at
+// once as bench runs its policies, each give the trace's every request from
+// the start, the same as reading the file again; the template's own
+// progress does not matter.
+func TestReplaySharesTheRecords(t *testing.T) {
+	path := tracePath(t, "mooncake_synthetic_trace.jsonl")
+	opt := TraceOptions{Limit: 300}
+	fresh, err := OpenTrace(path, "", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := drive(t, fresh, fixed(time.Second))
+	tmpl, err := OpenTrace(path, "", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Pop() // the template part-way through
+	synthetic, err := New("oneshot", Params{Seed: 1, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Replay(synthetic); ok {
+		t.Error("Replay of a synthetic workload: ok, want false")
+	}
+	got := make([][]*Request, 4)
+	var wg sync.WaitGroup
+	for i := range got {
+		w, ok := Replay(tmpl)
+		if !ok {
+			t.Fatal("Replay of a trace: not ok")
+		}
+		wg.Go(func() { got[i] = drive(t, w, fixed(time.Second)) })
+	}
+	wg.Wait()
+	for i, reqs := range got {
+		if len(reqs) != len(want) {
+			t.Fatalf("replay %d: %d requests, want %d", i, len(reqs), len(want))
+		}
+		for j, r := range reqs {
+			w := want[j]
+			if r.At != w.At || r.Prompt.Tokens != w.Prompt.Tokens || r.Output != w.Output || r.Profile.PrefixKey != w.Profile.PrefixKey || !slices.Equal(r.Prompt.Blocks, w.Prompt.Blocks) {
+				t.Fatalf("replay %d request %d differs from a fresh read", i, j)
+			}
 		}
 	}
 }
