@@ -205,7 +205,7 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	var recs []traceRecord
+	cut := traceCut{opt: opt, fromZero: true}
 	err := eachJSONLine("mooncake", r, func(line int, m *mooncakeLine) error {
 		switch {
 		case m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
@@ -216,7 +216,7 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 		if err := checkLengths("mooncake", line, *m.InputLength, *m.OutputLength); err != nil {
 			return err
 		}
-		recs = append(recs, traceRecord{
+		cut.add(traceRecord{
 			at:     time.Duration(*m.Timestamp * float64(time.Millisecond)),
 			input:  *m.InputLength,
 			output: *m.OutputLength,
@@ -227,7 +227,7 @@ func ReadMooncake(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	return unwrap(newTrace("mooncake", recs, opt))
+	return unwrap(newTraceCut("mooncake", &cut))
 }
 
 // eachCSVRow reads a CSV trace and hands fn the values of the columns cols
@@ -299,8 +299,8 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	var recs []traceRecord
-	var stamps []time.Time
+	cut := traceCut{opt: opt}
+	var ref time.Time // the first row's time: offsets are kept from it until the earliest is known
 	err := eachCSVRow("azure", azureHeader, strings.Split(azureHeader, ","), r, func(line int, v []string) error {
 		ts, err := parseAzureTime(v[0])
 		if err != nil {
@@ -314,20 +314,17 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 		case err2 != nil || out < 0 || out > maxTraceTokens:
 			return fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer 0..%d", line, v[2], maxTraceTokens)
 		}
-		stamps = append(stamps, ts)
-		recs = append(recs, traceRecord{input: in, output: out})
+		if ref.IsZero() {
+			ref = ts
+		}
+		cut.add(traceRecord{at: ts.Sub(ref), input: in, output: out})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(stamps) > 0 {
-		first := slices.MinFunc(stamps, func(a, b time.Time) int { return a.Compare(b) })
-		for i := range recs {
-			recs[i].at = stamps[i].Sub(first)
-		}
-	}
-	return unwrap(newTrace("azure", recs, opt))
+	fromEarliest(cut.recs)
+	return unwrap(newTraceCut("azure", &cut))
 }
 
 // parseAzureTime reads an Azure TIMESTAMP: a date and a time of day with any
@@ -369,7 +366,7 @@ func ReadBurstGPT(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	var recs []traceRecord
+	cut := traceCut{opt: opt}
 	skipped := 0
 	cols := []string{"Timestamp", "Request tokens", "Response tokens"}
 	err := eachCSVRow("burstgpt", burstGPTHeader, cols, r, func(line int, v []string) error {
@@ -387,17 +384,17 @@ func ReadBurstGPT(r io.Reader, opt TraceOptions) (Workload, error) {
 			skipped++
 			return nil
 		}
-		recs = append(recs, traceRecord{at: time.Duration(ts * float64(time.Second)), input: in, output: out})
+		cut.add(traceRecord{at: time.Duration(ts * float64(time.Second)), input: in, output: out})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(recs) == 0 && skipped > 0 {
+	if len(cut.recs) == 0 && skipped > 0 {
 		return nil, fmt.Errorf("workload: burstgpt: the trace holds no requests (every row has 0 Request tokens: %d skipped)", skipped)
 	}
-	fromEarliest(recs)
-	g, err := newTrace("burstgpt", recs, opt)
+	fromEarliest(cut.recs)
+	g, err := newTraceCut("burstgpt", &cut)
 	if err != nil {
 		return nil, err
 	}
@@ -530,6 +527,55 @@ func (o TraceOptions) validate() error {
 	return nil
 }
 
+// traceCut collects a trace's records as they are read, keeping only those
+// the replay can include under its options, so that a slice of a trace of
+// millions of rows does not hold them all: a record at or past Duration
+// (after Speed) from the trace's start, or one with Limit records already
+// kept that all came no later, is not kept. Exact for rows in any order:
+// the start is the earliest arrival read so far (or the trace's own time 0,
+// fromZero), never earlier than the true one, so a record it finds past
+// Duration is past it from the true start too; newTrace still makes the
+// exact cut.
+type traceCut struct {
+	opt      TraceOptions
+	fromZero bool // arrivals are the trace's own offsets (Mooncake), not from its earliest row
+	seen     bool
+	earliest time.Duration // of every record read, kept or not
+	latest   time.Duration // of the records kept
+	recs     []traceRecord
+}
+
+func (c *traceCut) add(r traceRecord) {
+	if !c.seen || r.at < c.earliest {
+		c.earliest, c.seen = r.at, true
+	}
+	if c.opt.Duration > 0 {
+		start := c.earliest
+		if c.fromZero {
+			start = 0
+		}
+		if replayAt(r.at-start, c.opt.Speed) >= c.opt.Duration {
+			return
+		}
+	}
+	if c.opt.Limit > 0 && len(c.recs) >= c.opt.Limit && r.at >= c.latest {
+		return
+	}
+	c.recs = append(c.recs, r)
+	c.latest = max(c.latest, r.at)
+	if len(c.recs) == 1 {
+		c.latest = r.at
+	}
+}
+
+// replayAt is a trace offset at speed (0 means 1), as newTrace computes it.
+func replayAt(at time.Duration, speed float64) time.Duration {
+	if speed == 0 {
+		speed = 1
+	}
+	return time.Duration(float64(at) / speed)
+}
+
 // traceGen replays trace records in arrival order; it is open-loop.
 type traceGen struct {
 	format   string
@@ -546,13 +592,27 @@ func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, e
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("workload: %s: the trace holds no requests", format)
 	}
+	return replayOf(format, recs, opt), nil
+}
+
+// newTraceCut is newTrace of the records a traceCut kept: an error if the
+// trace had none at all, an empty replay if the cut left none.
+func newTraceCut(format string, c *traceCut) (*traceGen, error) {
+	if !c.seen {
+		return nil, fmt.Errorf("workload: %s: the trace holds no requests", format)
+	}
+	return replayOf(format, c.recs, c.opt), nil
+}
+
+// replayOf sorts the records by arrival, applies opt and makes the replay.
+func replayOf(format string, recs []traceRecord, opt TraceOptions) *traceGen {
 	speed := opt.Speed
 	if speed == 0 {
 		speed = 1
 	}
 	slices.SortStableFunc(recs, func(a, b traceRecord) int { return cmp.Compare(a.at, b.at) })
 	for i := range recs {
-		recs[i].at = time.Duration(float64(recs[i].at) / speed)
+		recs[i].at = replayAt(recs[i].at, speed)
 	}
 	if opt.Duration > 0 {
 		n, _ := slices.BinarySearchFunc(recs, opt.Duration, func(r traceRecord, d time.Duration) int { return cmp.Compare(r.at, d) })
@@ -564,7 +624,7 @@ func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, e
 	if len(recs) < cap(recs)/2 {
 		recs = slices.Clone(recs) // a slice of a long trace: let the rest go
 	}
-	return &traceGen{format: format, recs: recs, speed: speed, prefixes: map[[2]uint64]string{}}, nil
+	return &traceGen{format: format, recs: recs, speed: speed, prefixes: map[[2]uint64]string{}}
 }
 
 // Replay returns a fresh replay of the trace w replays from its start, sharing

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -600,6 +601,60 @@ func TestReplaySharesTheRecords(t *testing.T) {
 			if r.At != w.At || r.Prompt.Tokens != w.Prompt.Tokens || r.Output != w.Output || r.Profile.PrefixKey != w.Profile.PrefixKey || !slices.Equal(r.Prompt.Blocks, w.Prompt.Blocks) {
 				t.Fatalf("replay %d request %d differs from a fresh read", i, j)
 			}
+		}
+	}
+}
+
+// TestTraceCutIsExact: keeping only what the replay can include while a
+// trace is read (traceCut) gives the very records that reading them all and
+// cutting after would: rows in any order, ties, negative offsets (an Azure
+// row before the first), every mix of Duration, Speed and Limit.
+func TestTraceCutIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 3000 {
+		n := 1 + rng.IntN(40)
+		recs := make([]traceRecord, n)
+		sorted := rng.IntN(2) == 0
+		for i := range recs {
+			at := time.Duration(rng.IntN(20)-5) * time.Second
+			if sorted && i > 0 {
+				at = recs[i-1].at + time.Duration(rng.IntN(3))*time.Second
+			}
+			recs[i] = traceRecord{at: at, input: i + 1} // input names the row
+		}
+		opt := TraceOptions{Speed: []float64{0, 1, 0.3, 2.5}[rng.IntN(4)]}
+		if rng.IntN(3) > 0 {
+			opt.Duration = time.Duration(rng.IntN(12)) * time.Second
+		}
+		if rng.IntN(3) > 0 {
+			opt.Limit = rng.IntN(n + 2)
+		}
+		fromZero := rng.IntN(2) == 0
+		if fromZero { // Mooncake offsets are never negative
+			for i := range recs {
+				recs[i].at = max(recs[i].at, 0)
+			}
+		}
+		all := slices.Clone(recs)
+		cut := traceCut{opt: opt, fromZero: fromZero}
+		for _, r := range recs {
+			cut.add(r)
+		}
+		kept := cut.recs
+		if !fromZero {
+			fromEarliest(all)
+			fromEarliest(kept)
+		}
+		want, err := newTrace("test", all, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := newTraceCut("test", &cut)
+		if err != nil {
+			t.Fatalf("trial %d: %v (kept %d of %d)", trial, err, len(kept), n)
+		}
+		if !slices.EqualFunc(got.recs, want.recs, func(a, b traceRecord) bool { return a.at == b.at && a.input == b.input }) {
+			t.Fatalf("trial %d, %+v fromZero %v, rows %v:\nkept-then-cut %v\nread-all-then-cut %v", trial, opt, fromZero, recs, got.recs, want.recs)
 		}
 	}
 }
