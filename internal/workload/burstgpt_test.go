@@ -139,5 +139,6 @@ func FuzzReadBurstGPT(f *testing.F) {
 	f.Add("\ufeffresponse tokens,timestamp,request tokens,x\n1,0,0,\n2,1e3,7,\"y\"\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		checkReplay(t, ReadBurstGPT, text, TraceOptions{Speed: 2}, nil)
+		checkReplay(t, ReadBurstGPT, text, TraceOptions{Speed: 0.5, Duration: 10 * time.Second, Limit: 3}, nil) // cut while read (traceCut)
 	})
 }

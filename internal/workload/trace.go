@@ -301,6 +301,7 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 	}
 	cut := traceCut{opt: opt}
 	var ref time.Time // the first row's time: offsets are kept from it until the earliest is known
+	haveRef := false
 	err := eachCSVRow("azure", azureHeader, strings.Split(azureHeader, ","), r, func(line int, v []string) error {
 		ts, err := parseAzureTime(v[0])
 		if err != nil {
@@ -314,10 +315,16 @@ func ReadAzure(r io.Reader, opt TraceOptions) (Workload, error) {
 		case err2 != nil || out < 0 || out > maxTraceTokens:
 			return fmt.Errorf("workload: azure line %d: GeneratedTokens %q, want an integer 0..%d", line, v[2], maxTraceTokens)
 		}
-		if ref.IsZero() {
-			ref = ts
+		if !haveRef {
+			ref, haveRef = ts, true
 		}
-		cut.add(traceRecord{at: ts.Sub(ref), input: in, output: out})
+		// Rows within maxTraceMillis of the first are within twice that of
+		// each other: offsets that time.Duration holds.
+		at := ts.Sub(ref)
+		if at > maxTraceMillis*time.Millisecond || at < -maxTraceMillis*time.Millisecond {
+			return fmt.Errorf("workload: azure line %d: TIMESTAMP %q is more than %v from the first row's", line, v[0], time.Duration(maxTraceMillis*time.Millisecond))
+		}
+		cut.add(traceRecord{at: at, input: in, output: out})
 		return nil
 	})
 	if err != nil {
@@ -562,8 +569,7 @@ func (c *traceCut) add(r traceRecord) {
 		return
 	}
 	c.recs = append(c.recs, r)
-	c.latest = max(c.latest, r.at)
-	if len(c.recs) == 1 {
+	if len(c.recs) == 1 || r.at > c.latest {
 		c.latest = r.at
 	}
 }

@@ -199,6 +199,7 @@ func TestTraceReadersRejectBadInput(t *testing.T) {
 		{"azure bad tokens", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,x,5\n", "ContextTokens \"x\""},
 		{"azure short row", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,5\n", "2 fields"},
 		{"azure empty", "azure", "", "reading the header"},
+		{"azure rows centuries apart", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n5000-01-01 00:00:00,10,1\n0001-01-01 00:00:00,10,1\n9999-01-01 00:00:00,10,1\n", "azure line 3: TIMESTAMP \"0001-01-01 00:00:00\" is more than"},
 		{"azure bad quoting", "azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,\"5,5\n", "azure: parse error on line 2"},
 	}
 	for _, tt := range tests {
@@ -346,6 +347,7 @@ func FuzzReadMooncake(f *testing.F) {
 	f.Add("{\"timestamp\": 5.5, \"input_length\": 3, \"output_length\": 0}\n\n{}")
 	f.Fuzz(func(t *testing.T, text string) {
 		checkReplay(t, ReadMooncake, text, TraceOptions{}, nil)
+		checkReplay(t, ReadMooncake, text, TraceOptions{Speed: 0.5, Duration: 10 * time.Second, Limit: 3}, nil) // cut while read (traceCut)
 	})
 }
 
@@ -381,8 +383,10 @@ func FuzzReadBailian(f *testing.F) {
 func FuzzReadAzure(f *testing.F) {
 	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n")
 	f.Add("GeneratedTokens,TIMESTAMP,ContextTokens\n1,12.5,7\n")
+	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n5000-01-01 00:00:00,10,1\n0001-01-01 00:00:00,10,1\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		checkReplay(t, ReadAzure, text, TraceOptions{Speed: 3}, nil)
+		checkReplay(t, ReadAzure, text, TraceOptions{Speed: 0.5, Duration: 10 * time.Second, Limit: 3}, nil) // cut while read (traceCut)
 	})
 }
 
