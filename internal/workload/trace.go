@@ -445,8 +445,8 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	var recs []traceRecord
-	var chats, parents []int64 // per record; parents[i] < 0: a first request
+	cut := traceCut{opt: opt, rows: true}
+	var chats, parents []int64 // per row, kept or not; parents[i] < 0: a first request
 	err := eachJSONLine("bailian", r, func(line int, m *bailianLine) error {
 		switch {
 		case m.ChatID == nil || m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil:
@@ -462,7 +462,7 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 			parent = *m.ParentChatID
 		}
 		chats, parents = append(chats, *m.ChatID), append(parents, parent)
-		recs = append(recs, traceRecord{
+		cut.add(traceRecord{
 			at:     time.Duration(*m.Timestamp * float64(time.Second)),
 			input:  *m.InputLength,
 			output: *m.OutputLength,
@@ -478,11 +478,11 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range recs {
-		recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[i], 10)
+	for i := range cut.recs {
+		cut.recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[cut.rowOf[i]], 10)
 	}
-	fromEarliest(recs)
-	return unwrap(newTrace("bailian", recs, opt))
+	fromEarliest(cut.recs)
+	return unwrap(newTraceCut("bailian", &cut))
 }
 
 // bailianRoots returns each record's conversation: the chat_id reached by
@@ -546,13 +546,18 @@ func (o TraceOptions) validate() error {
 type traceCut struct {
 	opt      TraceOptions
 	fromZero bool // arrivals are the trace's own offsets (Mooncake), not from its earliest row
+	rows     bool // note each kept record's row (rowOf), for what is known only once all are read
 	seen     bool
 	earliest time.Duration // of every record read, kept or not
 	latest   time.Duration // of the records kept
+	read     int           // records read
 	recs     []traceRecord
+	rowOf    []int // with rows: the 0-based row of each kept record
 }
 
 func (c *traceCut) add(r traceRecord) {
+	row := c.read
+	c.read++
 	if !c.seen || r.at < c.earliest {
 		c.earliest, c.seen = r.at, true
 	}
@@ -569,6 +574,9 @@ func (c *traceCut) add(r traceRecord) {
 		return
 	}
 	c.recs = append(c.recs, r)
+	if c.rows {
+		c.rowOf = append(c.rowOf, row)
+	}
 	if len(c.recs) == 1 || r.at > c.latest {
 		c.latest = r.at
 	}

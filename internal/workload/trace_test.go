@@ -377,6 +377,9 @@ func FuzzReadBailian(f *testing.F) {
 		checkReplay(t, ReadBailian, text, TraceOptions{Speed: 2}, func(r *Request) bool {
 			return r.Profile.SessionKey != "" && r.Turn >= 1
 		})
+		checkReplay(t, ReadBailian, text, TraceOptions{Speed: 0.5, Duration: 10 * time.Second, Limit: 3}, func(r *Request) bool {
+			return r.Profile.SessionKey != "" && r.Turn >= 1
+		})
 	})
 }
 
@@ -659,6 +662,55 @@ func TestTraceCutIsExact(t *testing.T) {
 		}
 		if !slices.EqualFunc(got.recs, want.recs, func(a, b traceRecord) bool { return a.at == b.at && a.input == b.input }) {
 			t.Fatalf("trial %d, %+v fromZero %v, rows %v:\nkept-then-cut %v\nread-all-then-cut %v", trial, opt, fromZero, recs, got.recs, want.recs)
+		}
+	}
+}
+
+// TestBailianCutKeepsSessions: a Bailian trace read with a cut replays
+// exactly the requests, and the sessions, that the whole trace replays
+// before that cut, though its rows come out of order and some parents come
+// after their children or lie beyond the cut.
+func TestBailianCutKeepsSessions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 200 {
+		n := 2 + rng.IntN(30)
+		var b strings.Builder
+		for i := range n {
+			parent := -1
+			switch {
+			case i > 0 && rng.IntN(4) == 0:
+				parent = n + 1 + rng.IntN(5) // a conversation begun before the trace
+			case i > 0 && rng.IntN(3) > 0:
+				parent = 1 + rng.IntN(i) // an earlier row, whose timestamp may be later
+			}
+			fmt.Fprintf(&b, `{"chat_id": %d, "parent_chat_id": %d, "timestamp": %d, "input_length": %d, "output_length": 1, "hash_ids": [%d]}`+"\n",
+				i+1, parent, rng.IntN(60), 16+i, rng.IntN(4))
+		}
+		speed := []float64{1, 0.5, 2}[rng.IntN(3)]
+		opt := TraceOptions{Speed: speed, Duration: time.Duration(rng.IntN(40)) * time.Second, Limit: rng.IntN(n + 1)}
+		whole, err := ReadBailian(strings.NewReader(b.String()), TraceOptions{Speed: speed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []*Request
+		for !whole.Done() {
+			r := whole.Pop()
+			if (opt.Duration == 0 || r.At < opt.Duration) && (opt.Limit == 0 || len(want) < opt.Limit) {
+				want = append(want, r)
+			}
+		}
+		cut, err := ReadBailian(strings.NewReader(b.String()), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []*Request
+		for !cut.Done() {
+			got = append(got, cut.Pop())
+		}
+		if !slices.EqualFunc(got, want, func(a, b *Request) bool {
+			return a.At == b.At && a.Prompt.Tokens == b.Prompt.Tokens && a.Session == b.Session && a.Turn == b.Turn
+		}) {
+			t.Fatalf("trial %d, %+v: cut replay differs from the whole trace's before the cut\n%s", trial, opt, b.String())
 		}
 	}
 }
