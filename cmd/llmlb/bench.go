@@ -173,8 +173,10 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// Read once: each policy replays the same records (a trace of
 		// millions of rows was read and held once per policy).
 		opts.NewWorkload = func() (workload.Workload, error) {
-			w, _ := workload.Replay(wl)
-			return w, nil
+			if w, ok := workload.Replay(wl); ok {
+				return w, nil
+			}
+			return workload.OpenTrace(path, format, topt)
 		}
 	} else {
 		name := *wlName

@@ -90,7 +90,7 @@ svg text{font-family:system-ui,sans-serif;font-size:13px}
 h2{margin-top:1.5em}
 </style></head><body>
 <h1>llmlb bench: {{.R.Workload}}</h1>
-<p>{{.R.Replicas}} replicas of <code>{{.R.Profile}}</code>, {{.Duration}} of virtual time, seed {{.R.Seed}}.
+<p>{{.R.Replicas}} replicas of <code>{{.R.Profile}}</code>, {{.Duration}} of virtual time, seed {{.R.Seed}}{{if .R.Flaps}}, flapping {{range $i, $f := .R.Flaps}}{{if $i}}, {{end}}<code>{{$f}}</code>{{end}}{{end}}{{if .R.Slow}}, slower {{range $i, $s := .R.Slow}}{{if $i}}, {{end}}<code>{{$s}}</code>{{end}}{{end}}.
 Every policy ran on fresh engines with the same workload; routing used llmlb's own core.</p>
 <pre>{{.Table}}</pre>
 <h2>Time to first token (CDF)</h2>

@@ -59,12 +59,14 @@ func TestReadJSONRejectsGarbage(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	var buf bytes.Buffer
-	if err := sampleReport().WriteTable(&buf); err != nil {
+	rep := sampleReport()
+	rep.Slow = []string{"replica-2:2"}
+	if err := rep.WriteTable(&buf); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
 	for _, want := range []string{"policy", "rr", "llmlb", "4.20s", "650ms", "turns 2+", "80.0%",
-		"ceiling", "75.0%", "short < 8192 tokens", "1.2x", "15x", "900ms", "9.00s"} {
+		"ceiling", "75.0%", "short < 8192 tokens", "1.2x", "15x", "900ms", "9.00s", ", slow replica-2:2\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -89,6 +91,15 @@ func TestWriteHTML(t *testing.T) {
 	}
 	if strings.Contains(out, "<test>") {
 		t.Error("workload name not escaped")
+	}
+	rep := sampleReport()
+	rep.Flaps, rep.Slow = []string{"replica-1:15s"}, []string{"replica-2:2", "replica-3:1.5"}
+	buf.Reset()
+	if err := rep.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if want := "flapping <code>replica-1:15s</code>, slower <code>replica-2:2</code>, <code>replica-3:1.5</code>."; !strings.Contains(buf.String(), want) {
+		t.Errorf("report does not name the faults: want %q", want)
 	}
 	body := strings.TrimPrefix(out, "<!DOCTYPE html>\n")
 	body = strings.Replace(body, `<meta charset="utf-8">`, `<meta charset="utf-8"/>`, 1)
