@@ -172,7 +172,9 @@ const maxBatch = 256
 // write drains the queue into the stream in pipelined batches and
 // publishes the core's load every load_interval. After a failure it drops
 // what arrives for a short, growing backoff instead of dialling a dead
-// Redis for every request.
+// Redis for every request, unless Redis has been seen up since (the
+// reader reached it): a pin made just after Redis came back would
+// otherwise be lost for good, and the peers would never learn it.
 func (s *Redis) write(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.LoadInterval)
 	defer tick.Stop()
@@ -202,7 +204,7 @@ func (s *Redis) write(ctx context.Context) {
 			}
 			load = true
 		}
-		if now := time.Now(); now.Before(retryAt) {
+		if s.holdingOff(time.Now(), retryAt) {
 			s.dropped.Add(uint64(len(batch)))
 			continue
 		}
@@ -221,6 +223,13 @@ func (s *Redis) write(ctx context.Context) {
 		s.published.Add(uint64(len(batch)))
 		s.ok()
 	}
+}
+
+// holdingOff reports whether the writer drops what it has instead of
+// writing it: within its backoff after a failure (until retryAt), unless
+// Redis has been reached since.
+func (s *Redis) holdingOff(now, retryAt time.Time) bool {
+	return now.Before(retryAt) && !s.up.Load()
 }
 
 // flush writes one batch (and the load, if due) in one round trip.

@@ -177,14 +177,15 @@ func TestRedisDownRoutingGoesOnAndRecovers(t *testing.T) {
 
 	srv.Start()
 	eventually(t, "A reports Redis up again", ra.Up)
-	eventually(t, "sharing resumes by itself", func() bool {
-		res, err := a.Select(&balancer.Profile{SessionKey: "after"}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Release(res, balancer.OutcomeOK, time.Now())
-		return pinOf(b, "session", "after") == res.Replica
-	})
+	// Sharing resumes by itself, at once: the first pin made once Redis is
+	// back reaches B (A's writer, still in its backoff from the outage,
+	// used to drop it).
+	res, err := a.Select(&balancer.Profile{SessionKey: "after"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release(res, balancer.OutcomeOK, time.Now())
+	eventually(t, "B learns the first pin made after the outage", func() bool { return pinOf(b, "session", "after") == res.Replica })
 }
 
 // A Redis that hangs (SIGSTOP) rather than refuses: every operation runs
@@ -214,6 +215,24 @@ func TestRedisHungRoutingGoesOn(t *testing.T) {
 		a.Release(res, balancer.OutcomeOK, time.Now())
 		return pinOf(b, "session", "resumed") == res.Replica
 	})
+}
+
+// TestWriterHoldsOffOnlyWhileRedisIsDown: after a failed write the writer
+// drops changes for its backoff, but not once Redis has been reached again
+// (a pin made then would never reach the peers).
+func TestWriterHoldsOffOnlyWhileRedisIsDown(t *testing.T) {
+	var s Redis
+	now := time.Now()
+	if !s.holdingOff(now, now.Add(time.Second)) {
+		t.Error("down, within the backoff: not holding off")
+	}
+	if s.holdingOff(now, now.Add(-time.Second)) {
+		t.Error("down, past the backoff: holding off")
+	}
+	s.up.Store(true)
+	if s.holdingOff(now, now.Add(time.Second)) {
+		t.Error("Redis reached again within the backoff: holding off")
+	}
 }
 
 func TestPublishNeverBlocks(t *testing.T) {
