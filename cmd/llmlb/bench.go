@@ -63,23 +63,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		tokenUnit      = fs.Int("token-unit", def.Load.TokenUnit, "estimated tokens that weigh 1.0 in-flight request")
 	)
 	var flaps []bench.Flap
-	fs.Func("flap", "fault: `NAME:PERIOD` makes a replica alternate PERIOD up / PERIOD down (repeatable), e.g. replica-1:15s", func(s string) error {
-		f, err := bench.ParseFlap(s)
-		if err != nil {
-			return err
-		}
-		flaps = append(flaps, f)
-		return nil
-	})
+	repeatedFlag(fs, "flap", "fault: `NAME:PERIOD` makes a replica alternate PERIOD up / PERIOD down (repeatable), e.g. replica-1:15s", bench.ParseFlap, &flaps)
 	var slow []bench.Slow
-	fs.Func("slow", "a slower replica: `NAME:FACTOR` makes every engine step of NAME take FACTOR (>= 1) times longer for the whole run (repeatable), e.g. replica-4:2", func(s string) error {
-		f, err := bench.ParseSlow(s)
-		if err != nil {
-			return err
-		}
-		slow = append(slow, f)
-		return nil
-	})
+	repeatedFlag(fs, "slow", "a slower replica: `NAME:FACTOR` makes every engine step of NAME take FACTOR (>= 1) times longer for the whole run (repeatable), e.g. replica-4:2", bench.ParseSlow, &slow)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmlb bench [--workload NAME | --trace FILE] [flags]\n\nCompares routing policies on a simulated fleet in virtual time (docs/BENCH.md).\n\nflags:")
 		fs.PrintDefaults()
@@ -258,6 +244,19 @@ func finishOutput(f *os.File, write func(io.Writer) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// repeatedFlag defines a flag that may be given several times, each value
+// parsed by parse and appended to into.
+func repeatedFlag[T any](fs *flag.FlagSet, name, usage string, parse func(string) (T, error), into *[]T) {
+	fs.Func(name, usage, func(s string) error {
+		v, err := parse(s)
+		if err != nil {
+			return err
+		}
+		*into = append(*into, v)
+		return nil
+	})
 }
 
 // traceSpan is the time from the start to just after the last arrival,

@@ -100,11 +100,8 @@ func ParseSlow(s string) (Slow, error) {
 		return Slow{}, fmt.Errorf("bench: slow %q: want NAME:FACTOR, e.g. replica-4:2", s)
 	}
 	f, err := strconv.ParseFloat(factor, 64)
-	if err != nil {
-		return Slow{}, fmt.Errorf("bench: slow %q: factor: %w", s, err)
-	}
-	if !(f >= 1) || math.IsInf(f, 0) {
-		return Slow{}, fmt.Errorf("bench: slow %q: factor must be a number >= 1", s)
+	if err != nil || !(f >= 1) || math.IsInf(f, 0) {
+		return Slow{}, fmt.Errorf("bench: slow %q: factor %q, want a number >= 1 (2: every step twice as long)", s, factor)
 	}
 	return Slow{Replica: name, Factor: f}, nil
 }
