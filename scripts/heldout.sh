@@ -13,6 +13,7 @@
 #   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
 #   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
+#   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
 #   POLICY=prefix-tree EXCLUDE=cost scripts/heldout.sh traces   # a baseline judged by the same rule against the other baselines
 #   POLICIES=rr,least-request,cost:tie_steps=2 POLICY=cost:tie_steps=2 scripts/heldout.sh gen
@@ -109,9 +110,9 @@ if [[ ${VARIANT:-} == cost ]]; then
 fi
 
 case "$set_name" in
-bar | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | traces | all) ;;
+bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|gen|held1|held2|held3|held4|held5|held6|held7|held8|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -202,8 +203,24 @@ bar_runs() {
 	bench longshort32 "$p" --workload longshort --replicas 32 --duration 30m
 }
 
+# slow_runs: the runs of BENCHMARKS.md's "A slower replica": one replica of
+# four twice as slow (--slow replica-4:2), the eight runs of seed 1 and the
+# five synthetic workloads at seeds 2 and 3 (the seed is in the run's name).
+slow_runs() {
+	local p=${POLICIES:-$BASE,llmlb-warm,cost} wl s
+	for s in 1 2 3; do
+		for wl in agentic chat mixed oneshot longshort; do
+			SEED=$s bench "slow-$wl-seed$s" "$p" --workload "$wl" --replicas 4 --duration 30m --slow replica-4:2
+		done
+	done
+	bench slow-mooncake "$p" --trace traces/mooncake_synthetic_trace.jsonl --replicas 4 --slow replica-4:2
+	bench slow-conv8 "$p" --trace traces/mooncake_conversation_head.jsonl --replicas 8 --slow replica-4:2
+	bench slow-azure "$p" --trace traces/azure_llm_inference_2023_code.csv --replicas 4 --slow replica-4:2
+}
+
 case "$set_name" in
 bar) bar_runs ;;
+slow) slow_runs ;;
 gen) trace_runs "$GEN" ;;
 held1) trace_runs "$HELD1" ;;
 held2) trace_runs "$HELD2" ;;
