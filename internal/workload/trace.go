@@ -148,6 +148,7 @@ type traceRecord struct {
 	ids     []uint64 // Mooncake or Bailian hash_ids; nil for Azure and BurstGPT
 	session string   // Bailian: the conversation (its first request's chat_id)
 	turn    int      // Bailian: the turn within it
+	row     int      // the record's 0-based row in the file (traceCut)
 }
 
 // mooncakeLine is one line of a Mooncake trace.
@@ -445,7 +446,7 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	cut := traceCut{opt: opt, rows: true}
+	cut := traceCut{opt: opt}
 	var chats, parents []int64 // per row, kept or not; parents[i] < 0: a first request
 	err := eachJSONLine("bailian", r, func(line int, m *bailianLine) error {
 		switch {
@@ -479,7 +480,7 @@ func ReadBailian(r io.Reader, opt TraceOptions) (Workload, error) {
 		return nil, err
 	}
 	for i := range cut.recs {
-		cut.recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[cut.rowOf[i]], 10)
+		cut.recs[i].session = "bailian-chat-" + strconv.FormatInt(roots[cut.recs[i].row], 10)
 	}
 	fromEarliest(cut.recs)
 	return unwrap(newTraceCut("bailian", &cut))
@@ -542,43 +543,73 @@ func (o TraceOptions) validate() error {
 // the start is the earliest arrival read so far (or the trace's own time 0,
 // fromZero), never earlier than the true one, so a record it finds past
 // Duration is past it from the true start too; newTrace still makes the
-// exact cut.
+// exact cut. Rows in falling time order pass both tests as they come (each
+// is the earliest yet), so whenever the kept records double, compact drops
+// those the cut now excludes: what is kept stays within twice the cut's
+// size (at least minCompact records), whatever the order.
 type traceCut struct {
 	opt      TraceOptions
-	fromZero bool // arrivals are the trace's own offsets (Mooncake), not from its earliest row
-	rows     bool // note each kept record's row (rowOf), for what is known only once all are read
-	seen     bool
+	fromZero bool          // arrivals are the trace's own offsets (Mooncake), not from its earliest row
 	earliest time.Duration // of every record read, kept or not
 	latest   time.Duration // of the records kept
-	read     int           // records read
+	read     int           // records read; each kept one carries its row (traceRecord.row)
 	recs     []traceRecord
-	rowOf    []int // with rows: the 0-based row of each kept record
+	next     int // compact when this many records are kept
 }
 
+// minCompact is the fewest kept records at which traceCut compacts.
+var minCompact = 4096
+
 func (c *traceCut) add(r traceRecord) {
-	row := c.read
+	r.row = c.read
 	c.read++
-	if !c.seen || r.at < c.earliest {
-		c.earliest, c.seen = r.at, true
+	if c.read == 1 || r.at < c.earliest {
+		c.earliest = r.at
 	}
-	if c.opt.Duration > 0 {
-		start := c.earliest
-		if c.fromZero {
-			start = 0
-		}
-		if replayAt(r.at-start, c.opt.Speed) >= c.opt.Duration {
-			return
-		}
+	if c.past(r.at) {
+		return
 	}
 	if c.opt.Limit > 0 && len(c.recs) >= c.opt.Limit && r.at >= c.latest {
 		return
 	}
 	c.recs = append(c.recs, r)
-	if c.rows {
-		c.rowOf = append(c.rowOf, row)
-	}
 	if len(c.recs) == 1 || r.at > c.latest {
 		c.latest = r.at
+	}
+	if len(c.recs) >= max(c.next, minCompact) {
+		c.compact()
+		c.next = 2 * len(c.recs)
+	}
+}
+
+// past reports whether an arrival is at or past Duration from the start
+// known so far.
+func (c *traceCut) past(at time.Duration) bool {
+	if c.opt.Duration <= 0 {
+		return false
+	}
+	start := c.earliest
+	if c.fromZero {
+		start = 0
+	}
+	return replayAt(at-start, c.opt.Speed) >= c.opt.Duration
+}
+
+// compact drops the kept records the cut now excludes: those past Duration
+// from today's earliest arrival, and beyond the first Limit by arrival
+// (ties in file order, as newTrace breaks them).
+func (c *traceCut) compact() {
+	c.recs = slices.DeleteFunc(c.recs, func(r traceRecord) bool { return c.past(r.at) })
+	if c.opt.Limit > 0 && len(c.recs) > c.opt.Limit {
+		slices.SortFunc(c.recs, func(a, b traceRecord) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.row, b.row)) })
+		clear(c.recs[c.opt.Limit:])
+		c.recs = c.recs[:c.opt.Limit]
+	}
+	c.latest = 0
+	for i, r := range c.recs {
+		if i == 0 || r.at > c.latest {
+			c.latest = r.at
+		}
 	}
 }
 
@@ -602,17 +633,10 @@ type traceGen struct {
 	prefixes map[[2]uint64]string // Mooncake prefix keys by their first two ids
 }
 
-func newTrace(format string, recs []traceRecord, opt TraceOptions) (*traceGen, error) {
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("workload: %s: the trace holds no requests", format)
-	}
-	return replayOf(format, recs, opt), nil
-}
-
-// newTraceCut is newTrace of the records a traceCut kept: an error if the
-// trace had none at all, an empty replay if the cut left none.
+// newTraceCut is the replay of the records a traceCut kept: an error if
+// the trace had none at all, an empty replay if the cut left none.
 func newTraceCut(format string, c *traceCut) (*traceGen, error) {
-	if !c.seen {
+	if c.read == 0 {
 		return nil, fmt.Errorf("workload: %s: the trace holds no requests", format)
 	}
 	return replayOf(format, c.recs, c.opt), nil

@@ -617,6 +617,8 @@ func TestReplaySharesTheRecords(t *testing.T) {
 // cutting after would: rows in any order, ties, negative offsets (an Azure
 // row before the first), every mix of Duration, Speed and Limit.
 func TestTraceCutIsExact(t *testing.T) {
+	defer func(m int) { minCompact = m }(minCompact)
+	minCompact = 3 // compact often, so that compaction is checked too
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 3000 {
 		n := 1 + rng.IntN(40)
@@ -652,10 +654,7 @@ func TestTraceCutIsExact(t *testing.T) {
 			fromEarliest(all)
 			fromEarliest(kept)
 		}
-		want, err := newTrace("test", all, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := replayOf("test", all, opt)
 		got, err := newTraceCut("test", &cut)
 		if err != nil {
 			t.Fatalf("trial %d: %v (kept %d of %d)", trial, err, len(kept), n)
@@ -711,6 +710,36 @@ func TestBailianCutKeepsSessions(t *testing.T) {
 			return a.At == b.At && a.Prompt.Tokens == b.Prompt.Tokens && a.Session == b.Session && a.Turn == b.Turn
 		}) {
 			t.Fatalf("trial %d, %+v: cut replay differs from the whole trace's before the cut\n%s", trial, opt, b.String())
+		}
+	}
+}
+
+// TestTraceCutBoundsRowsInAnyOrder: rows in falling time order each look
+// like the earliest yet, so neither the cut's window nor its limit drops
+// them as they come; compaction keeps what is held within twice the cut.
+func TestTraceCutBoundsRowsInAnyOrder(t *testing.T) {
+	defer func(m int) { minCompact = m }(minCompact)
+	minCompact = 8
+	for _, opt := range []TraceOptions{{Limit: 10}, {Duration: 5 * time.Second}, {Duration: time.Hour, Limit: 3}} {
+		cut := traceCut{opt: opt}
+		var all []traceRecord
+		for i := range 10_000 {
+			r := traceRecord{at: time.Duration(10_000-i) * time.Second, input: i + 1}
+			all = append(all, r)
+			cut.add(r)
+			if len(cut.recs) > 2*max(opt.Limit, 6, minCompact) {
+				t.Fatalf("%+v: %d records held after %d rows", opt, len(cut.recs), i+1)
+			}
+		}
+		fromEarliest(all)
+		fromEarliest(cut.recs)
+		want := replayOf("test", all, opt)
+		got, err := newTraceCut("test", &cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(got.recs, want.recs, func(a, b traceRecord) bool { return a.at == b.at && a.input == b.input }) {
+			t.Errorf("%+v: kept %v, want %v", opt, got.recs, want.recs)
 		}
 	}
 }
