@@ -5,6 +5,7 @@ package config
 
 import (
 	"log/slog"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
@@ -97,6 +98,11 @@ type Proxy struct {
 	FirstByteTimeout  time.Duration // proxy.first_byte_timeout: response headers deadline (10m; 504 after)
 	PassAuthorization bool          // proxy.pass_authorization: forward the client's Authorization when the replica has no api_key (true)
 	StreamIdleTimeout time.Duration // proxy.stream_idle_timeout: longest silence of a replica during a stream, and before the answer to a streaming request (60s)
+	// RetryStatuses are the replica answers tried again on another replica
+	// (within max_attempts) instead of passed to the client: a replica that
+	// is busy or unavailable answers them before computing anything
+	// (proxy.retry_statuses: 429, 502, 503).
+	RetryStatuses []int
 }
 
 // Server configures the listeners' lifecycle.
@@ -141,6 +147,7 @@ func Default() Config {
 			FirstByteTimeout:  10 * time.Minute,
 			PassAuthorization: true,
 			StreamIdleTimeout: 60 * time.Second,
+			RetryStatuses:     []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable},
 		},
 		Server: Server{
 			ReadHeaderTimeout: 10 * time.Second,

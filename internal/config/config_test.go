@@ -132,6 +132,10 @@ routing:
 				c.Request.SessionHeaders = []string{"x-my-session"}
 				c.Request.TenantHeaders = []string{}
 			}},
+		{name: "retry statuses", yaml: "proxy: {retry_statuses: [429, 500]}\n",
+			want: func(c *Config) { c.Proxy.RetryStatuses = []int{429, 500} }},
+		{name: "no retry statuses", yaml: "proxy: {retry_statuses: []}\n",
+			want: func(c *Config) { c.Proxy.RetryStatuses = []int{} }},
 		{name: "sizes and booleans", yaml: `
 scrape: {max_body_bytes: 8MiB, health_check: true, timeout: 500ms}
 proxy: {max_body_bytes: 1048576, route_headers: false, max_attempts: 1}
@@ -228,6 +232,8 @@ replicas: http://a:8000
 			`config: test.yaml: line 9: routing.affinity: expected a mapping of keys, got 5`,
 			`config: test.yaml: line 10: replicas: expected a list, got "http://a:8000"`,
 		}},
+		{name: "retry status not a number", yaml: "proxy: {retry_statuses: [429, busy]}\n",
+			want: []string{`config: test.yaml: line 1: proxy.retry_statuses[1]: expected an integer, got "busy"`}},
 		{name: "float for an int", yaml: "proxy: {max_attempts: 2.5}\n",
 			want: []string{`config: test.yaml: line 1: proxy.max_attempts: expected an integer, got 2.5`}},
 		{name: "quoted number for an int", yaml: "proxy: {max_attempts: \"2\"}\n",
@@ -422,6 +428,12 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "unauthenticated opt-in with a token on the network", modify: func(c *Config) {
 			c.AdminListen, c.AdminToken, c.Admin.AllowUnauthenticatedMutations = ":9090", "t0k", true
+		}},
+		{name: "retry statuses", modify: func(c *Config) {
+			c.Proxy.RetryStatuses = []int{429, 200, 600, 503}
+		}, want: []string{
+			`config: proxy.retry_statuses[1]: 200 is not an error status (400-599): only a replica's refusal is tried elsewhere`,
+			`config: proxy.retry_statuses[2]: 600 is not an error status (400-599): only a replica's refusal is tried elsewhere`,
 		}},
 		{name: "allowed hosts", modify: func(c *Config) {
 			c.Admin.AllowedHosts = []string{"llmlb.internal", "llmlb.internal:9090", "*", "", "http://x", "a b", "h\xff"}

@@ -43,7 +43,7 @@ func encode(v reflect.Value, key string) *yaml.Node {
 		return m
 	case t.Kind() == reflect.Slice:
 		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		if t.Elem().Kind() == reflect.String {
+		if k := t.Elem().Kind(); k == reflect.String || k == reflect.Int {
 			s.Style = yaml.FlowStyle
 		}
 		for i := range v.Len() {

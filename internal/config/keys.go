@@ -66,7 +66,7 @@ func supported(t reflect.Type) bool {
 		return true
 	case reflect.Slice:
 		e := t.Elem()
-		return e.Kind() == reflect.String || e.Kind() == reflect.Struct
+		return e.Kind() == reflect.String || e.Kind() == reflect.Struct || e.Kind() == reflect.Int
 	}
 	return false
 }

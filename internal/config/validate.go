@@ -42,6 +42,11 @@ func (c Config) Validate() error {
 	v.positive("proxy.connect_timeout", p.ConnectTimeout)
 	v.positive("proxy.first_byte_timeout", p.FirstByteTimeout)
 	v.positive("proxy.stream_idle_timeout", p.StreamIdleTimeout)
+	for i, s := range p.RetryStatuses {
+		if s < 400 || s > 599 {
+			v.add(fmt.Sprintf("proxy.retry_statuses[%d]", i), "%d is not an error status (400-599): only a replica's refusal is tried elsewhere", s)
+		}
+	}
 
 	sv := c.Server
 	v.positive("server.read_header_timeout", sv.ReadHeaderTimeout)

@@ -24,6 +24,9 @@ var (
 	errReplicaEjected = errors.New("proxy: replica ejected while the request waited for its answer")
 	// errStreamIdle: the replica sent nothing for proxy.stream_idle_timeout.
 	errStreamIdle = errors.New("proxy: replica sent nothing for proxy.stream_idle_timeout")
+	// errRefused: the replica answered one of proxy.retry_statuses (the
+	// attempt's refusal holds the answer); another replica is tried.
+	errRefused = errors.New("proxy: replica refused the request")
 	// errStreamIncomplete: an SSE stream of chat or completions ended
 	// without "data: [DONE]" (e.g. the replica closed a stream sent without
 	// chunked framing): the client did not get the whole answer.
@@ -48,12 +51,39 @@ type attempt struct {
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
 
-	err       error // failure before any response (ErrorHandler)
-	status    int   // the replica's status code
-	upgrade   bool  // the replica switched protocols (101, WebSocket)
-	firstByte bool  // a body byte arrived
-	eof       bool  // the body was read to its end
-	bodyErr   error // the replica broke the body after the response began
+	mayRetry  bool     // another attempt may follow: a refusal is held back
+	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)
+	err       error    // failure before any response (ErrorHandler)
+	status    int      // the replica's status code
+	upgrade   bool     // the replica switched protocols (101, WebSocket)
+	firstByte bool     // a body byte arrived
+	eof       bool     // the body was read to its end
+	bodyErr   error    // the replica broke the body after the response began
+}
+
+// refusal is a replica's answer that the proxy tries elsewhere, kept to be
+// given to the client if no other replica is left.
+type refusal struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// holdRefusal keeps the replica's refusal (its headers and at most
+// maxRefusalBody of its body, read within the stream idle timeout) and
+// returns the error that makes ReverseProxy give the attempt up, so that
+// route tries another replica.
+func (a *attempt) holdRefusal(res *http.Response) error {
+	a.startIdle()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxRefusalBody))
+	a.stopIdle()
+	h := res.Header.Clone()
+	h.Del("Content-Length")
+	a.refusal = &refusal{status: res.StatusCode, header: h, body: body}
+	if err != nil {
+		return fmt.Errorf("%w (%d %s; reading its body: %w)", errRefused, res.StatusCode, http.StatusText(res.StatusCode), err)
+	}
+	return fmt.Errorf("%w: %d %s", errRefused, res.StatusCode, http.StatusText(res.StatusCode))
 }
 
 func attemptFrom(ctx context.Context) *attempt {
@@ -114,6 +144,10 @@ func (a *attempt) outcome() balancer.Outcome {
 		return balancer.OutcomeCanceled
 	case errors.Is(a.err, errReplicaEjected):
 		return balancer.OutcomeCanceled
+	case a.refusal != nil && a.refusal.status >= 500:
+		return balancer.OutcomeServerError
+	case a.refusal != nil:
+		return balancer.OutcomeRejected // busy (429): healthy, computed nothing
 	case a.err != nil:
 		return balancer.OutcomeTransportError
 	case a.status >= 500:

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,20 @@ const (
 	// longest silence of a replica during a stream (issue 10: hung replica).
 	DefaultStreamIdleTimeout = time.Minute
 )
+
+// DefaultRetryStatuses are proxy.retry_statuses' default (used when the
+// field is nil): a replica's answers that say it is busy (429) or
+// unavailable (502 from a sidecar before it, 503), given before it computes
+// anything, so another replica is tried. 500 is not among them: it may be
+// the request's own fault, and retrying it would only repeat the failure
+// on more replicas (and count towards their ejection); nor is 504: the
+// replica behind a gateway may still be working, as after the proxy's own
+// first-byte timeout.
+var DefaultRetryStatuses = []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable}
+
+// maxRefusalBody bounds what is kept of a refusal's body while another
+// replica is tried (the answer given if none is left).
+const maxRefusalBody = 64 << 10
 
 // Recorder receives the proxy's measurements (package admin's Metrics
 // implements it). Implementations must be safe for concurrent use.
@@ -109,6 +124,7 @@ type Proxy struct {
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
+	retryStatus map[int]bool
 }
 
 // outBody is the request body the attempts send, read whole.
@@ -163,6 +179,13 @@ func New(opts Options) (*Proxy, error) {
 	if cfg.StreamIdleTimeout <= 0 {
 		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
+	if cfg.RetryStatuses == nil {
+		cfg.RetryStatuses = DefaultRetryStatuses
+	}
+	retryStatus := make(map[int]bool, len(cfg.RetryStatuses))
+	for _, s := range cfg.RetryStatuses {
+		retryStatus[s] = true
+	}
 	p := &Proxy{
 		waiting:     waitingSet{m: make(map[*attempt]struct{})},
 		bal:         opts.Balancer,
@@ -175,6 +198,7 @@ func New(opts Options) (*Proxy, error) {
 		log:         opts.Logger,
 		now:         opts.Now,
 		bodyTimeout: opts.ReadBodyTimeout,
+		retryStatus: retryStatus,
 	}
 	if p.bodyTimeout <= 0 {
 		p.bodyTimeout = DefaultReadBodyTimeout
@@ -443,6 +467,8 @@ func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string)
 
 // route selects, proxies and fails over (SPEC s3 + failover): at most
 // MaxAttempts distinct replicas, and never once a byte reached the client.
+// A replica's refusal (proxy.retry_statuses) is tried elsewhere too, but
+// given to the client as the replica sent it when no other is left.
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) {
 	ctx := r.Context()
 	var tried []string
@@ -458,7 +484,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		if p.decisions != nil {
 			p.decisions(p.now(), res, prof, n+1)
 		}
-		a := p.try(w, r, body, res, prof)
+		a := p.try(w, r, body, res, prof, n+1 < p.cfg.MaxAttempts)
 		if !a.retry() {
 			return
 		}
@@ -478,6 +504,8 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 // selectFailed answers when Select finds no replica.
 func (p *Proxy) selectFailed(w http.ResponseWriter, err error, prof *request.Profile, last *attempt) {
 	switch {
+	case last != nil && last.refusal != nil && errors.Is(err, balancer.ErrNoHealthyInstances):
+		p.replayRefusal(w, last)
 	case errors.Is(err, balancer.ErrUnknownModel):
 		p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound,
 			fmt.Sprintf("the model %q does not exist on any replica", prof.Model))
@@ -491,6 +519,21 @@ func (p *Proxy) selectFailed(w http.ResponseWriter, err error, prof *request.Pro
 		p.log.Error("proxy: select failed", slog.String("error", err.Error()))
 		p.answer(w, http.StatusInternalServerError, TypeServer, "internal_error", "routing failed")
 	}
+}
+
+// replayRefusal answers with the refusal attempt a kept: no other replica
+// was left to try, so the client gets the replica's own answer (its status,
+// headers such as Retry-After, and body).
+func (p *Proxy) replayRefusal(w http.ResponseWriter, a *attempt) {
+	rf := a.refusal
+	h := w.Header()
+	for k, v := range rf.header {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(rf.body)))
+	p.metrics.Request(a.res.Replica, a.res.Reason, rf.status)
+	w.WriteHeader(rf.status)
+	_, _ = w.Write(rf.body)
 }
 
 // logDecision writes the one debug line per routing decision. It never logs
@@ -514,9 +557,10 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // try runs one attempt on the reserved replica and releases the reservation
 // when it ends, also when ReverseProxy aborts the handler with
 // http.ErrAbortHandler (the deferred release runs while the panic unwinds).
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile) *attempt {
+// mayRetry says another attempt may follow: a refusal is then held back.
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile, mayRetry bool) *attempt {
 	ctx, cancel := context.WithCancelCause(r.Context())
-	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w},
+	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
 		wantDone: r.Method == http.MethodPost && streamsDone[r.URL.Path]}
 	defer func() {
@@ -636,6 +680,9 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
 	}
 	a.status = res.StatusCode
+	if a.mayRetry && p.retryStatus[res.StatusCode] {
+		return a.holdRefusal(res)
+	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		a.upgrade = true
 		a.stopIdle() // a WebSocket may be silent as long as it likes
