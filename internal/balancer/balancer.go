@@ -36,6 +36,10 @@ type Reservation struct {
 	// request runs (policy.RunObserver), released on Release.
 	run       uint64
 	runPolicy policy.RunObserver
+	// recorded is the policy's token for undoing its record of the prompt
+	// (policy.RefusalObserver) if the replica turns the request away.
+	recorded   uint64
+	recordedBy policy.Policy
 }
 
 // Weight returns the reservation's load weight (SPEC s2.2 wlc units).
@@ -417,6 +421,9 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	if c.PrefillTokens > 0 {
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}
+	if c.Recorded != 0 {
+		res.recorded, res.recordedBy, res.blocks = c.Recorded, b.policy, p.PromptBlocks
+	}
 	if b.sharer != nil {
 		b.publish(p, before, res.rep, now)
 	}
@@ -518,6 +525,7 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	if r.heldPrefill -= res.prefill; r.inFlight <= 0 || r.heldPrefill < 0 {
 		r.heldPrefill = 0
 	}
+	started := res.firstToken
 	b.donePending(res)
 	if res.run != 0 {
 		// Only the policy that pinned can unpin (a reload may have
@@ -529,6 +537,12 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	}
 	if r.removed {
 		return nil
+	}
+	if !started && res.recorded != 0 && o != OutcomeOK && o != OutcomeCanceled && any(res.recordedBy) == any(b.policy) {
+		// Turned away before it ran: the replica never computed the prompt.
+		if f, ok := b.policy.(policy.RefusalObserver); ok {
+			f.Refused(r.name, res.blocks, res.recorded)
+		}
 	}
 	var tr []health.Transition
 	switch o {

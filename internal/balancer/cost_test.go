@@ -295,3 +295,46 @@ func TestCostReleaseReturnsItsHeldKV(t *testing.T) {
 		t.Fatalf("held after releasing the first = %v, want the second's %v", got, want)
 	}
 }
+
+// TestCostForgetsPromptsTheReplicaTurnedAway: a prompt whose request the
+// replica refused or rejected before its first token is not expected in
+// that replica's cache; one that ran (a first token, then a broken stream)
+// is, and so is one the client gave up on.
+func TestCostForgetsPromptsTheReplicaTurnedAway(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		started bool
+		outcome Outcome
+		cached  bool
+	}{
+		{"rejected 4xx", false, OutcomeRejected, false},
+		{"5xx", false, OutcomeServerError, false},
+		{"refused", false, OutcomeTransportError, false},
+		{"broken after its first token", true, OutcomeTransportError, true},
+		{"cancelled by the client", false, OutcomeCanceled, true},
+		{"served", false, OutcomeOK, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := costFleet(t, 1)
+			first, err := b.Select(costProfile("x", 8, 2), t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.started {
+				b.FirstToken(first)
+			}
+			b.Release(first, c.outcome, t0)
+			again, err := b.Select(costProfile("x", 8, 4), t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if c.cached {
+				want = 10 * tokenize.BlockSize
+			}
+			if got := again.Explanation.CachedTokens; got != want {
+				t.Fatalf("cached tokens after %s = %d, want %d", c.name, got, want)
+			}
+		})
+	}
+}

@@ -368,8 +368,9 @@ func (r *run) arrival() {
 		r.nextID++
 		id := r.nextID
 		if err := e.Add(engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.Output}, now); err != nil {
-			// The replica answers 400 (prompt too long): not its fault.
-			bal.Release(res, balancer.OutcomeOK, now)
+			// The replica answers 400 (prompt too long): not its fault,
+			// and it computed nothing.
+			bal.Release(res, balancer.OutcomeRejected, now)
 			r.acc.rejected++
 			r.wl.Complete(req, r.now)
 			r.rekeyEngine(i)

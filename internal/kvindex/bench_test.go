@@ -10,7 +10,7 @@ import (
 type index interface {
 	SetCapacity(rep int32, blocks int)
 	Match(blocks []uint64, depth []int32) int
-	Touch(rep int32, blocks []uint64)
+	Touch(rep int32, blocks []uint64) Touched
 	Idle(rep int32) int64
 	Reuse() float64
 }

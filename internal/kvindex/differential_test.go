@@ -113,17 +113,47 @@ func diffRun(t testing.TB, src source, reps, maxCap, maxLen int) (steps, ghosts 
 		ref *refPin
 	}
 	var pins []pinPair
+	// Routed prompts that may be refused later: the replica, the prompt,
+	// what it held before and the Touch's stamp.
+	type routed struct {
+		rep     int32
+		p       []uint64
+		keep    int
+		touched Touched
+	}
+	var sent []routed
 	for ; !src.done(); steps++ {
 		rep := int32(src.intn(reps))
-		switch op := src.intn(24); {
+		switch op := src.intn(26); {
 		case op < 10: // the policy: match the fleet, touch the chosen replica
 			p := prompt()
 			match(p, reps)
 			if src.intn(8) != 0 {
-				x.Touch(rep, p)
-				ref.Touch(rep, p)
+				keep := int(depth[rep])
+				a, b := x.Touch(rep, p), ref.Touch(rep, p)
+				if a != b {
+					t.Fatalf("step %d: Touch did %+v, reference %+v", steps, a, b)
+				}
+				if len(sent) < 8 {
+					sent = append(sent, routed{rep, p, keep, a})
+				} else {
+					sent[src.intn(len(sent))] = routed{rep, p, keep, a}
+				}
 			}
 			check("match+touch")
+		case op < 12: // a routed prompt is refused, now or a few operations later
+			if len(sent) > 0 {
+				i := src.intn(len(sent))
+				f := sent[i]
+				if src.intn(4) == 0 { // a keep too large forgets less
+					f.keep += src.intn(len(f.p) - f.keep + 1)
+				}
+				x.Forget(f.rep, f.p, f.keep, f.touched)
+				ref.Forget(f.rep, f.p, f.keep, f.touched)
+				sent[i] = sent[len(sent)-1]
+				sent = sent[:len(sent)-1]
+				check("forget")
+			}
 		case op < 13: // a record: touch without a match
 			p := prompt()
 			x.Touch(rep, p)
@@ -252,13 +282,17 @@ func TestUnchainedHashesAreSafe(t *testing.T) {
 			p[i] = uint64(rng.IntN(20))
 		}
 		rep := int32(rng.IntN(reps))
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0:
 			x.SetCapacity(rep, rng.IntN(10))
 		case 1:
 			x.RemoveReplica(rep)
 		case 2:
 			x.Touch(rep, p)
+		case 3: // refused at once, or with a stale stamp or a wrong keep
+			touched := x.Touch(rep, p)
+			touched.Stamp -= uint32(rng.IntN(2))
+			x.Forget(rep, p, rng.IntN(len(p)+1), touched)
 		default:
 			clear(depth)
 			d := x.Match(p, depth[:rng.IntN(reps+1)])

@@ -168,8 +168,14 @@ type replica struct {
 	// the list's tail, so it goes here, ordered by stamp.
 	heap   []int32
 	n, cap int
-	oldest uint32 // stamp of the least recently used leaf, when n > 0
-	dirty  bool   // oldest must be recomputed
+	// phantom counts blocks the replica holds that the index cannot name:
+	// those a Touch evicted for a prompt that Forget then took back (the
+	// replica never computed it, so it still holds what the index had
+	// evicted). They are its least recently used, counted in n and evicted
+	// before any other.
+	phantom int
+	oldest  uint32 // stamp of the least recently used leaf, when n > 0
+	dirty   bool   // oldest must be recomputed
 	// pinned counts the entries with pins; epoch changes when RemoveReplica
 	// drops them, so that the Pins handed out before are not undone twice.
 	pinned  int
@@ -196,7 +202,7 @@ func (x *Index) SetCapacity(rep int32, blocks int) {
 	x.grow(rep)
 	r := &x.reps[rep]
 	r.cap = max(blocks, 0)
-	for r.n > r.cap && x.lru(r) != none {
+	for r.n > r.cap && (r.phantom > 0 || x.lru(r) != none) {
 		x.evict(rep)
 	}
 	x.flush()
@@ -346,14 +352,16 @@ func (x *Index) matchWalk(blocks []uint64, depth []int32) (deepest int) {
 // becomes its most recently used, the first block last, so that the prompt's
 // tail is evicted before its shared head (vLLM frees a request's blocks in
 // reverse order). New blocks beyond the replica's capacity evict its least
-// recently used ones.
-func (x *Index) Touch(rep int32, blocks []uint64) {
+// recently used ones. What it returns lets Forget undo it.
+func (x *Index) Touch(rep int32, blocks []uint64) (t Touched) {
 	x.grow(rep)
 	r := &x.reps[rep]
+	t.Stamp = x.clock
 	if r.cap == 0 {
-		return
+		return t
 	}
 	x.clock++
+	t.Stamp = x.clock
 	cached := x.dropBlocks != nil && x.dropGen == x.gen && len(x.dropBlocks) == len(blocks) &&
 		len(blocks) > 0 && &x.dropBlocks[0] == &blocks[0]
 	x.dropBlocks = nil
@@ -376,18 +384,21 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 	add := m - h
 	for {
 		for add > 0 && r.n+add > r.cap && r.n > 0 {
-			v := x.lru(r)
-			if v == none {
-				break // what is left is pinned
-			}
-			if v == e {
-				e = x.ent[e].parent
-				if h > 0 {
-					h--
-					add++
+			if r.phantom == 0 {
+				v := x.lru(r)
+				if v == none {
+					break // what is left is pinned
+				}
+				if v == e {
+					e = x.ent[e].parent
+					if h > 0 {
+						h--
+						add++
+					}
 				}
 			}
 			x.evict(rep)
+			t.Evicted++
 		}
 		if e != none || h == 0 {
 			break
@@ -415,6 +426,14 @@ func (x *Index) Touch(rep int32, blocks []uint64) {
 		x.attach(rep, e, blocks[h:m])
 	}
 	x.settle(r)
+	return t
+}
+
+// Touched is what a Touch did, for Forget: its stamp and how many of the
+// replica's blocks it evicted.
+type Touched struct {
+	Stamp   uint32
+	Evicted int
 }
 
 // heldFromDrops returns how many leading blocks of the last matched prompt
@@ -582,6 +601,21 @@ func (x *Index) freeNodeAt(ni int32) {
 	x.freeNode = ni
 }
 
+// forgetNode frees node ni at once, its hash out of the table (a ghost's
+// slot stays, with no node).
+func (x *Index) forgetNode(ni int32) {
+	n := &x.node[ni]
+	if i, ok := x.nodes.find(n.hash); ok {
+		x.nodes.slots[i].val = none
+		if !x.nodes.slots[i].ghost {
+			x.nodes.delAt(i)
+		}
+	}
+	x.live--
+	n.first.ent = x.freeNode
+	x.freeNode = ni
+}
+
 // flush removes the hashes of the nodes freed since the last flush from the
 // table and adds them to the ghosts, in the order they were freed. Done in
 // a batch, the random slots they touch are loaded first, all at once, so
@@ -635,20 +669,36 @@ func (x *Index) lru(r *replica) int32 {
 // Touch calls).
 func older(a, b uint32) bool { return int32(a-b) < 0 }
 
-// evict drops replica rep's least recently used block. Its parent, if that
-// was its last child, becomes a leaf used when the block was (they were
-// used together) or later, when a prompt ended there.
+// evict drops replica rep's least recently used block (a phantom first);
+// it becomes a ghost if no other replica holds it.
 func (x *Index) evict(rep int32) {
-	r := &x.reps[rep]
-	ei := x.lru(r)
-	if ei == none {
+	if r := &x.reps[rep]; r.phantom > 0 {
+		r.phantom--
+		r.n--
 		return
 	}
+	if ei := x.lru(&x.reps[rep]); ei != none {
+		x.removeLeaf(&x.reps[rep], ei)
+		x.drop(rep, ei, true)
+	}
+}
+
+// drop frees entry ei of replica rep, a leaf already out of the replica's
+// list and heap. evicted: it was the least recently used (an eviction; its
+// block becomes a ghost if no other replica holds it); otherwise it is
+// forgotten (Forget) and leaves no ghost. Its parent, if that was its last
+// child, becomes a leaf used when the block was (they were used together)
+// or later, when a prompt ended there.
+func (x *Index) drop(rep, ei int32, evicted bool) {
+	r := &x.reps[rep]
 	x.gen++
-	x.removeLeaf(r, ei)
 	e := x.ent[ei]
 	if x.node[e.node].remove(rep) {
-		x.freeNodeAt(e.node)
+		if evicted {
+			x.freeNodeAt(e.node)
+		} else {
+			x.forgetNode(e.node)
+		}
 	}
 	x.ent[ei] = entry{node: none, parent: none, prev: none, next: x.freeEnt}
 	x.freeEnt = ei
@@ -669,11 +719,48 @@ func (x *Index) evict(rep int32) {
 		p.next, p.prev = pinned, none
 		return
 	}
-	if older(e.stamp, p.stamp) {
+	if !evicted || older(e.stamp, p.stamp) {
+		// Out of the list's order: a forgotten block need not have been
+		// the least recently used, so its parent's place is by stamp.
 		x.heapPush(r, e.parent)
 		return
 	}
 	x.pushBack(r, e.parent)
+}
+
+// Forget undoes what Touch t added for a prompt that replica rep never
+// computed (it refused or rejected the request): the replica's blocks of
+// the prompt past the first keep (those it held before that Touch),
+// deepest first, for as long as each is a leaf that no running request
+// holds and no later Touch has used. They leave without becoming ghosts
+// (they were never evicted), and the blocks that Touch evicted to make
+// room, which the replica still holds, come back as phantoms, up to as
+// many as were forgotten: the index no longer knows which they were, but a
+// replica whose cache was full stays full. The blocks the Touch kept keep
+// the recency it gave them.
+func (x *Index) Forget(rep int32, blocks []uint64, keep int, t Touched) {
+	if rep < 0 || int(rep) >= len(x.reps) || len(blocks) <= keep {
+		return
+	}
+	x.dropBlocks = nil
+	r := &x.reps[rep]
+	h, e := x.held(rep, blocks)
+	forgot := 0
+	for ; h > max(keep, 0) && e != none; h-- {
+		en := &x.ent[e]
+		if en.next == interior || en.next == pinned || en.pins > 0 || en.stamp != t.Stamp {
+			break
+		}
+		parent := en.parent
+		x.removeLeaf(r, e)
+		x.drop(rep, e, false)
+		e = parent
+		forgot++
+	}
+	back := min(forgot, max(t.Evicted, 0))
+	r.phantom += back
+	r.n += back
+	x.settle(r)
 }
 
 // settle recomputes r.oldest after changes to its leaves.

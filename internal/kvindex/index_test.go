@@ -138,3 +138,73 @@ func TestReuseCountsEvictedBlocksAskedForAgain(t *testing.T) {
 		t.Fatalf("reuse after a repeat = %v, want 0.5", r)
 	}
 }
+
+// TestForgetUndoesARefusedPrompt: a prompt the replica never computed
+// leaves the index, down to what the replica held before it, without
+// ghosts; a later prompt that used its blocks keeps them.
+func TestForgetUndoesARefusedPrompt(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 100)
+	x.SetCapacity(1, 100)
+	x.Touch(0, []uint64{1, 2})
+	x.Touch(1, []uint64{1, 2, 3, 4, 5})
+	refused := []uint64{1, 2, 3, 4, 5}
+	keep := int(match(x, 2, refused)[0])
+	touched := x.Touch(0, refused)
+	x.Forget(0, refused, keep, touched)
+	if got := match(x, 2, refused); !slices.Equal(got, []int32{2, 5}) {
+		t.Fatalf("depths after the refusal = %v, want [2 5] (replica 0 back to its 2 blocks; replica 1 untouched)", got)
+	}
+	if x.Len(0) != 2 || x.Nodes() != 5 || x.Reuse() != 0 {
+		t.Fatalf("len %d, nodes %d, reuse %v: want 2, 5 and no ghosts", x.Len(0), x.Nodes(), x.Reuse())
+	}
+
+	// Blocks another prompt used since the refused one stay: the same
+	// prompt sent again, or a longer one through it.
+	touched = x.Touch(0, refused)
+	x.Touch(0, []uint64{1, 2, 3})
+	x.Forget(0, refused, keep, touched)
+	if got := match(x, 1, refused)[0]; got != 3 {
+		t.Fatalf("depth after a refusal whose head a later prompt used = %d, want 3", got)
+	}
+	touched = x.Touch(0, refused)
+	x.Touch(0, []uint64{1, 2, 3, 4, 5, 6})
+	x.Forget(0, refused, 3, touched)
+	if got := match(x, 1, []uint64{1, 2, 3, 4, 5, 6})[0]; got != 6 {
+		t.Fatalf("depth after a refusal a later prompt extended = %d, want 6", got)
+	}
+}
+
+// TestForgetKeepsAFullReplicaFull: the blocks a refused prompt evicted are
+// still on the replica, so the index stays full, and new blocks evict those
+// unnamed blocks (the oldest) before anything it can name.
+func TestForgetKeepsAFullReplicaFull(t *testing.T) {
+	x := New()
+	x.SetCapacity(0, 4)
+	x.Touch(0, []uint64{1, 2, 3, 4})
+	refused := []uint64{10, 11}
+	touched := x.Touch(0, refused) // evicts 4 and 3, the old tail
+	if touched.Evicted != 2 {
+		t.Fatalf("the refused prompt's Touch evicted %d, want 2", touched.Evicted)
+	}
+	x.Forget(0, refused, 0, touched)
+	if x.Len(0) != 4 || x.Idle(0) < 0 {
+		t.Fatalf("after the refusal: len %d, idle %d; want the replica still full (4)", x.Len(0), x.Idle(0))
+	}
+	if got := match(x, 1, refused)[0]; got != 0 {
+		t.Fatalf("refused prompt still matched to depth %d", got)
+	}
+	x.Touch(0, []uint64{20, 21})
+	if got := match(x, 1, []uint64{1, 2})[0]; got != 2 || x.Len(0) != 4 {
+		t.Fatalf("after new blocks: depth of [1 2] %d, len %d; want 2 and 4 (the unnamed blocks went first)", got, x.Len(0))
+	}
+
+	// With room, a refusal evicted nothing and frees what it took.
+	x.SetCapacity(0, 100)
+	n := x.Len(0)
+	touched = x.Touch(0, refused)
+	x.Forget(0, refused, 0, touched)
+	if x.Len(0) != n {
+		t.Fatalf("len %d after a refusal with room, want %d", x.Len(0), n)
+	}
+}

@@ -24,8 +24,9 @@ type refIndex struct {
 
 	reps []refReplicaLRU // by replica id
 
-	clock uint32 // Touch calls so far
-	freed uint64 // nodes freed so far (their indices may be reused)
+	clock   uint32 // Touch calls so far
+	evicted int    // older blocks the current Touch evicted
+	freed   uint64 // nodes freed so far (their indices may be reused)
 
 	refGhosts refGhosts // blocks that recently left the index (ghost.go)
 
@@ -60,6 +61,7 @@ type refReplicaLRU struct {
 	head, tail int32
 	n, cap     int
 	epoch      int // RemoveReplica calls: voids the refPins taken before
+	phantom    int // unnamed blocks, counted in n, evicted first (Forget)
 }
 
 // refPin is what one refIndex.Pin marked: every pair of the prompt's
@@ -142,7 +144,7 @@ func (x *refIndex) SetCapacity(rep int32, blocks int) {
 	x.grow(rep)
 	r := &x.reps[rep]
 	r.cap = max(blocks, 0)
-	for r.n > r.cap && x.victim(rep) != refNone {
+	for r.n > r.cap && (r.phantom > 0 || x.victim(rep) != refNone) {
 		x.evict(rep)
 	}
 }
@@ -197,12 +199,13 @@ func (x *refIndex) Match(blocks []uint64, depth []int32) (deepest int) {
 // tail is evicted before its shared head (vLLM frees a request's blocks in
 // reverse order). New blocks beyond the replica's capacity evict its least
 // recently used ones.
-func (x *refIndex) Touch(rep int32, blocks []uint64) {
+func (x *refIndex) Touch(rep int32, blocks []uint64) Touched {
 	x.grow(rep)
 	if x.reps[rep].cap == 0 {
-		return
+		return Touched{Stamp: x.clock}
 	}
 	x.clock++
+	x.evicted = 0
 	// Nodes the last Match found for these very blocks need no lookup, as
 	// long as no refNode was freed in between (its index may be reused).
 	known := 0
@@ -219,6 +222,35 @@ func (x *refIndex) Touch(rep int32, blocks []uint64) {
 		}
 		x.touch(rep, blocks[i], ni)
 	}
+	return Touched{Stamp: x.clock, Evicted: x.evicted}
+}
+
+// Forget removes replica rep's pairs of the prompt past the first keep,
+// deepest first, while each was last used by the Touch that returned stamp
+// and no request in flight holds it; they leave no ghosts. (Added with
+// Index.Forget: in a plain LRU list of pairs a later Touch through a pair
+// restamps it, so the stamp alone tells a pair no later prompt used.)
+func (x *refIndex) Forget(rep int32, blocks []uint64, keep int, t Touched) {
+	if int(rep) >= len(x.reps) {
+		return
+	}
+	forgot := 0
+	for d := len(blocks) - 1; d >= max(keep, 0); d-- {
+		ei := x.entryOf(rep, blocks[d])
+		if ei == refNone {
+			continue
+		}
+		if x.ent[ei].stamp != t.Stamp || x.ent[ei].pins > 0 {
+			break
+		}
+		x.unlink(rep, ei)
+		x.removeHolder(rep, ei, false)
+		forgot++
+	}
+	r := &x.reps[rep]
+	back := min(forgot, t.Evicted)
+	r.phantom += back
+	r.n += back
 }
 
 func (x *refIndex) touch(rep int32, h uint64, ni int32) {
@@ -236,7 +268,7 @@ func (x *refIndex) touch(rep int32, h uint64, ni int32) {
 		}
 	}
 	r := &x.reps[rep]
-	for r.n >= r.cap && x.victim(rep) != refNone { // none: pins fill it, and it grows
+	for r.n >= r.cap && (r.phantom > 0 || x.victim(rep) != refNone) { // none: pins fill it, and it grows
 		x.evict(rep) // may not free ni: it has no refHolder rep yet
 	}
 	ei := x.newEntry(ni)
@@ -269,7 +301,7 @@ func (x *refIndex) Idle(rep int32) int64 {
 		return -1
 	}
 	r := &x.reps[rep]
-	if r.n < r.cap || r.tail == refNone {
+	if r.n < r.cap || r.n == 0 {
 		return -1
 	}
 	v := x.victim(rep)
@@ -296,10 +328,12 @@ func (x *refIndex) newNode(h uint64) int32 {
 	return ni
 }
 
-func (x *refIndex) freeNodeAt(ni int32) {
+func (x *refIndex) freeNodeAt(ni int32, ghost bool) {
 	x.freed++
 	n := &x.refNode[ni]
-	x.refGhosts.add(n.hash)
+	if ghost {
+		x.refGhosts.add(n.hash)
+	}
 	x.nodes.del(n.hash)
 	n.holders = append(n.holders[:0], refHolder{rep: x.freeNode})
 	x.freeNode = ni
@@ -316,14 +350,30 @@ func (x *refIndex) newEntry(ni int32) int32 {
 	return int32(len(x.ent) - 1)
 }
 
-// evict drops replica rep's least recently used unpinned block.
+// evict drops replica rep's least recently used unpinned block, a phantom
+// first, and counts it in x.evicted if it is older than the current Touch.
 func (x *refIndex) evict(rep int32) {
+	if r := &x.reps[rep]; r.phantom > 0 {
+		r.phantom--
+		r.n--
+		x.evicted++
+		return
+	}
 	ei := x.victim(rep)
 	if ei == refNone {
 		return
 	}
+	if x.ent[ei].stamp != x.clock {
+		x.evicted++
+	}
 
 	x.unlink(rep, ei)
+	x.removeHolder(rep, ei, true)
+}
+
+// removeHolder frees pair ei (unlinked) of replica rep; its node goes when
+// no holder is left, a ghost if evicted.
+func (x *refIndex) removeHolder(rep, ei int32, evicted bool) {
 	ni := x.ent[ei].refNode
 	n := &x.refNode[ni]
 	for i, hd := range n.holders {
@@ -335,7 +385,7 @@ func (x *refIndex) evict(rep int32) {
 		}
 	}
 	if len(n.holders) == 0 {
-		x.freeNodeAt(ni)
+		x.freeNodeAt(ni, evicted)
 	}
 	x.ent[ei] = refEntry{refNode: refNone, prev: refNone, next: x.freeEnt}
 	x.freeEnt = ei

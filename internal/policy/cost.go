@@ -464,8 +464,10 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	}
 	prefill := int(p.prefills[best])
 	cached := tokens - prefill
+	var recorded uint64
 	if len(blocks) > 0 {
-		p.index.Touch(p.candID[best], blocks)
+		id := p.candID[best]
+		recorded = recordedToken(p.index.Touch(id, blocks), int(p.depth[id]))
 	}
 	if session != "" && p.cfg.Sessions > 0 {
 		if _, ok := p.sessions[session]; !ok && len(p.sessions) >= p.cfg.Sessions {
@@ -493,7 +495,8 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		p.meanPrompt += (float64(prefill) - p.meanPrompt) / 64
 	}
 
-	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best]}
+	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best],
+		Recorded: recorded}
 	if cached > 0 {
 		choice.Reason = ReasonAffinity
 	}
@@ -621,6 +624,35 @@ func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
 		return
 	}
 	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
+}
+
+// recordedToken packs a Touch (its stamp and evictions) and the blocks the
+// replica held before it into Choice.Recorded: the stamp in the top 32
+// bits, bit 31 set, the evictions in bits 15-30 and the held blocks in bits
+// 0-14 (both at most maxIndexBlocks).
+func recordedToken(t kvindex.Touched, held int) uint64 {
+	return uint64(t.Stamp)<<32 | 1<<31 | uint64(min(max(t.Evicted, 0), maxIndexBlocks))<<15 | uint64(min(held, maxIndexBlocks))
+}
+
+// recordedTouch unpacks recordedToken.
+func recordedTouch(v uint64) (t kvindex.Touched, held int) {
+	return kvindex.Touched{Stamp: uint32(v >> 32), Evicted: int(v >> 15 & (1<<16 - 1))}, int(v & (1<<15 - 1))
+}
+
+// Refused undoes Choose's record of a prompt the replica turned away
+// before running it: the blocks it added there leave the index, unless a
+// later prompt has used them since (kvindex.Forget). Without it a rejected
+// prompt (too long for the replica's context, say) stayed in the index as
+// if the replica had computed it, drew the prompt's next requests there
+// for a cache hit that was not, and had evicted as much of what the replica
+// does hold.
+func (p *Cost) Refused(replica string, blocks []uint64, recorded uint64) {
+	id, ok := p.ids[replica]
+	if !ok || recorded&(1<<31) == 0 || len(blocks) == 0 {
+		return
+	}
+	t, held := recordedTouch(recorded)
+	p.index.Forget(id, blocks[:min(len(blocks), maxIndexBlocks)], held, t)
 }
 
 // Started pins the prompt's blocks on the replica while the request runs

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/kvindex"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
@@ -596,5 +597,26 @@ func TestCostBurstSharesTheCopysEvictions(t *testing.T) {
 	}
 	if moved(10 * time.Second) {
 		t.Error("after requests one at a time, the second request of two left its cache for a full one")
+	}
+}
+
+// TestRecordedTokenRoundTrips: Choice.Recorded carries a Touch and the
+// blocks held before it, at their extremes, back to Refused unchanged.
+func TestRecordedTokenRoundTrips(t *testing.T) {
+	for _, c := range []struct {
+		t    kvindex.Touched
+		held int
+	}{
+		{kvindex.Touched{Stamp: 1}, 0},
+		{kvindex.Touched{Stamp: math.MaxUint32, Evicted: maxIndexBlocks}, maxIndexBlocks},
+		{kvindex.Touched{Stamp: 12345, Evicted: 77}, 4096},
+	} {
+		v := recordedToken(c.t, c.held)
+		if v == 0 {
+			t.Fatalf("%+v: token 0 means nothing recorded", c)
+		}
+		if gotT, gotHeld := recordedTouch(v); gotT != c.t || gotHeld != c.held {
+			t.Errorf("%+v held %d: round trip gave %+v held %d", c.t, c.held, gotT, gotHeld)
+		}
 	}
 }

@@ -62,6 +62,10 @@ type Choice struct {
 	PrefillTokens int
 	CachedTokens  int
 	Estimate      float64 // seconds
+
+	// Recorded is what a RefusalObserver needs to undo its record of the
+	// prompt on the chosen replica (0: nothing was recorded).
+	Recorded uint64
 }
 
 // Request is what a policy may look at in a request.
@@ -111,6 +115,16 @@ type BlockRecorder interface {
 type RunObserver interface {
 	Started(replica string, blocks []uint64) uint64
 	Ended(token uint64)
+}
+
+// RefusalObserver is implemented by policies that record a prompt on the
+// replica chosen for it (cost's index of cached blocks). Refused is called
+// when that replica turned the request away before running it (a 4xx or
+// 5xx answer, a refused or broken connection, all before its first token),
+// with its prompt blocks (not to be kept) and the Choice's Recorded, so
+// that the policy stops expecting the prompt's blocks there.
+type RefusalObserver interface {
+	Refused(replica string, blocks []uint64, recorded uint64)
 }
 
 // FinishObserver is implemented by policies that model replicas' caches and
