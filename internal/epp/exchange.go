@@ -21,14 +21,6 @@ import (
 	"github.com/llmlb/llmlb/internal/request"
 )
 
-// routedPaths are profiled with request.Parse and routed by model, as in
-// the proxy (SPEC s10).
-var routedPaths = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/embeddings":       true,
-}
-
 // exchange is one ext_proc stream: one HTTP request and its response. It
 // runs on the stream's own goroutine only (Recv, decide, Send in turn), so
 // it needs no lock and leaves nothing running when the stream ends.
@@ -237,7 +229,7 @@ func (x *exchange) decide(headersOnly bool) error {
 	}
 	x.decided = true
 	var prof request.Profile
-	if !headersOnly && x.method == http.MethodPost && routedPaths[x.path] {
+	if !headersOnly && x.method == http.MethodPost && request.Routed(x.path) {
 		var err error
 		prof, err = request.Parse(x.s.reqCfg, x.path, x.header, x.body)
 		switch {

@@ -50,6 +50,9 @@ type attempt struct {
 	idleAfter time.Duration // proxy.stream_idle_timeout
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
+	// tokenFirst: the path's SSE stream sends nothing before its first
+	// token (firstChunkIsToken).
+	tokenFirst bool
 
 	mayRetry  bool     // another attempt may follow: a refusal is held back
 	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)
@@ -309,7 +312,7 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 			b.p.metrics.FirstByte(b.a.res.Replica, b.p.now().Sub(b.a.start))
 			// A stream's first chunk comes with its first token: the
 			// replica's prefill for it is done (policy cost's pending work).
-			if b.sse {
+			if b.sse && b.a.tokenFirst {
 				b.p.bal.FirstToken(b.a.res)
 			}
 		}

@@ -264,13 +264,6 @@ func NewTransport(cfg config.Proxy) *http.Transport {
 	}
 }
 
-// routedPaths are profiled with request.Parse and routed by model.
-var routedPaths = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/embeddings":       true,
-}
-
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
@@ -298,7 +291,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var prof request.Profile
-	if r.Method == http.MethodPost && routedPaths[path] {
+	if r.Method == http.MethodPost && request.Routed(path) {
 		var err error
 		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
@@ -562,7 +555,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
-		wantDone: r.Method == http.MethodPost && streamsDone[r.URL.Path]}
+		wantDone:   r.Method == http.MethodPost && streamsDone[r.URL.Path],
+		tokenFirst: r.Method == http.MethodPost && firstChunkIsToken[r.URL.Path]}
 	defer func() {
 		a.stopIdle()
 		cancel(nil)
@@ -625,6 +619,18 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		WriteError(a.w, http.StatusGatewayTimeout, TypeTimeout, CodeUpstreamTimeout, msg)
 	}
 	return a
+}
+
+// firstChunkIsToken are the paths whose SSE streams send nothing before the
+// first generated token (vLLM's chat and completions, and its Messages API,
+// which converts the chat stream): their first chunk retires the request's
+// pending prefill (policy cost). A Responses API stream opens with
+// response.created before any token, so it reports no first token, like a
+// buffered answer.
+var firstChunkIsToken = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/messages":         true,
 }
 
 // streamsDone are the paths whose SSE streams end with "data: [DONE]"

@@ -8,7 +8,7 @@ import (
 	"unicode"
 )
 
-var fuzzPaths = []string{chatPath, compPath, embPath, "/v1/messages", "/v1/models"}
+var fuzzPaths = []string{chatPath, compPath, embPath, "/v1/messages", "/v1/models", "/v1/responses"}
 
 // FuzzParse checks that no body, path or header makes Parse panic, that
 // every error is a bad request, and that keys stay safe to log.
@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(1), "", "", []byte(`{"model":"m","prompt":[1,2,3],"max_tokens":4}`))
 	f.Add(uint8(2), "", "", []byte(`{"model":"e","input":["a","b"]}`))
 	f.Add(uint8(3), "x\r\ny", "", []byte(`{"model":"m","system":"s","messages":[]}`))
+	f.Add(uint8(3), "", "", []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"r"}]},{"type":"tool_use","name":"f","input":{"a":1}}]}]}`))
+	f.Add(uint8(5), "", "", []byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"x"}]},{"type":"function_call","name":"f","arguments":"{}"},{"type":"function_call_output","output":[{"type":"input_text","text":"o"}]},7,null]}`))
 	f.Fuzz(func(t *testing.T, pathSel uint8, session, tenant string, body []byte) {
 		cfg := DefaultConfig()
 		cfg.PromptBlocks = true

@@ -145,6 +145,8 @@ const (
 	endpointChat
 	endpointCompletions
 	endpointEmbeddings
+	endpointMessages  // the Anthropic Messages API (vLLM serves it too)
+	endpointResponses // the OpenAI Responses API
 )
 
 func endpointOf(path string) endpoint {
@@ -155,9 +157,19 @@ func endpointOf(path string) endpoint {
 		return endpointCompletions
 	case "/v1/embeddings":
 		return endpointEmbeddings
+	case "/v1/messages":
+		return endpointMessages
+	case "/v1/responses":
+		return endpointResponses
 	}
 	return endpointOther
 }
+
+// Routed reports whether a POST to path is profiled by Parse and routed by
+// its model, prompt and keys: chat and completions, embeddings, the
+// Anthropic Messages API (Claude-style agents) and the Responses API
+// (Codex-style agents). Other paths pass through on their headers alone.
+func Routed(path string) bool { return endpointOf(path) != endpointOther }
 
 // message is the part of a chat message routing reads.
 type message struct {
@@ -213,9 +225,17 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 		if _, p.PromptTokens, err = parsePrompt(fields, "input"); err != nil {
 			return Profile{}, err
 		}
+	case endpointMessages:
+		if system, prompt, p.PromptTokens, err = parseChat(b); err != nil {
+			return Profile{}, err
+		}
+	case endpointResponses:
+		// Its input takes many shapes (strings, messages, tool calls and
+		// their outputs, reasoning items); none is an error here.
+		system, prompt, p.PromptTokens = parseResponses(b)
 	case endpointOther:
-		// Best effort: a chat-like body (e.g. the Anthropic Messages API)
-		// still gives keys and estimates; anything else is not an error.
+		// Best effort: a chat-like body still gives keys and estimates;
+		// anything else is not an error.
 		if sys, text, tokens, err := parseChat(b); err == nil {
 			system, prompt, p.PromptTokens = sys, text, tokens
 		}
@@ -527,9 +547,10 @@ func parseModel(fields map[string]json.RawMessage, required bool) (string, error
 }
 
 // parseOutput sets the expected output tokens: max_completion_tokens, else
-// max_tokens, else the configured default.
+// max_tokens, else max_output_tokens (the Responses API's), else the
+// configured default.
 func parseOutput(fields map[string]json.RawMessage, p *Profile) error {
-	for _, name := range []string{"max_completion_tokens", "max_tokens"} {
+	for _, name := range []string{"max_completion_tokens", "max_tokens", "max_output_tokens"} {
 		raw := fields[name]
 		if isNull(raw) {
 			continue
@@ -710,6 +731,11 @@ func parseChat(b *requestBody) (system, prompt string, tokens int, err error) {
 		if system, err = topLevelSystem(b.fields); err != nil {
 			return "", "", 0, err
 		}
+		if system != "" {
+			// The Messages API's system prompt heads the prompt the
+			// replica computes (and that sessions sharing it share).
+			msgs = append([]tokenize.Message{{Role: "system", Content: system}}, msgs...)
+		}
 	}
 	if msgs != nil {
 		prompt = tokenize.RenderChat(msgs)
@@ -788,8 +814,20 @@ func partText(part any) (string, error) {
 	case string:
 		return p, nil
 	case map[string]any:
-		if typ, _ := p["type"].(string); typ != "text" && typ != "input_text" {
-			return "", nil
+		switch typ, _ := p["type"].(string); typ {
+		case "text", "input_text", "output_text":
+		case "tool_use": // an Anthropic tool call: its name and input are prompt text
+			b, _ := json.Marshal(p["input"])
+			name, _ := p["name"].(string)
+			return name + string(b), nil
+		case "tool_result": // its content: a string or text blocks
+			text, err := contentText(p["content"])
+			if err != nil {
+				return "", nil // an odd result is no error: its text is unknown
+			}
+			return text, nil
+		default:
+			return "", nil // images, documents: no text
 		}
 		switch text := p["text"].(type) {
 		case string:
@@ -800,6 +838,74 @@ func partText(part any) (string, error) {
 		return "", errors.New(`a text part's "text" is not a string`)
 	}
 	return "", errors.New("content part is neither an object nor a string")
+}
+
+// parseResponses reads a Responses API body: "instructions" as the system
+// prompt, then "input" (a string, or items: messages with a role and
+// content, tool calls and their outputs, anything else as its JSON), and
+// "tools" counted as prompt tokens. A shape it does not know is rendered as
+// its compact JSON, never an error: the replica validates the request.
+func parseResponses(b *requestBody) (system, prompt string, tokens int) {
+	system, err := topLevelSystem(b.fields)
+	if err != nil {
+		system = ""
+	}
+	var msgs []tokenize.Message
+	if system != "" {
+		msgs = append(msgs, tokenize.Message{Role: "system", Content: system})
+	}
+	if raw := b.fields["input"]; !isNull(raw) {
+		var input any
+		if json.Unmarshal(raw, &input) == nil {
+			switch in := input.(type) {
+			case string:
+				msgs = append(msgs, tokenize.Message{Role: "user", Content: in})
+			case []any:
+				for _, item := range in {
+					msgs = append(msgs, responseItem(item))
+				}
+			default:
+				msgs = append(msgs, tokenize.Message{Role: "user", Content: compactJSON(raw)})
+			}
+		}
+	}
+	if msgs != nil {
+		prompt = tokenize.RenderChat(msgs)
+	}
+	return system, prompt, tokenize.CountText(prompt) + rawTokens(b.fields["tools"])
+}
+
+// responseItem renders one item of a Responses API input as a message.
+func responseItem(item any) tokenize.Message {
+	obj, ok := item.(map[string]any)
+	if !ok {
+		b, _ := json.Marshal(item)
+		return tokenize.Message{Role: "user", Content: string(b)}
+	}
+	typ, _ := obj["type"].(string)
+	role, _ := obj["role"].(string)
+	switch {
+	case role != "" && (typ == "" || typ == "message"):
+		if text, err := contentText(obj["content"]); err == nil {
+			return tokenize.Message{Role: role, Content: text}
+		}
+	case typ == "function_call":
+		name, _ := obj["name"].(string)
+		args, _ := obj["arguments"].(string)
+		return tokenize.Message{Role: "assistant", Content: name + args}
+	case typ == "function_call_output":
+		if out, ok := obj["output"].(string); ok {
+			return tokenize.Message{Role: "tool", Content: out}
+		}
+		if text, err := contentText(obj["output"]); err == nil {
+			return tokenize.Message{Role: "tool", Content: text}
+		}
+	}
+	b, _ := json.Marshal(obj) // reasoning, references, calls of other tools
+	if typ == "" {
+		typ = "item"
+	}
+	return tokenize.Message{Role: typ, Content: string(b)}
 }
 
 // topLevelSystem reads a system prompt given outside "messages": the
