@@ -558,7 +558,8 @@ func (x *Index) RemoveReplica(rep int32) {
 // Idle returns how many Touch calls ago replica rep's least recently used
 // block was last used, or -1 while the replica has room (nothing needs
 // evicting). Between full replicas, new data costs least where Idle is
-// largest: the block it evicts is the coldest.
+// largest: the block it evicts is the coldest. Phantom blocks (Forget),
+// older than any other, have no stamp: the age is the oldest named block's.
 func (x *Index) Idle(rep int32) int64 {
 	if int(rep) >= len(x.reps) {
 		return -1
