@@ -24,6 +24,11 @@ var (
 	errReplicaEjected = errors.New("proxy: replica ejected while the request waited for its answer")
 	// errStreamIdle: the replica sent nothing for proxy.stream_idle_timeout.
 	errStreamIdle = errors.New("proxy: replica sent nothing for proxy.stream_idle_timeout")
+	// errReplicaAuth: the replica answered 401 or 403 to the api key
+	// configured for it (replicas[].api_key): a replica misconfigured, or
+	// its key rotated without llmlb's. A failure of the replica, tried
+	// elsewhere, never shown to the client as its own key's rejection.
+	errReplicaAuth = errors.New("proxy: replica rejected its configured api_key")
 	// errRefused: the replica answered one of proxy.retry_statuses (the
 	// attempt's refusal holds the answer); another replica is tried.
 	errRefused = errors.New("proxy: replica refused the request")

@@ -686,6 +686,13 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
 	}
 	a.status = res.StatusCode
+	if (res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden) && p.apiKey(a.res.Replica) != "" {
+		// The replica refused the key configured for it, not the
+		// client's: its configuration is wrong, and another replica may
+		// serve the request. The replica's own answer would tell the
+		// client its key is bad.
+		return fmt.Errorf("%w: %d %s", errReplicaAuth, res.StatusCode, http.StatusText(res.StatusCode))
+	}
 	if a.mayRetry && p.retryStatus[res.StatusCode] {
 		return a.holdRefusal(res)
 	}

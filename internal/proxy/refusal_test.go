@@ -136,3 +136,40 @@ func TestRetryStatusesAreConfigurable(t *testing.T) {
 		t.Fatal("the broken replica was never tried")
 	}
 }
+
+// TestReplicaRejectingItsKeyFailsOver: a replica that answers 401 to the api
+// key configured for it is misconfigured (a key rotated on one replica, say):
+// the request goes to another replica, the client never sees a 401 for its
+// own key, and the replica is ejected like any failing one. Without a key of
+// its own the replica judged the client's key: its 401 goes to the client.
+func TestReplicaRejectingItsKeyFailsOver(t *testing.T) {
+	var calls atomic.Int32
+	badKey := refusingUpstream(t, http.StatusUnauthorized, &calls)
+	f := newFixture(t, defaultProxyConfig(), replica{name: "rotated", url: badKey.URL, key: "sk-old"},
+		replica{name: "ok", url: okUpstream(t).URL, key: "sk-ok"})
+	for i := range 8 {
+		w := post(t, f.p, chatBody, nil)
+		if w.Code != http.StatusOK || w.Header().Get(HeaderReplica) != "ok" {
+			t.Fatalf("request %d: %d from %q, want 200 from ok", i, w.Code, w.Header().Get(HeaderReplica))
+		}
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the replica with the rotated key was never tried")
+	}
+	for _, r := range f.bal.Replicas(time.Now()) {
+		if r.Name == "rotated" && r.State != health.Ejected.String() {
+			t.Errorf("after %d rejections of its key the replica is %s, want EJECTED (3 failures in a row eject)", calls.Load(), r.State)
+		}
+	}
+
+	// The client's own key, judged by a replica llmlb holds no key for.
+	calls.Store(0)
+	f = newFixture(t, defaultProxyConfig(), replica{name: "strict", url: refusingUpstream(t, http.StatusUnauthorized, &calls).URL})
+	w := post(t, f.p, chatBody, map[string]string{"Authorization": "Bearer sk-wrong"})
+	if w.Code != http.StatusUnauthorized || calls.Load() != 1 {
+		t.Fatalf("client's bad key: %d after %d calls, want the replica's 401 after 1", w.Code, calls.Load())
+	}
+	if st := f.bal.Replicas(time.Now())[0].State; st != health.Live.String() {
+		t.Errorf("a replica refusing a client's key is %s, want LIVE", st)
+	}
+}
