@@ -854,20 +854,25 @@ func parseResponses(b *requestBody) (system, prompt string, tokens int) {
 	if system != "" {
 		msgs = append(msgs, tokenize.Message{Role: "system", Content: system})
 	}
-	if raw := b.fields["input"]; !isNull(raw) {
-		var input any
-		if json.Unmarshal(raw, &input) == nil {
-			switch in := input.(type) {
-			case string:
-				msgs = append(msgs, tokenize.Message{Role: "user", Content: in})
-			case []any:
-				for _, item := range in {
-					msgs = append(msgs, responseItem(item))
+	if raw := bytes.TrimLeft(b.fields["input"], " \t\r\n"); len(raw) > 0 && raw[0] == '[' {
+		// Item by item: decoded whole into []any, a 30 MB input of small
+		// items would hold half a gigabyte of maps at once.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if _, err := dec.Token(); err == nil {
+			for dec.More() {
+				var item any
+				if dec.Decode(&item) != nil {
+					break
 				}
-			default:
-				msgs = append(msgs, tokenize.Message{Role: "user", Content: compactJSON(raw)})
+				msgs = append(msgs, responseItem(item))
 			}
 		}
+	} else if !isNull(raw) {
+		var in string
+		if json.Unmarshal(raw, &in) != nil {
+			in = compactJSON(raw)
+		}
+		msgs = append(msgs, tokenize.Message{Role: "user", Content: in})
 	}
 	if msgs != nil {
 		prompt = tokenize.RenderChat(msgs)
