@@ -16,23 +16,10 @@ import (
 // each request to a replica serving its model, and a model no replica
 // serves is the balancer's 404.
 func TestAgentAPIsAreRoutedByModel(t *testing.T) {
-	cfg := balancer.DefaultConfig()
-	cfg.Policy = "cost"
-	bal, err := balancer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []struct{ name, model string }{{"x1", "x"}, {"y1", "y"}, {"x2", "x"}} {
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: r.name, URL: okUpstream(t).URL, Models: []string{r.model}}, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rc := testRequestConfig
-	rc.PromptBlocks = true
-	p, err := New(Options{Balancer: bal, Request: rc, Proxy: defaultProxyConfig(), Metrics: &recorder{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _ := costProxy(t,
+		balancer.ReplicaSpec{Name: "x1", URL: okUpstream(t).URL, Models: []string{"x"}},
+		balancer.ReplicaSpec{Name: "y1", URL: okUpstream(t).URL, Models: []string{"y"}},
+		balancer.ReplicaSpec{Name: "x2", URL: okUpstream(t).URL, Models: []string{"x"}})
 	send := func(path, body string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
@@ -82,21 +69,7 @@ func TestResponsesStreamOpeningIsNoFirstToken(t *testing.T) {
 				<-release
 			}))
 			defer up.Close()
-			cfg := balancer.DefaultConfig()
-			cfg.Policy = "cost"
-			bal, err := balancer.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: up.URL, Models: []string{"m"}}, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			rc := testRequestConfig
-			rc.PromptBlocks = true
-			p, err := New(Options{Balancer: bal, Request: rc, Proxy: defaultProxyConfig(), Metrics: &recorder{}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, bal := costProxy(t, balancer.ReplicaSpec{Name: "a", URL: up.URL, Models: []string{"m"}})
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -128,4 +101,28 @@ func TestResponsesStreamOpeningIsNoFirstToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// costProxy is a proxy over a balancer with policy cost and these replicas,
+// profiling prompts into blocks as serve does for cost.
+func costProxy(t *testing.T, reps ...balancer.ReplicaSpec) (*Proxy, *balancer.Balancer) {
+	t.Helper()
+	cfg := balancer.DefaultConfig()
+	cfg.Policy = "cost"
+	bal, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		if err := bal.AddReplica(r, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := testRequestConfig
+	rc.PromptBlocks = true
+	p, err := New(Options{Balancer: bal, Request: rc, Proxy: defaultProxyConfig(), Metrics: &recorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, bal
 }
