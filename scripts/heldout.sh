@@ -12,6 +12,7 @@
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
 #   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
 #   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
+#   scripts/heldout.sh held9            # 30 more, drawn in the seventh session, before any run on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
@@ -29,7 +30,9 @@
 # only), held7 (seed 20261205, drawn the same way before the third session's
 # change was judged; runs already in another set redrawn), held8 (seed
 # 20261206, the same way, in the fifth session, before any run on them),
-# traces (gen and held1-6), all (bar, traces, held7 and held8). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# held9 (seed 20261207, the same way, in the seventh session, after its
+# change and before any run on them), traces (gen and held1-6), all (bar,
+# traces, held7, held8 and held9). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -104,15 +107,21 @@ HELD8="
   conv2x0.69 mc24x7.38 mc7x1.33 conv7x2.24 mc20x2.91 mc2x0.68 mc3x0.59 conv3x0.40
   mc27x10.25 mc13x4.84 mc10x1.03 conv11x4.25 mc6x2.07 az5x1.00"
 
+HELD9="
+  mc18x6.83 mc3x0.60 conv3x0.37 az19x11.19 mc9x3.27 mc2x0.32 conv3x0.48 conv22x6.44
+  conv12x2.96 conv3x1.03 az30x12.89 az4x0.70 az3x1.52 mc10x1.30 mc5x1.50 az2x0.97
+  az21x12.06 conv12x1.78 mc22x7.80 az14x7.05 az12x2.77 conv8x1.72 az3x1.70 mc10x2.75
+  mc10x3.71 conv19x6.31 mc18x6.27 az2x1.17 conv18x2.49 conv3x0.34"
+
 if [[ ${VARIANT:-} == cost ]]; then
 	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
 	exit 2
 fi
 
 case "$set_name" in
-bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | traces | all) ;;
+bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -230,10 +239,11 @@ held5) trace_runs "$HELD5" ;;
 held6) trace_runs "$HELD6" ;;
 held7) trace_runs "$HELD7" ;;
 held8) trace_runs "$HELD8" ;;
+held9) trace_runs "$HELD9" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9"
 	;;
 esac
 
