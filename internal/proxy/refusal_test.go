@@ -173,3 +173,25 @@ func TestReplicaRejectingItsKeyFailsOver(t *testing.T) {
 		t.Errorf("a replica refusing a client's key is %s, want LIVE", st)
 	}
 }
+
+// TestUnavailableReplicaIsEjectedWhileRetried: a 503 is tried elsewhere,
+// and it still counts as the replica's failure (SPEC s4): three in a row
+// eject it, as before the retry.
+func TestUnavailableReplicaIsEjectedWhileRetried(t *testing.T) {
+	var calls atomic.Int32
+	f := newFixture(t, defaultProxyConfig(), replica{name: "down", url: refusingUpstream(t, http.StatusServiceUnavailable, &calls).URL},
+		replica{name: "ok", url: okUpstream(t).URL})
+	for i := range 10 {
+		if w := post(t, f.p, chatBody, nil); w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d, want 200 from ok", i, w.Code)
+		}
+	}
+	if calls.Load() < 3 {
+		t.Fatalf("the unavailable replica was tried %d times; the test needs 3", calls.Load())
+	}
+	for _, r := range f.bal.Replicas(time.Now()) {
+		if r.Name == "down" && r.State != health.Ejected.String() {
+			t.Errorf("after %d 503s in a row the replica is %s, want EJECTED", calls.Load(), r.State)
+		}
+	}
+}
