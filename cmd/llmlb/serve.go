@@ -239,7 +239,7 @@ func balancerFlags(fs *flag.FlagSet, listen *string, args []string, stderr io.Wr
 	adminListen := fs.String("admin-listen", "", "admin listen `ADDR` (overrides admin_listen; default 127.0.0.1:9090)")
 	logLevel := fs.String("log-level", "", "log `LEVEL`: debug|info|warn|error (overrides log.level)")
 	watch := fs.Duration("watch-config", 5*time.Second, "re-read the --config file this often and reload it when its content changes (0: only on SIGHUP)")
-	policy := fs.String("policy", "", "routing `POLICY` (overrides routing.policy): cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree,\nor another router's name: cache_aware, round_robin, consistent_hash, least_request")
+	policy := fs.String("policy", "", "routing `POLICY` (overrides routing.policy): cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree,\nllm-d, or another router's name: cache_aware, round_robin, consistent_hash, least_request")
 	var replicas []string
 	fs.Func("replica", "replica `name=URL` or URL, repeatable (replaces the file's list)", func(s string) error {
 		replicas = append(replicas, s)

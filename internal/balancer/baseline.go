@@ -8,7 +8,7 @@ import (
 
 // newBaseline builds a policy of package policy by name with cfg's settings.
 func newBaseline(name string, cfg Config) (policy.Policy, error) {
-	p, err := policy.NewWithSettings(name, policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost})
+	p, err := policy.NewWithSettings(name, policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost, LLMD: cfg.LLMD})
 	if err != nil {
 		return nil, fmt.Errorf("balancer: %w", err)
 	}

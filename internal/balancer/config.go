@@ -14,12 +14,14 @@ import (
 // values as defaults (DefaultConfig) and a Validate that names the bad key.
 // The YAML keys are given in the field comments; package config maps them.
 type Config struct {
-	Policy string // policy: cost | llmlb | llmlb-warm | rr | least-request | sticky | prefix-tree
+	Policy string // policy: cost | llmlb | llmlb-warm | rr | least-request | sticky | prefix-tree | llm-d
 
-	// Cost and PrefixTree are the settings of policies cost and prefix-tree
-	// (routing.cost.*, routing.prefix_tree.*); other policies ignore them.
+	// Cost, PrefixTree and LLMD are the settings of policies cost,
+	// prefix-tree and llm-d (routing.cost.*, routing.prefix_tree.*,
+	// routing.llmd.*); other policies ignore them.
 	Cost       policy.CostConfig
 	PrefixTree policy.PrefixTreeConfig
+	LLMD       policy.LLMDConfig
 
 	Load     LoadConfig
 	Affinity AffinityConfig
@@ -88,6 +90,7 @@ func DefaultConfig() Config {
 		Policy:     PolicyLLMLB,
 		Cost:       policy.DefaultCostConfig(),
 		PrefixTree: policy.DefaultPrefixTreeConfig(),
+		LLMD:       policy.DefaultLLMDConfig(),
 		Load:       LoadConfig{TokenUnit: 1000, MinWeight: 1},
 		Affinity: AffinityConfig{
 			SessionTTL:         60 * time.Minute,
@@ -129,14 +132,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", key, rule, v))
 	}
 	switch c.Policy {
-	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree", "cost":
+	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree", "llm-d", "cost":
 	default:
-		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want cost, llmlb, llmlb-warm, rr, least-request, sticky or prefix-tree)", c.Policy))
+		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree or llm-d)", c.Policy))
 	}
 	if err := c.Cost.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.PrefixTree.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.LLMD.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Load.TokenUnit < 1 {

@@ -161,6 +161,9 @@ func (c Config) withDefaults() Config {
 	if c.PrefixTree == (policy.PrefixTreeConfig{}) {
 		c.PrefixTree = policy.DefaultPrefixTreeConfig()
 	}
+	if c.LLMD == (policy.LLMDConfig{}) {
+		c.LLMD = policy.DefaultLLMDConfig()
+	}
 	return c
 }
 

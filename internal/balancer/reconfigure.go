@@ -36,7 +36,7 @@ func (b *Balancer) Reconfigure(next Config) error {
 		return fmt.Errorf("balancer: routing.seed needs a restart")
 	}
 	if s, ok := b.policy.(SettingsSetter); ok {
-		if err := s.SetSettings(policy.Settings{PrefixTree: next.PrefixTree, Cost: next.Cost}); err != nil {
+		if err := s.SetSettings(policy.Settings{PrefixTree: next.PrefixTree, Cost: next.Cost, LLMD: next.LLMD}); err != nil {
 			return fmt.Errorf("balancer: %w", err)
 		}
 	}

@@ -49,8 +49,9 @@ const (
 )
 
 // AllPolicies are the policies compared by default: the baselines of SPEC
-// s12, the seed algorithm, its hybrid, then llmlb's own policy cost.
-var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llmlb", "llmlb-warm", "cost"}
+// s12, llm-d's scheduler, the seed algorithm, its hybrid, then llmlb's own
+// policy cost.
+var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llm-d", "llmlb", "llmlb-warm", "cost"}
 
 // Flap is a fault: the replica alternates Period up and Period down (starting
 // up), like simreplica's flap mode. While down its scrapes fail and it refuses
@@ -251,9 +252,12 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	set := policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost}
+	set := policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost, LLMD: cfg.LLMD}
 	if set.PrefixTree == (policy.PrefixTreeConfig{}) {
 		set.PrefixTree = policy.DefaultPrefixTreeConfig()
+	}
+	if set.LLMD == (policy.LLMDConfig{}) {
+		set.LLMD = policy.DefaultLLMDConfig()
 	}
 	if set.Cost == (policy.CostConfig{}) {
 		set.Cost = policy.DefaultCostConfig()
@@ -266,7 +270,7 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	if err := set.Apply(name, params); err != nil {
 		return cfg, err
 	}
-	cfg.Policy, cfg.PrefixTree, cfg.Cost = name, set.PrefixTree, set.Cost
+	cfg.Policy, cfg.PrefixTree, cfg.Cost, cfg.LLMD = name, set.PrefixTree, set.Cost, set.LLMD
 	return cfg, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 	"github.com/llmlb/llmlb/internal/tokenize"
 	"github.com/llmlb/llmlb/internal/workload"
@@ -24,6 +25,10 @@ type run struct {
 	policy string
 	label  string // the policy, and with several balancers how they share state
 	shared bool   // several balancers share state through bus
+
+	// scrapeEvery is Options.ScrapeInterval, or the policy's own metrics
+	// refresh where its original polls faster (llm-d: every 50 ms).
+	scrapeEvery time.Duration
 
 	eng      []simEngine
 	names    []string
@@ -75,6 +80,10 @@ func (r *run) setup() error {
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(o.Seed)
+	}
+	r.scrapeEvery = o.ScrapeInterval
+	if cfg.Policy == policy.NameLLMD {
+		r.scrapeEvery = cfg.LLMD.RefreshInterval
 	}
 	// Several balancers: the same code N times, each its own seed; an
 	// arrival goes to one at random (the same draws in both modes).
@@ -149,7 +158,7 @@ func (r *run) setup() error {
 	for i := range n {
 		// Staggered phases: replica i is first scraped at i/n of an interval,
 		// so the fleet's snapshots are of different ages at any instant.
-		r.h.set(r.srcScrape0+i, int64(o.ScrapeInterval)*int64(i)/int64(n))
+		r.h.set(r.srcScrape0+i, int64(r.scrapeEvery)*int64(i)/int64(n))
 	}
 	r.h.set(r.srcTick, int64(o.TickInterval))
 	r.arrivals = true
@@ -314,7 +323,7 @@ func (r *run) scrape(i int) {
 		}
 		r.rekeyArrival()
 	}
-	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.opts.ScrapeInterval)))
+	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.scrapeEvery)))
 }
 
 // mark fires once at Duration: the throughput window closes here.

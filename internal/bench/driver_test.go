@@ -110,3 +110,38 @@ func BenchmarkDriverFIFO(b *testing.B) {
 		b.ReportMetric(float64(rep.Results[0].Requests), "requests")
 	}
 }
+
+// statsCounter counts an engine's Stats calls: one per scrape, one at the
+// end of the measured window and one for the result.
+type statsCounter struct {
+	simEngine
+	n *int
+}
+
+func (e statsCounter) Stats() engine.Stats { *e.n++; return e.simEngine.Stats() }
+
+// TestLLMDScrapesAtItsRefreshInterval: llm-d's runs read the replicas'
+// metrics every 50 ms, as the original polls them, where other policies'
+// runs scrape every 3 s; its refresh_interval parameter sets it.
+func TestLLMDScrapesAtItsRefreshInterval(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   int // scrapes of each replica in the minute
+	}{
+		{"rr", 20},
+		{"llm-d", 1200},
+		{"llm-d:refresh_interval=1s", 60},
+	} {
+		n := 0
+		opts := fifoOptions("chat", 2, time.Minute, tc.policy)
+		opts.Parallel = 1
+		opts.newEngine = func() simEngine { return statsCounter{newFIFOEngine(), &n} }
+		if _, err := Run(context.Background(), opts); err != nil {
+			t.Fatal(err)
+		}
+		// Two replicas, each scraped want times and read twice more.
+		if got := n/2 - 2; got != tc.want {
+			t.Errorf("%s: %d scrapes of each replica in a minute, want %d", tc.policy, got, tc.want)
+		}
+	}
+}

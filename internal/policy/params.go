@@ -16,11 +16,12 @@ import (
 type Settings struct {
 	PrefixTree PrefixTreeConfig
 	Cost       CostConfig
+	LLMD       LLMDConfig
 }
 
 // DefaultSettings returns every policy's defaults.
 func DefaultSettings() Settings {
-	return Settings{PrefixTree: DefaultPrefixTreeConfig(), Cost: DefaultCostConfig()}
+	return Settings{PrefixTree: DefaultPrefixTreeConfig(), Cost: DefaultCostConfig(), LLMD: DefaultLLMDConfig()}
 }
 
 // aliases are short parameter names accepted beside the snake_case field
@@ -80,6 +81,8 @@ func (s *Settings) Apply(name string, params [][2]string) error {
 		target = &s.PrefixTree
 	case NameCost:
 		target = &s.Cost
+	case NameLLMD:
+		target = &s.LLMD
 	}
 	if len(params) == 0 {
 		return nil
@@ -109,6 +112,8 @@ func (s *Settings) Apply(name string, params [][2]string) error {
 	case *PrefixTreeConfig:
 		return t.Validate()
 	case *CostConfig:
+		return t.Validate()
+	case *LLMDConfig:
 		return t.Validate()
 	}
 	return nil

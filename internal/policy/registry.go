@@ -21,9 +21,9 @@ const (
 )
 
 // Names lists the policies New builds: the baselines in the order of SPEC
-// s12, then cost.
+// s12, llm-d's scheduler, then cost.
 func Names() []string {
-	return []string{NameRR, NameLeastRequest, NameSticky, NamePrefixTree, NameCost}
+	return []string{NameRR, NameLeastRequest, NameSticky, NamePrefixTree, NameLLMD, NameCost}
 }
 
 // New builds a fresh policy with its default settings. Each call returns a
@@ -40,6 +40,8 @@ func NewWithSettings(name string, s Settings) (Policy, error) {
 		return NewPrefixTree(s.PrefixTree)
 	case NameCost:
 		return NewCost(s.Cost)
+	case NameLLMD:
+		return NewLLMD(s.LLMD)
 	case NameRR:
 		return NewRoundRobin(), nil
 	case NameLeastRequest:

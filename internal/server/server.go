@@ -122,9 +122,9 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
-	// prefix-tree and cost match prompts by their block hashes, which the
-	// request parser computes only when asked (docs/POLICIES.md).
-	if cfg.Routing.Policy == "prefix-tree" || cfg.Routing.Policy == "cost" {
+	// prefix-tree, llm-d and cost match prompts by their block hashes, which
+	// the request parser computes only when asked (docs/POLICIES.md).
+	if cfg.Routing.Policy == "prefix-tree" || cfg.Routing.Policy == "llm-d" || cfg.Routing.Policy == "cost" {
 		cfg.Request.PromptBlocks = true
 	}
 	s.reqCfg = cfg.Request
