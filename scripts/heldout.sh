@@ -38,7 +38,7 @@
 #
 # Environment: OUT (work directory, default /tmp/llmlb-heldout), POLICIES (the
 # policies run; default: rr, least-request, sticky, both prefix-tree
-# parameterizations, llmlb and cost, plus llmlb-warm for the bar set), POLICY
+# parameterizations, llm-d, llmlb and cost, plus llmlb-warm for the bar set), POLICY
 # (the one judged, default cost), EXCLUDE (policies not counted as others,
 # comma-separated; default none), SEED (default 1; trace replays do not
 # depend on it), VARIANT (a policy spec, e.g. cost:eviction_weight=100: each
@@ -57,7 +57,7 @@ OUT=${OUT:-/tmp/llmlb-heldout}
 POLICY=${POLICY:-cost}
 SEED=${SEED:-1}
 JOBS=${JOBS:-1}
-BASE=rr,least-request,sticky,prefix-tree,prefix-tree:cache_threshold=0.5,balance_abs=32,balance_rel=1.0001,llmlb
+BASE=rr,least-request,sticky,prefix-tree,prefix-tree:cache_threshold=0.5,balance_abs=32,balance_rel=1.0001,llm-d,llmlb
 
 GEN="
   mc2x0.5 mc8x2 mc16x4 mc32x4 mc4x1.5 mc4x2 mc4x3 az8x3 az2x2 conv4x0.5 conv8x1
