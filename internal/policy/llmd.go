@@ -170,8 +170,10 @@ func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 			p.ties = append(p.ties, i)
 		}
 	}
-	pick := p.ties[0]
-	if len(p.ties) > 1 {
+	pick := 0
+	if len(p.ties) == 1 {
+		pick = p.ties[0]
+	} else if len(p.ties) > 1 {
 		pick = p.ties[p.rng.IntN(len(p.ties))]
 	}
 	id := p.ids[cands[pick].Name]
@@ -186,8 +188,14 @@ func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	return choice
 }
 
-// unit clamps a score into [0, 1], as the framework does to every scorer's.
-func unit(x float64) float64 { return min(1, max(0, x)) }
+// unit clamps a score into [0, 1], as the framework does to every scorer's;
+// NaN (a replica exporting NaN, or infinite queues) scores 0.
+func unit(x float64) float64 {
+	if !(x >= 0) {
+		return 0
+	}
+	return min(1, x)
+}
 
 // hashPrompt keeps the prompt's first MaxPrefixBlocks block hashes in
 // p.keys, mixed with the model name (the original seeds its hash chain with

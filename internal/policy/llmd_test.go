@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +192,48 @@ func TestLLMDSettings(t *testing.T) {
 	}
 	if err := s.Apply(NameLLMD, [][2]string{{"threshold", "1"}}); err == nil || !strings.Contains(err.Error(), "unknown parameter") {
 		t.Errorf("unknown parameter: %v", err)
+	}
+}
+
+// TestLLMDOnHostileMetrics: whatever the replicas export (NaN, infinities,
+// negative queues, KV usage beyond 1) and however the fleet changes, the
+// choice is a candidate and the index stays within its bounds.
+func TestLLMDOnHostileMetrics(t *testing.T) {
+	p := newLLMD(t, func(c *LLMDConfig) { c.LRUCapacityPerServer = 64 })
+	odd := []float64{0, 1, -1, 0.5, 2, 1e300, math.NaN(), math.Inf(1), math.Inf(-1)}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for i := range 3000 {
+		n := 1 + rng.IntN(6)
+		cs := make([]Candidate, n)
+		for j := range cs {
+			cs[j] = Candidate{Name: fmt.Sprintf("r%d", rng.IntN(10)), Live: true,
+				ScrapedWaiting: odd[rng.IntN(len(odd))], KVCacheUsage: odd[rng.IntN(len(odd))],
+				KVCacheTokens: rng.IntN(3) * 512}
+		}
+		var r *Request
+		if i%7 != 0 {
+			r = blocksReq(fmt.Sprint(rng.IntN(2)), prompt(uint64(rng.IntN(4)), rng.IntN(20), uint64(i), 1+rng.IntN(300)))
+		}
+		if i%500 == 499 {
+			p.RemoveReplica(fmt.Sprintf("r%d", rng.IntN(10)))
+		}
+		got := p.Choose(r, cs, t0)
+		if got.Index < 0 || got.Index >= n {
+			t.Fatalf("decision %d: index %d of %d candidates", i, got.Index, n)
+		}
+	}
+	total := 0
+	for _, s := range p.servers {
+		if s.len() > s.capacity {
+			t.Errorf("a server holds %d blocks over its capacity %d", s.len(), s.capacity)
+		}
+		total += s.len()
+	}
+	held := 0
+	for _, hs := range p.holders {
+		held += len(hs)
+	}
+	if held != total {
+		t.Errorf("holders list %d (block, server) pairs, the LRUs %d", held, total)
 	}
 }
