@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -57,20 +58,20 @@ func (c LLMDConfig) Validate() error {
 		v   float64
 	}{{"queue_weight", c.QueueWeight}, {"kv_cache_weight", c.KVCacheWeight}, {"prefix_weight", c.PrefixWeight}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 0) {
-			bad = append(bad, fmt.Sprintf("llm-d.%s: must be >= 0, got %v", w.key, w.v))
+			bad = append(bad, fmt.Sprintf("llmd.%s: must be >= 0, got %v", w.key, w.v))
 		}
 	}
 	if c.MaxPrefixBlocks < 1 {
-		bad = append(bad, fmt.Sprintf("llm-d.max_prefix_blocks: must be >= 1, got %d", c.MaxPrefixBlocks))
+		bad = append(bad, fmt.Sprintf("llmd.max_prefix_blocks: must be >= 1, got %d", c.MaxPrefixBlocks))
 	}
 	if c.LRUCapacityPerServer < 0 {
-		bad = append(bad, fmt.Sprintf("llm-d.lru_capacity_per_server: must be >= 0, got %d", c.LRUCapacityPerServer))
+		bad = append(bad, fmt.Sprintf("llmd.lru_capacity_per_server: must be >= 0, got %d", c.LRUCapacityPerServer))
 	}
 	if c.RefreshInterval <= 0 {
-		bad = append(bad, fmt.Sprintf("llm-d.refresh_interval: must be > 0, got %v", c.RefreshInterval))
+		bad = append(bad, fmt.Sprintf("llmd.refresh_interval: must be > 0, got %v", c.RefreshInterval))
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("policy: %s", strings.Join(bad, "; "))
+		return errors.New(strings.Join(bad, "; "))
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func TestLLMDSettings(t *testing.T) {
 		t.Errorf("applied settings %+v", s.LLMD)
 	}
 	err := s.Apply(NameLLMD, [][2]string{{"queue_weight", "-1"}})
-	if err == nil || !strings.Contains(err.Error(), "llm-d.queue_weight") {
+	if err == nil || !strings.Contains(err.Error(), "llmd.queue_weight") {
 		t.Errorf("negative weight: %v", err)
 	}
 	if err := s.Apply(NameLLMD, [][2]string{{"threshold", "1"}}); err == nil || !strings.Contains(err.Error(), "unknown parameter") {
