@@ -93,12 +93,18 @@ type LLMD struct {
 	servers []*llmdLRU       // by server id
 	holders map[uint64][]int32
 
+	explain bool
+
 	// Scratch reused by Choose (it runs under the balancer's lock).
 	keys    []uint64
 	matched []int32 // by server id
-	scores  []float64
+	candID  []int32 // candidate index -> server id
+	scores  []llmdScore
 	ties    []int
 }
+
+// llmdScore is one candidate's scorers and their weighted sum.
+type llmdScore struct{ queue, kv, prefix, sum float64 }
 
 // NewLLMD returns the llm-d baseline, or an error for a bad config. Its
 // random tie-break is seeded so that a benchmark run is deterministic.
@@ -109,6 +115,9 @@ func NewLLMD(cfg LLMDConfig) (*LLMD, error) {
 	return &LLMD{cfg: cfg, rng: rand.New(rand.NewPCG(0x11d, 0x5c0e)), ids: make(map[string]int32),
 		holders: make(map[uint64][]int32)}, nil
 }
+
+// SetExplain turns per-candidate scores in Choice.Detail on or off.
+func (p *LLMD) SetExplain(on bool) { p.explain = on }
 
 // Name returns "llm-d".
 func (p *LLMD) Name() string { return NameLLMD }
@@ -139,8 +148,9 @@ func (p *LLMD) RemoveReplica(name string) {
 // Choose scores every candidate and picks the highest weighted sum.
 func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	p.hashPrompt(r)
+	p.candID = p.candID[:0]
 	for i := range cands {
-		p.server(cands[i].Name, cands[i].KVCacheTokens)
+		p.candID = append(p.candID, p.server(cands[i].Name, cands[i].KVCacheTokens))
 	}
 	p.match()
 
@@ -156,18 +166,17 @@ func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 		if maxQ > minQ {
 			queue = (maxQ - c.ScrapedWaiting) / (maxQ - minQ)
 		}
-		kv := unit(1 - c.KVCacheUsage)
-		prefix := 0.0
+		sc := llmdScore{queue: unit(queue), kv: unit(1 - c.KVCacheUsage)}
 		if len(p.keys) > 0 {
-			prefix = float64(p.matched[p.ids[c.Name]]) / float64(len(p.keys))
+			sc.prefix = unit(float64(p.matched[p.candID[i]]) / float64(len(p.keys)))
 		}
-		s := p.cfg.QueueWeight*unit(queue) + p.cfg.KVCacheWeight*kv + p.cfg.PrefixWeight*unit(prefix)
-		p.scores = append(p.scores, s)
-		best = max(best, s)
+		sc.sum = p.cfg.QueueWeight*sc.queue + p.cfg.KVCacheWeight*sc.kv + p.cfg.PrefixWeight*sc.prefix
+		p.scores = append(p.scores, sc)
+		best = max(best, sc.sum)
 	}
 	p.ties = p.ties[:0]
-	for i, s := range p.scores {
-		if s == best {
+	for i, sc := range p.scores {
+		if sc.sum == best {
 			p.ties = append(p.ties, i)
 		}
 	}
@@ -177,16 +186,31 @@ func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	} else if len(p.ties) > 1 {
 		pick = p.ties[p.rng.IntN(len(p.ties))]
 	}
-	id := p.ids[cands[pick].Name]
+	id := p.candID[pick]
 	matched := int(p.matched[id])
 	for _, k := range p.keys { // PreRequest: the chosen pod learns every block
 		p.add(id, k)
 	}
-	choice := Choice{Index: pick, Reason: ReasonLoad, Detail: fmt.Sprintf("max score %.3f of %d", best, len(p.ties))}
+	choice := Choice{Index: pick, Reason: ReasonLoad, Detail: "highest weighted score"}
 	if matched > 0 {
 		choice.Reason = ReasonAffinity
 	}
+	if p.explain {
+		choice.Detail = p.detail(cands, len(p.ties))
+	}
 	return choice
+}
+
+// detail lists every candidate's scores for the debug log and decision
+// records (SetExplain).
+func (p *LLMD) detail(cands []Candidate, ties int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "highest weighted score, %d equal at the top", ties)
+	for i, sc := range p.scores {
+		fmt.Fprintf(&b, "; %s score=%.3f queue=%.3f kv=%.3f prefix=%.3f (%d of %d blocks) waiting=%.0f kv_usage=%.3f",
+			cands[i].Name, sc.sum, sc.queue, sc.kv, sc.prefix, p.matched[p.candID[i]], len(p.keys), cands[i].ScrapedWaiting, cands[i].KVCacheUsage)
+	}
+	return b.String()
 }
 
 // unit clamps a score into [0, 1], as the framework does to every scorer's;

@@ -237,3 +237,23 @@ func TestLLMDOnHostileMetrics(t *testing.T) {
 		t.Errorf("holders list %d (block, server) pairs, the LRUs %d", held, total)
 	}
 }
+
+// TestLLMDExplains: with explaining on, Detail gives every candidate's
+// scorers; off, a decision over prompts the index holds allocates nothing.
+func TestLLMDExplains(t *testing.T) {
+	p := newLLMD(t, nil)
+	cs := llmdFleet(2)
+	cs[1].ScrapedWaiting = 3
+	req := blocksReq("m", prompt(1, 4, 0, 4))
+	p.Choose(req, cs, t0)
+	if allocs := testing.AllocsPerRun(100, func() { p.Choose(req, cs, t0) }); allocs != 0 {
+		t.Errorf("a decision allocates %v times with explaining off", allocs)
+	}
+	p.SetExplain(true)
+	got := p.Choose(req, cs, t0).Detail
+	for _, want := range []string{"r0 score=7.000 queue=1.000 kv=1.000 prefix=1.000 (4 of 4 blocks)", "r1 score=2.000 queue=0.000", "waiting=3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Detail %q lacks %q", got, want)
+		}
+	}
+}

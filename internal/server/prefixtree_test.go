@@ -16,12 +16,12 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestPrefixTreeGetsPromptBlocks: with routing.policy prefix-tree or cost,
+// TestPrefixTreeGetsPromptBlocks: with routing.policy prefix-tree, llm-d or cost,
 // serve hashes prompts into blocks by itself (request.prompt_blocks left
 // false), so a repeated long prompt follows its longest match (reason
 // affinity) instead of every request looking like a cache miss.
 func TestPrefixTreeGetsPromptBlocks(t *testing.T) {
-	for _, policy := range []string{"prefix-tree", "cost"} {
+	for _, policy := range []string{"prefix-tree", "llm-d", "cost"} {
 		t.Run(policy, func(t *testing.T) { testPromptBlocks(t, policy) })
 	}
 }
