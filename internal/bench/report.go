@@ -123,11 +123,19 @@ type RequestRecord struct {
 	OutputTokens               int     // generated (0 when unfinished)
 	TTFT, E2E                  float64 // censored at the drain's end when unfinished
 	Finished                   bool
+	// ExpectedCachedTokens and ExpectedTTFT are what the policy expected
+	// when it chose the replica (policy cost; 0 for policies that estimate
+	// nothing): beside CachedTokens and TTFT they show how well its block
+	// index follows the replica's cache and its estimate the replica's
+	// time.
+	ExpectedCachedTokens int
+	ExpectedTTFT         float64
 }
 
 // requestsHeader is the header row of WriteRequestsCSV.
 var requestsHeader = []string{"policy", "request", "session", "turn", "arrival_seconds", "replica",
-	"prompt_tokens", "cached_tokens", "output_tokens", "ttft_seconds", "e2e_seconds", "finished"}
+	"prompt_tokens", "cached_tokens", "output_tokens", "ttft_seconds", "e2e_seconds", "finished",
+	"expected_cached_tokens", "expected_ttft_seconds"}
 
 // WriteRequestsCSV writes every policy's request log (Options.KeepRequests)
 // as CSV, one row per routed request, policies in the report's order.
@@ -143,7 +151,8 @@ func (rep *Report) WriteRequestsCSV(w io.Writer) error {
 		for _, q := range res.RequestLog {
 			row := []string{res.Policy, strconv.FormatUint(q.ID, 10), q.Session, strconv.Itoa(q.Turn), f(q.Arrival), q.Replica,
 				strconv.Itoa(q.PromptTokens), strconv.Itoa(q.CachedTokens), strconv.Itoa(q.OutputTokens),
-				f(q.TTFT), f(q.E2E), strconv.FormatBool(q.Finished)}
+				f(q.TTFT), f(q.E2E), strconv.FormatBool(q.Finished),
+				strconv.Itoa(q.ExpectedCachedTokens), f(q.ExpectedTTFT)}
 			if err := cw.Write(row); err != nil {
 				return fmt.Errorf("bench: requests csv: %w", err)
 			}

@@ -167,8 +167,14 @@ func TestRequestLog(t *testing.T) {
 		if got, want := len(res.RequestLog), res.Finished+res.Unfinished; got != want || got == 0 {
 			t.Fatalf("%s: %d records, want finished + unfinished = %d", res.Policy, got, want)
 		}
-		finished, sessions := 0, 0
+		finished, sessions, expected := 0, 0, 0
 		for j, q := range res.RequestLog {
+			if q.ExpectedTTFT > 0 {
+				expected++
+			}
+			if q.ExpectedCachedTokens < 0 || q.ExpectedCachedTokens > q.PromptTokens || q.ExpectedTTFT < 0 {
+				t.Fatalf("%s: inconsistent expectation %+v", res.Policy, q)
+			}
 			if j > 0 && q.ID <= res.RequestLog[j-1].ID {
 				t.Fatalf("%s: records not in request order at %d", res.Policy, j)
 			}
@@ -187,6 +193,10 @@ func TestRequestLog(t *testing.T) {
 		}
 		if finished != res.Finished || sessions != len(res.RequestLog) {
 			t.Errorf("%s: %d finished records (report %d), %d with a session of %d", res.Policy, finished, res.Finished, sessions, len(res.RequestLog))
+		}
+		// cost estimates every request's TTFT; rr estimates nothing.
+		if want := map[string]int{"rr": 0, "cost": len(res.RequestLog)}[res.Policy]; expected != want {
+			t.Errorf("%s: %d records with an expected TTFT, want %d", res.Policy, expected, want)
 		}
 		rows += len(res.RequestLog)
 	}

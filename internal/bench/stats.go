@@ -102,7 +102,8 @@ func (a *accumulator) record(f *flight, ttft, end time.Duration, cached, output 
 	a.log = append(a.log, RequestRecord{ID: f.req.ID, Session: f.req.Session, Turn: f.req.Turn,
 		Arrival: f.arrived.Seconds(), Replica: replicaName(f.replica), PromptTokens: f.req.Prompt.Tokens,
 		CachedTokens: min(cached, f.req.Prompt.Tokens), OutputTokens: output,
-		TTFT: ttft.Seconds(), E2E: (end - f.arrived).Seconds(), Finished: finished})
+		TTFT: ttft.Seconds(), E2E: (end - f.arrived).Seconds(), Finished: finished,
+		ExpectedCachedTokens: f.res.Explanation.CachedTokens, ExpectedTTFT: f.res.Explanation.Estimate})
 }
 
 // firstToken records a request's TTFT in the overall, per-class and
