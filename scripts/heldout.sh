@@ -13,6 +13,7 @@
 #   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
 #   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
 #   scripts/heldout.sh held9            # 30 more, drawn in the seventh session, before any run on them
+#   scripts/heldout.sh held10           # 30 more, drawn in the ninth session (2026-12-04), before any run on them
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
@@ -31,8 +32,10 @@
 # change was judged; runs already in another set redrawn), held8 (seed
 # 20261206, the same way, in the fifth session, before any run on them),
 # held9 (seed 20261207, the same way, in the seventh session, after its
-# change and before any run on them), traces (gen and held1-6), all (bar,
-# traces, held7, held8 and held9). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
+# change and before any run on them), held10 (seed 20261208, the same way,
+# in the ninth session, after its change had run on the other sets and
+# before any run on them), traces (gen and held1-6), all (bar, traces,
+# held7-10). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
 # (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
 # or az (azure_llm_inference_2023_code.csv).
 #
@@ -113,15 +116,21 @@ HELD9="
   az21x12.06 conv12x1.78 mc22x7.80 az14x7.05 az12x2.77 conv8x1.72 az3x1.70 mc10x2.75
   mc10x3.71 conv19x6.31 mc18x6.27 az2x1.17 conv18x2.49 conv3x0.34"
 
+HELD10="
+  az3x0.49 az5x1.01 conv4x1.02 az22x9.79 conv10x2.31 az27x8.81 mc15x1.91 az2x1.00
+  az14x3.08 mc2x0.40 az3x0.70 mc27x7.96 conv5x1.96 mc6x1.94 mc11x3.49 conv4x1.41
+  mc16x3.59 mc6x2.06 mc3x0.73 conv3x0.71 az8x2.84 conv10x1.87 mc8x2.38 az19x8.65
+  mc28x4.66 mc20x4.31 mc2x0.37 conv3x0.69 mc3x0.43 conv8x1.91"
+
 if [[ ${VARIANT:-} == cost ]]; then
 	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
 	exit 2
 fi
 
 case "$set_name" in
-bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | traces | all) ;;
+bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | held10 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|held10|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -240,10 +249,11 @@ held6) trace_runs "$HELD6" ;;
 held7) trace_runs "$HELD7" ;;
 held8) trace_runs "$HELD8" ;;
 held9) trace_runs "$HELD9" ;;
+held10) trace_runs "$HELD10" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9 $HELD10"
 	;;
 esac
 

@@ -99,6 +99,14 @@ type CostConfig struct {
 	// the requests the burst is expected still to send, which follow the
 	// copy (spreadBurst).
 	BurstSpread float64
+	// HotPrefixes bounds the table of prefixes whose request rate the
+	// policy follows to price a copy of a shared prefix onto a replica that
+	// lacks it (cost.hot_prefixes, 65536; 0 follows none and never prices a
+	// copy below its prefill, the policy of the first eight sessions of
+	// issue 9). A copy is computed once and serves the prefix's later
+	// requests there: its price is divided by the requests expected at once
+	// per replica holding it (docs/ROUTING.md, "Hot prefixes").
+	HotPrefixes int
 }
 
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
@@ -129,6 +137,7 @@ func DefaultCostConfig() CostConfig {
 		Sessions:         65_536,
 		EvictionWeight:   300,
 		BurstSpread:      1,
+		HotPrefixes:      65_536,
 	}
 }
 
@@ -168,6 +177,9 @@ func (c CostConfig) Validate() error {
 	if !(c.BurstSpread >= 0) || math.IsInf(c.BurstSpread, 0) {
 		bad = append(bad, fmt.Sprintf("cost.burst_spread: must be >= 0, got %v", c.BurstSpread))
 	}
+	if c.HotPrefixes < 0 {
+		bad = append(bad, fmt.Sprintf("cost.hot_prefixes: must be >= 0, got %d", c.HotPrefixes))
+	}
 	if c.RotationStart < 0 {
 		bad = append(bad, fmt.Sprintf("cost.rotation_start: must be >= 0, got %d", c.RotationStart))
 	}
@@ -199,6 +211,7 @@ type Cost struct {
 	names []string
 
 	sessions map[string]costSession
+	hot      map[uint64]costHot // deepest held block of a prompt -> how often it comes
 
 	explain bool
 	rr      uint64
@@ -239,7 +252,7 @@ func NewCost(cfg CostConfig) (*Cost, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cost{cfg: cfg, index: kvindex.New(), ids: make(map[string]int32), sessions: make(map[string]costSession)}, nil
+	return &Cost{cfg: cfg, index: kvindex.New(), ids: make(map[string]int32), sessions: make(map[string]costSession), hot: make(map[uint64]costHot)}, nil
 }
 
 // Name returns "cost".
@@ -313,12 +326,18 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	p.mapCandidates(cands)
 	n := len(cands)
 	clear(p.depth)
+	hotDepth, hotHolders, hotGap, hotSeen := 0, 0, -1.0, 0.0
 	if len(blocks) > 0 {
 		p.index.Match(blocks, p.depth)
+		hotDepth, hotHolders, hotGap, hotSeen = p.hotPrefix(blocks, now.UnixNano())
 	}
 	sess, hasSession := p.sessions[session]
 	if session == "" {
 		hasSession = false
+	}
+	inBurst := hasSession && now.UnixNano() < sess.firstTokenBy
+	if inBurst {
+		hotGap = -1 // a burst's copies are spreadBurst's
 	}
 
 	// Bounded load: no replica beyond max(ceil(c x mean), min + slack) in
@@ -353,72 +372,27 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		prefill := float64(tokens - cached)
 		ahead := c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
 		p.aheads[i] = ahead
-		// The work ahead and this prompt are computed in steps of at most
-		// batch_tokens, each paying about a decode step on top of its tokens.
-		work := ahead + prefill
-		est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
-		// A full batch admits this request only as running ones finish:
-		// one frees a slot every mean-output x step / max_num_seqs. (The
-		// running count at a scrape that showed a queue, as the batch's
-		// real size, was measured worse: a stale yes/no per replica that
-		// herded requests onto those without one, docs/ROUTING.md.)
-		slots := float64(p.cfg.MaxNumSeqs)
-		if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
-			est += excess * c.MeanOutput * c.DecodeStep / slots
-		}
-		// A full KV cache admits this prompt only as running requests end
-		// and free theirs: the KV the balancer's requests there hold (their
-		// computed prompts, half their mean output so far) turns over in
-		// about one request's decode, mean-output x step. Without it a
-		// replica that has just taken long contexts looked as fast as any,
-		// and short prompts sent after them waited 12-15 s (issue 9: the
-		// overloaded conversation trace runs; measured effect in
-		// BENCHMARKS.md, "First session of 2026-12-02"). Only this
-		// balancer's prompts are known: peers' requests count for their
-		// output, direct clients' not at all.
-		held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
-		if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
-			est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
-		}
-		p.ttfts[i] = est
-		// The prefill a choice adds also delays others on that replica, by
-		// its time x the number of requests it holds up. Two groups:
-		//  - those sharing the replica's batch and queue: rho/(1-rho), rho
-		//    its batch over its slots, the waiting-time cost of added work
-		//    in a queue; nothing when idle, the cache's worth under load;
-		//  - those reaching the replica while it works off its queue and
-		//    this prefill: that time over the replica's share of the
-		//    measured gap between requests, counted at most once (a later
-		//    request can mostly go elsewhere).
-		// The second keeps a prompt with its prefix in proportion to how
-		// fast requests come, where the first sees only the batch (issue
-		// 9, BENCHMARKS.md: the bar's rule met on 42 of 68 held-out trace
-		// runs, 36 without it). (KV usage as rho was measured worse: long
-		// contexts fill the KV of replicas whose queues are short. The
-		// fleet's prefill utilization as a floor was measured too: by
-		// pricing every replica's prefill alike, it put short prompts
-		// behind long prefills on longshort. The arrivals instead of rho
-		// lost the overloaded agentic run's cache; as a floor under rho
-		// they met the rule less often; without the cap of one a
-		// prefill's price grows with the square of its time, and long
-		// prompts waited behind their prefix's queue.)
-		rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
-		own := prefill / c.PrefillRate
-		delayed := rho / (1 - rho)
 		arr := &p.arrivals[id]
-		if arr.meanGap > 0 {
-			delayed += min(1, (ahead/c.PrefillRate+own)/(arr.meanGap*float64(n)))
-		}
+		var est float64
+		p.ttfts[i], est, p.delayed[i], p.evictions[i] = p.estimate(c, id, ahead, prefill, reuse, arr.meanGap, n)
 		arr.note(nowNS)
-		est += own * delayed
-		p.delayed[i] = delayed
-		// On a full cache every computed block evicts one; evicted blocks
-		// come back with the index's measured reuse rate, and then cost
-		// their prefill again, by eviction_weight (CostConfig).
-		p.evictions[i] = 0
-		if reuse > 0 && p.index.Idle(id) >= 0 {
-			p.evictions[i] = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
-			est += p.evictions[i]
+		// A copy of a prefix other requests share is computed once and
+		// then serves the later ones: its price counts for the share of
+		// them expected to find it here: the requests of the prefix in
+		// flight at once (its measured gap against a request's decode
+		// time, at most as many as have come), per replica that would
+		// hold it.
+		if copied := float64(hotDepth-int(p.depth[id])) * tokenize.BlockSize; copied > 0 && hotGap >= 0 {
+			overlap := math.Inf(1)
+			if hotGap > 0 {
+				overlap = c.MeanOutput * c.DecodeStep / hotGap
+			}
+			overlap = min(overlap, hotSeen) / float64(hotHolders+1)
+			if overlap > 1 {
+				copied = min(copied, prefill)
+				_, lean, _, _ := p.estimate(c, id, ahead, prefill-copied, reuse, arr.meanGap, n)
+				est = lean + (est-lean)/overlap
+			}
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
 		if p.overBound(c, limit, prefill, tokens) {
@@ -451,7 +425,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	} else { // unreachable: the least-loaded candidate is within the limit
 		best = start
 	}
-	inBurst := hasSession && nowNS < sess.firstTokenBy
 	spreadFrom, burstAdded := -1, 0.0
 	if inBurst && p.cfg.BurstSpread > 0 && best >= 0 && p.candID[best] == sess.burstRep {
 		// The burst's later requests follow a copy to its replica: expect
@@ -507,6 +480,127 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		}
 	}
 	return choice
+}
+
+// estimate is candidate c's expected TTFT for a prefill of prefill tokens
+// behind ahead, and its score: the TTFT plus the delay the prefill causes
+// the requests it holds up (delayed of them) plus the price of the blocks
+// it evicts (eviction).
+func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap float64, n int) (ttft, score, delayed, eviction float64) {
+	// The work ahead and this prompt are computed in steps of at most
+	// batch_tokens, each paying about a decode step on top of its tokens.
+	work := ahead + prefill
+	est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
+	// A full batch admits this request only as running ones finish:
+	// one frees a slot every mean-output x step / max_num_seqs. (The
+	// running count at a scrape that showed a queue, as the batch's
+	// real size, was measured worse: a stale yes/no per replica that
+	// herded requests onto those without one, docs/ROUTING.md.)
+	slots := float64(p.cfg.MaxNumSeqs)
+	if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
+		est += excess * c.MeanOutput * c.DecodeStep / slots
+	}
+	// A full KV cache admits this prompt only as running requests end
+	// and free theirs: the KV the balancer's requests there hold (their
+	// computed prompts, half their mean output so far) turns over in
+	// about one request's decode, mean-output x step. Without it a
+	// replica that has just taken long contexts looked as fast as any,
+	// and short prompts sent after them waited 12-15 s (issue 9: the
+	// overloaded conversation trace runs; measured effect in
+	// BENCHMARKS.md, "First session of 2026-12-02"). Only this
+	// balancer's prompts are known: peers' requests count for their
+	// output, direct clients' not at all.
+	held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
+	if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
+		est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
+	}
+	ttft = est
+	// The prefill a choice adds also delays others on that replica, by
+	// its time x the number of requests it holds up. Two groups:
+	//  - those sharing the replica's batch and queue: rho/(1-rho), rho
+	//    its batch over its slots, the waiting-time cost of added work
+	//    in a queue; nothing when idle, the cache's worth under load;
+	//  - those reaching the replica while it works off its queue and
+	//    this prefill: that time over the replica's share of the
+	//    measured gap between requests, counted at most once (a later
+	//    request can mostly go elsewhere).
+	// The second keeps a prompt with its prefix in proportion to how
+	// fast requests come, where the first sees only the batch (issue
+	// 9, BENCHMARKS.md: the bar's rule met on 42 of 68 held-out trace
+	// runs, 36 without it). (KV usage as rho was measured worse: long
+	// contexts fill the KV of replicas whose queues are short. The
+	// fleet's prefill utilization as a floor was measured too: by
+	// pricing every replica's prefill alike, it put short prompts
+	// behind long prefills on longshort. The arrivals instead of rho
+	// lost the overloaded agentic run's cache; as a floor under rho
+	// they met the rule less often; without the cap of one a
+	// prefill's price grows with the square of its time, and long
+	// prompts waited behind their prefix's queue.)
+	rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
+	own := prefill / c.PrefillRate
+	delayed = rho / (1 - rho)
+	if meanGap > 0 {
+		delayed += min(1, (ahead/c.PrefillRate+own)/(meanGap*float64(n)))
+	}
+	est += own * delayed
+	// On a full cache every computed block evicts one; evicted blocks
+	// come back with the index's measured reuse rate, and then cost
+	// their prefill again, by eviction_weight (CostConfig).
+	if reuse > 0 && p.index.Idle(id) >= 0 {
+		eviction = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
+		est += eviction
+	}
+	return ttft, est, delayed, eviction
+}
+
+// costHot is how often requests come that match a prefix as their deepest
+// held block: a running mean of the gaps between them.
+type costHot struct {
+	last    int64 // Unix nanoseconds
+	meanGap float64
+	seen    uint32
+}
+
+// hotPrefix returns the depth of the candidates' deepest match of the prompt
+// (its mapped blocks in p.depth), how many of them hold it, and the mean gap
+// in seconds between the requests that matched it before (0 until two
+// have).
+func (p *Cost) hotPrefix(blocks []uint64, nowNS int64) (depth, holders int, gap float64, seen float64) {
+	for _, id := range p.candID {
+		switch d := int(p.depth[id]); {
+		case d > depth:
+			depth, holders = d, 1
+		case d == depth && d > 0:
+			holders++
+		}
+	}
+	if depth == 0 || p.cfg.HotPrefixes == 0 {
+		return 0, 0, -1, 0
+	}
+	key := blocks[depth-1]
+	h, ok := p.hot[key]
+	if !ok && len(p.hot) >= p.cfg.HotPrefixes {
+		for k := range p.hot { // forget an arbitrary prefix
+			delete(p.hot, k)
+			break
+		}
+	}
+	if ok && nowNS >= h.last {
+		g := float64(nowNS-h.last) / 1e9
+		if h.seen == 1 {
+			h.meanGap = g
+		} else {
+			h.meanGap += (g - h.meanGap) / 16
+		}
+	}
+	gap = h.meanGap
+	if h.seen < 2 {
+		gap = -1
+	}
+	seen = float64(h.seen)
+	h.last, h.seen = nowNS, min(h.seen+1, 1<<30)
+	p.hot[key] = h
+	return depth, holders, gap, seen
 }
 
 // maxBurstWindow bounds how long after a request the session's next ones

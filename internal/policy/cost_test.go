@@ -620,3 +620,68 @@ func TestRecordedTokenRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestCostCopiesAHotPrefix: a prefix whose requests overlap (more in
+// flight at once than the replicas holding it) is copied onto a replica
+// with fewer requests in flight, its prefill priced for the requests the
+// copy will serve; a prefix whose requests come one at a time stays where
+// it is cached, and so does a hot one whose copy would not tie.
+func TestCostCopiesAHotPrefix(t *testing.T) {
+	// prompt is a request on the shared 125-block prefix (2,000 tokens)
+	// with a suffix of its own and no session key.
+	prompt := func(k int) *Request {
+		keys := make([]uint64, 0, 126)
+		for i := range 125 {
+			keys = append(keys, tokenize.KeyOfText(fmt.Sprint("scenario/", i)))
+		}
+		keys = append(keys, tokenize.KeyOfText(fmt.Sprint("user/", k)))
+		p := tokenize.FromBlockKeys(len(keys)*tokenize.BlockSize, keys)
+		return &request.Profile{PromptTokens: p.Tokens, PromptBlocks: p.Blocks}
+	}
+	// firstCopy returns the first request, of 100 gap apart, that left the
+	// replica holding the prefix (which has homeLoad more in flight), or -1.
+	firstCopy := func(gap time.Duration, homeLoad, hotPrefixes int) int {
+		p := newCost(t, func(c *CostConfig) { c.HotPrefixes = hotPrefixes })
+		cands := costCands(2)
+		for i := range cands {
+			cands[i].MeanOutput = 200 // 4 s in flight at 20 ms a step
+		}
+		home := p.Choose(prompt(0), cands, t0).Index
+		cands[home].InFlight = homeLoad
+		at := t0
+		for k := 1; k <= 100; k++ {
+			at = at.Add(gap)
+			if c := p.Choose(prompt(k), cands, at); c.Index != home {
+				if c.PrefillTokens < 2000 {
+					t.Fatalf("request %d copied %d tokens, want the prefix's 2,000 and more", k, c.PrefillTokens)
+				}
+				return k
+			}
+		}
+		return -1
+	}
+	// 20 requests a second, 4 s each: 80 in flight on one replica; the
+	// copy's 0.4 s (prefill and the requests it holds up) shared by 40.
+	if k := firstCopy(50*time.Millisecond, 3, 64); k < 0 {
+		t.Error("a prefix with 80 requests in flight stayed on one replica with more in flight than the other")
+	} else if k < 40 {
+		// Shared by no more requests than have come: 0.4 s within the
+		// 20 ms of a step only once 40 have, 20 for each of two holders.
+		t.Errorf("request %d copied the prefix: its price was shared by more requests than had come", k)
+	}
+	// One a minute: never more than one in flight.
+	if k := firstCopy(time.Minute, 3, 64); k >= 0 {
+		t.Errorf("request %d copied a prefix whose requests come one at a time", k)
+	}
+	// Hot, but its replica no busier: the copy is no better there.
+	if k := firstCopy(50*time.Millisecond, 0, 64); k >= 0 {
+		t.Errorf("request %d copied a hot prefix away from a replica as free as the other", k)
+	}
+	// hot_prefixes 0: no copy is priced below its prefill.
+	if k := firstCopy(50*time.Millisecond, 3, 0); k >= 0 {
+		t.Errorf("request %d copied the prefix with hot_prefixes 0", k)
+	}
+	if err := (CostConfig{HotPrefixes: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.hot_prefixes") {
+		t.Errorf("hot_prefixes -1: %v", err)
+	}
+}
