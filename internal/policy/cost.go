@@ -226,6 +226,7 @@ type Cost struct {
 	delayed    []float64      // requests each candidate's prefill is priced to hold up
 	evictions  []float64      // the part of each score that prices the blocks its prefill evicts
 	aheads     []float64      // each candidate's work ahead, prefill tokens
+	copyShares []float64      // requests a candidate's copy of a hot prefix is priced to serve (0: none)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -376,6 +377,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 		var est float64
 		p.ttfts[i], est, p.delayed[i], p.evictions[i] = p.estimate(c, id, ahead, prefill, reuse, arr.meanGap, n)
 		arr.note(nowNS)
+		p.copyShares[i] = 0
 		// A copy of a prefix other requests share is computed once and
 		// then serves the later ones: its price counts for the share of
 		// them expected to find it here: the requests of the prefix in
@@ -392,6 +394,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 				copied = min(copied, prefill)
 				_, lean, _, _ := p.estimate(c, id, ahead, prefill-copied, reuse, arr.meanGap, n)
 				est = lean + (est-lean)/overlap
+				p.copyShares[i] = overlap
 			}
 		}
 		p.estimates[i], p.prefills[i] = est, prefill
@@ -832,9 +835,11 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.delayed = make([]float64, len(cands))
 		p.evictions = make([]float64, len(cands))
 		p.aheads = make([]float64, len(cands))
+		p.copyShares = make([]float64, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
 	p.delayed, p.evictions, p.aheads = p.delayed[:len(cands)], p.evictions[:len(cands)], p.aheads[:len(cands)]
+	p.copyShares = p.copyShares[:len(cands)]
 }
 
 // detail lists every candidate's estimate for the debug log and decision
@@ -845,6 +850,9 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 	for i, c := range cands {
 		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f kv_held=%.0f in_flight=%d rate=%.0f step=%.3fs",
 			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.HeldPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
+		if p.copyShares[i] > 0 {
+			fmt.Fprintf(&b, " hot_copy_shared_by=%.1f", p.copyShares[i])
+		}
 		if c.InFlight+1 > limit {
 			if p.overBound(&cands[i], limit, p.prefills[i], tokens) {
 				b.WriteString(" over_limit")

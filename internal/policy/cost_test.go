@@ -642,6 +642,7 @@ func TestCostCopiesAHotPrefix(t *testing.T) {
 	// replica holding the prefix (which has homeLoad more in flight), or -1.
 	firstCopy := func(gap time.Duration, homeLoad, hotPrefixes int) int {
 		p := newCost(t, func(c *CostConfig) { c.HotPrefixes = hotPrefixes })
+		p.SetExplain(true)
 		cands := costCands(2)
 		for i := range cands {
 			cands[i].MeanOutput = 200 // 4 s in flight at 20 ms a step
@@ -654,6 +655,9 @@ func TestCostCopiesAHotPrefix(t *testing.T) {
 			if c := p.Choose(prompt(k), cands, at); c.Index != home {
 				if c.PrefillTokens < 2000 {
 					t.Fatalf("request %d copied %d tokens, want the prefix's 2,000 and more", k, c.PrefillTokens)
+				}
+				if !strings.Contains(c.Detail, cands[c.Index].Name+" ttft=") || !strings.Contains(c.Detail, "hot_copy_shared_by=") {
+					t.Errorf("the copy's detail does not say its price was shared: %s", c.Detail)
 				}
 				return k
 			}
