@@ -689,3 +689,24 @@ func TestCostCopiesAHotPrefix(t *testing.T) {
 		t.Errorf("hot_prefixes -1: %v", err)
 	}
 }
+
+// TestCostHotPrefixTableIsBounded: a client sending ever new prefixes (each
+// twice, so that the second matches the first's blocks) cannot grow the
+// table of hot prefixes past hot_prefixes.
+func TestCostHotPrefixTableIsBounded(t *testing.T) {
+	p := newCost(t, func(c *CostConfig) { c.HotPrefixes = 8 })
+	cands := costCands(3)
+	at := t0
+	for k := range 200 {
+		for range 2 {
+			at = at.Add(time.Millisecond)
+			p.Choose(costPrompt(fmt.Sprint("tenant", k), 4, 1, ""), cands, at)
+		}
+		if len(p.hot) > 8 {
+			t.Fatalf("after %d prefixes the table holds %d, want at most hot_prefixes 8", k+1, len(p.hot))
+		}
+	}
+	if len(p.hot) == 0 {
+		t.Fatal("no prefix was followed")
+	}
+}
