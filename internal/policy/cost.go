@@ -327,16 +327,17 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	p.mapCandidates(cands)
 	n := len(cands)
 	clear(p.depth)
+	nowNS := now.UnixNano()
 	hotDepth, hotHolders, hotGap, hotSeen := 0, 0, -1.0, 0.0
 	if len(blocks) > 0 {
 		p.index.Match(blocks, p.depth)
-		hotDepth, hotHolders, hotGap, hotSeen = p.hotPrefix(blocks, now.UnixNano())
+		hotDepth, hotHolders, hotGap, hotSeen = p.hotPrefix(blocks, nowNS)
 	}
 	sess, hasSession := p.sessions[session]
 	if session == "" {
 		hasSession = false
 	}
-	inBurst := hasSession && now.UnixNano() < sess.firstTokenBy
+	inBurst := hasSession && nowNS < sess.firstTokenBy
 	if inBurst {
 		hotGap = -1 // a burst's copies are spreadBurst's
 	}
@@ -352,7 +353,6 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	limit := max(int(math.Ceil(p.cfg.BoundedLoad*float64(total+1)/float64(n))), minIn+p.cfg.BoundedLoadSlack, 1)
 
 	reuse := p.index.Reuse()
-	nowNS := now.UnixNano()
 	fastest := -1
 	start := int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
 	p.rr++
