@@ -14,6 +14,8 @@
 #   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
 #   scripts/heldout.sh held9            # 30 more, drawn in the seventh session, before any run on them
 #   scripts/heldout.sh held10           # 30 more, drawn in the ninth session (2026-12-04), before any run on them
+#   scripts/heldout.sh held11           # 30 more, drawn in the tenth session (2026-12-04), before any run on them
+#   scripts/heldout.sh sess             # held11's 21 Mooncake and conversation runs with session keys
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
@@ -34,10 +36,14 @@
 # held9 (seed 20261207, the same way, in the seventh session, after its
 # change and before any run on them), held10 (seed 20261208, the same way,
 # in the ninth session, after its change had run on the other sets and
-# before any run on them), traces (gen and held1-6), all (bar, traces,
-# held7-10). A trace run NAME is TRACE REPLICAS x SPEED with TRACE mc
-# (traces/mooncake_synthetic_trace.jsonl), conv (mooncake_conversation_head)
-# or az (azure_llm_inference_2023_code.csv).
+# before any run on them), held11 (seed 20261209, the same way, in the
+# tenth session, before any run on them), sess (held11's Mooncake and
+# conversation runs on those traces rewritten with session keys by
+# scripts/mooncake2bailian into $OUT), traces (gen and held1-6), all (bar,
+# traces, held7-11, sess). A trace run NAME is [s]TRACE REPLICAS x SPEED
+# with TRACE mc (traces/mooncake_synthetic_trace.jsonl), conv
+# (mooncake_conversation_head) or az (azure_llm_inference_2023_code.csv); a
+# leading s replays the trace with session keys.
 #
 # Environment: OUT (work directory, default /tmp/llmlb-heldout), POLICIES (the
 # policies run; default: rr, least-request, sticky, both prefix-tree
@@ -122,15 +128,30 @@ HELD10="
   mc16x3.59 mc6x2.06 mc3x0.73 conv3x0.71 az8x2.84 conv10x1.87 mc8x2.38 az19x8.65
   mc28x4.66 mc20x4.31 mc2x0.37 conv3x0.69 mc3x0.43 conv8x1.91"
 
+HELD11="
+  conv17x5.29 conv30x7.88 conv13x1.40 mc21x3.31 mc4x0.70 conv25x8.01 conv14x1.58
+  az10x3.47 conv6x2.26 conv19x2.76 az10x2.00 mc24x5.12 mc8x2.21 mc9x2.27 conv10x1.25
+  az6x3.40 mc25x3.76 az8x3.47 az3x0.71 conv3x0.87 mc5x1.02 conv3x0.95 az9x2.16
+  az28x9.99 az9x2.68 conv2x0.35 az22x5.67 mc7x1.12 conv2x0.43 mc2x0.33"
+
+# The Mooncake and conversation runs of held11 with session keys (the
+# traces rewritten by scripts/mooncake2bailian): every request carries its
+# inferred conversation, as the Qwen-Bailian traces' chat_id gives one.
+SESS="
+  sconv17x5.29 sconv30x7.88 sconv13x1.40 smc21x3.31 smc4x0.70 sconv25x8.01
+  sconv14x1.58 sconv6x2.26 sconv19x2.76 smc24x5.12 smc8x2.21 smc9x2.27 sconv10x1.25
+  smc25x3.76 sconv3x0.87 smc5x1.02 sconv3x0.95 sconv2x0.35 smc7x1.12 sconv2x0.43
+  smc2x0.33"
+
 if [[ ${VARIANT:-} == cost ]]; then
 	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
 	exit 2
 fi
 
 case "$set_name" in
-bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | held10 | traces | all) ;;
+bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | held10 | held11 | sess | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|held10|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|held10|held11|sess|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -189,20 +210,37 @@ bench_one() {
 
 # trace_runs LIST: the trace runs named in LIST.
 trace_runs() {
-	local name trace replicas speed
+	local name trace replicas speed format
 	for name in $1; do
-		if [[ ! $name =~ ^(mc|conv|az)([0-9]+)x([0-9.]+)$ ]]; then
+		if [[ ! $name =~ ^(s?)(mc|conv|az)([0-9]+)x([0-9.]+)$ ]]; then
 			echo "bad run name $name" >&2
 			exit 2
 		fi
-		case ${BASH_REMATCH[1]} in
+		case ${BASH_REMATCH[2]} in
 		mc) trace=traces/mooncake_synthetic_trace.jsonl ;;
 		conv) trace=traces/mooncake_conversation_head.jsonl ;;
 		az) trace=traces/azure_llm_inference_2023_code.csv ;;
 		esac
-		replicas=${BASH_REMATCH[2]} speed=${BASH_REMATCH[3]}
-		bench "$name" "${POLICIES:-$BASE,cost}" --trace "$trace" --replicas "$replicas" --trace-speed "$speed"
+		replicas=${BASH_REMATCH[3]} speed=${BASH_REMATCH[4]} format=""
+		if [[ -n ${BASH_REMATCH[1]} ]]; then
+			trace=$(sessioned "$trace")
+			format=bailian
+		fi
+		bench "$name" "${POLICIES:-$BASE,cost}" --trace "$trace" ${format:+--trace-format "$format"} --replicas "$replicas" --trace-speed "$speed"
 	done
+}
+
+# sessioned TRACE: the Mooncake trace rewritten with session keys
+# (scripts/mooncake2bailian: a request's parent is the earlier one whose
+# whole prompt it extends), made once in $OUT; prints its path.
+sessioned() {
+	local out
+	out="$OUT/$(basename "$1" .jsonl).bailian.jsonl"
+	if [[ ! -s $out ]]; then
+		go run ./scripts/mooncake2bailian <"$1" >"$out.tmp"
+		mv "$out.tmp" "$out"
+	fi
+	printf '%s\n' "$out"
 }
 
 bar_runs() {
@@ -250,10 +288,12 @@ held7) trace_runs "$HELD7" ;;
 held8) trace_runs "$HELD8" ;;
 held9) trace_runs "$HELD9" ;;
 held10) trace_runs "$HELD10" ;;
+held11) trace_runs "$HELD11" ;;
+sess) trace_runs "$SESS" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9 $HELD10"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9 $HELD10 $HELD11 $SESS"
 	;;
 esac
 
