@@ -16,6 +16,7 @@
 #   scripts/heldout.sh held10           # 30 more, drawn in the ninth session (2026-12-04), before any run on them
 #   scripts/heldout.sh held11           # 30 more, drawn in the tenth session (2026-12-04), before any run on them
 #   scripts/heldout.sh sess             # held11's 21 Mooncake and conversation runs with session keys
+#   scripts/heldout.sh sess2            # 24 more runs with session keys, drawn in the tenth session
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
@@ -39,8 +40,10 @@
 # before any run on them), held11 (seed 20261209, the same way, in the
 # tenth session, before any run on them), sess (held11's Mooncake and
 # conversation runs on those traces rewritten with session keys by
-# scripts/mooncake2bailian into $OUT), traces (gen and held1-6), all (bar,
-# traces, held7-11, sess). A trace run NAME is [s]TRACE REPLICAS x SPEED
+# scripts/mooncake2bailian into $OUT), sess2 (24 runs with session keys,
+# seed 20261210, drawn after the tenth session's change had run on sess and
+# before any run on them), traces (gen and held1-6), all (bar, traces,
+# held7-11, sess, sess2). A trace run NAME is [s]TRACE REPLICAS x SPEED
 # with TRACE mc (traces/mooncake_synthetic_trace.jsonl), conv
 # (mooncake_conversation_head) or az (azure_llm_inference_2023_code.csv); a
 # leading s replays the trace with session keys.
@@ -143,15 +146,24 @@ SESS="
   smc25x3.76 sconv3x0.87 smc5x1.02 sconv3x0.95 sconv2x0.35 smc7x1.12 sconv2x0.43
   smc2x0.33"
 
+# 24 more runs with session keys, drawn in the tenth session (seed 20261210,
+# Mooncake or conversation trace, 2-32 replicas log-uniform, 0.1-0.4x speed
+# per replica) after its change had run on sess and before any run on them.
+SESS2="
+  sconv8x1.40 smc6x1.11 sconv9x1.25 smc7x2.32 smc8x2.83 smc4x0.96 sconv6x2.22
+  sconv10x1.97 sconv6x1.64 smc5x1.07 smc19x7.17 sconv4x0.82 sconv7x1.56 smc3x0.42
+  smc8x1.04 smc18x2.08 smc5x0.70 sconv24x8.38 smc3x1.09 smc8x1.14 sconv13x4.93
+  smc4x1.24 sconv4x0.84 sconv4x1.06"
+
 if [[ ${VARIANT:-} == cost ]]; then
 	echo "scripts/heldout.sh: VARIANT=cost names the full runs' own cost; give a spec (cost:rotation_start=0 runs the defaults again)" >&2
 	exit 2
 fi
 
 case "$set_name" in
-bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | held10 | held11 | sess | traces | all) ;;
+bar | slow | gen | held1 | held2 | held3 | held4 | held5 | held6 | held7 | held8 | held9 | held10 | held11 | sess | sess2 | traces | all) ;;
 *)
-	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|held10|held11|sess|traces|all" >&2
+	echo "usage: scripts/heldout.sh bar|slow|gen|held1|held2|held3|held4|held5|held6|held7|held8|held9|held10|held11|sess|sess2|traces|all" >&2
 	exit 2
 	;;
 esac
@@ -290,10 +302,11 @@ held9) trace_runs "$HELD9" ;;
 held10) trace_runs "$HELD10" ;;
 held11) trace_runs "$HELD11" ;;
 sess) trace_runs "$SESS" ;;
+sess2) trace_runs "$SESS2" ;;
 traces) trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6" ;;
 all)
 	bar_runs
-	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9 $HELD10 $HELD11 $SESS"
+	trace_runs "$GEN $HELD1 $HELD2 $HELD3 $HELD4 $HELD5 $HELD6 $HELD7 $HELD8 $HELD9 $HELD10 $HELD11 $SESS $SESS2"
 	;;
 esac
 

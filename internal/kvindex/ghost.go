@@ -10,7 +10,12 @@ package kvindex
 // that a block leaving the index becomes a ghost in the slot it already
 // has; the ring remembers their order.
 type ghosts struct {
-	ring  []uint64 // FIFO of ghost hashes (0: empty slot)
+	ring []uint64 // FIFO of ghost hashes (0: empty slot)
+	// rep and ord say, per ring position, which replica's eviction made
+	// the ghost (none: a block no replica held, or one of a removed
+	// replica) and that replica's evictions before it (replica.evictions).
+	rep   []int32
+	ord   []uint32
 	next  int
 	added float64
 	hits  float64
@@ -25,18 +30,33 @@ const ghostCapacity = 1 << 16
 const ghostHalfLife = ghostCapacity / 4
 
 // addGhost makes h a ghost (and frees its slot's node, if any: freed says
-// it had one); the oldest ghost, if the ring is full, stops being one.
-func (x *Index) addGhost(h uint64, freed bool) {
+// it had one), evicted by replica rep (none if by no replica) after ord of
+// its evictions; the oldest ghost, if the ring is full, stops being one.
+func (x *Index) addGhost(h uint64, freed bool, rep int32, ord uint32) {
 	g := &x.ghosts
 	if g.ring == nil {
 		g.ring = make([]uint64, ghostCapacity)
+		g.rep = make([]int32, ghostCapacity)
+		g.ord = make([]uint32, ghostCapacity)
 	}
 	if old := g.ring[g.next]; old != 0 {
 		x.unghost(old)
 	}
 	t := &x.nodes
 	h = fixKey(h)
-	g.ring[g.next] = h
+	pos := g.next
+	g.ring[pos] = h
+	g.rep[pos] = rep
+	if rep != none {
+		r := &x.reps[rep]
+		g.ord[pos] = ord
+		r.margAdded++
+		if r.margSince++; r.margSince >= max(r.cap, 64) {
+			r.margSince = 0
+			r.margAdded /= 2
+			r.margHits /= 2
+		}
+	}
 	g.next = (g.next + 1) & (len(g.ring) - 1)
 	t.reserve()
 	i, ok := t.find(h)
@@ -44,6 +64,7 @@ func (x *Index) addGhost(h uint64, freed bool) {
 		t.fill(i, h, none)
 	}
 	t.slots[i].ghost = true
+	t.slots[i].ring = uint16(pos)
 	if freed {
 		t.slots[i].val = none
 		x.live--
@@ -105,7 +126,40 @@ func (x *Index) countGhosts(blocks []uint64) {
 		if !ok || !t.slots[i].ghost {
 			return
 		}
-		t.clearGhost(i)
 		x.ghosts.hits++
+		if pos := t.slots[i].ring; x.ghosts.rep[pos] != none {
+			r := &x.reps[x.ghosts.rep[pos]]
+			if float64(r.evictions-x.ghosts.ord[pos]) <= x.margin*float64(r.cap) {
+				r.margHits++
+			}
+		}
+		t.clearGhost(i)
 	}
+}
+
+// SetMargin sets the share of each replica's capacity past its edge within
+// which an evicted block asked for again counts towards MarginalReuse (0,
+// the default, counts none).
+func (x *Index) SetMargin(share float64) { x.margin = max(share, 0) }
+
+// MarginalReuse is the recent share of the blocks replica rep evicted that
+// were asked for again while a cache larger by the margin (SetMargin, a
+// share of its capacity) would still have held them: divided by the margin,
+// the hits one more block of its cache would have kept per block it
+// evicts, the marginal utility that cache partitioning measures with
+// shadow tags (Qureshi and Patt, "Utility-Based Cache Partitioning", MICRO
+// 2006). It tells a replica whose evictions cost hits from one whose
+// evicted blocks were not coming back soon (its cache already keeps what
+// its traffic reuses, or too little of it to matter). Only blocks that left
+// the whole index count: one still held elsewhere is not lost to the fleet.
+// ok is false until the replica has evicted 32 blocks.
+func (x *Index) MarginalReuse(rep int32) (reuse float64, ok bool) {
+	if int(rep) >= len(x.reps) {
+		return 0, false
+	}
+	r := &x.reps[rep]
+	if r.margAdded < 32 {
+		return 0, false
+	}
+	return min(1, r.margHits/r.margAdded), true
 }

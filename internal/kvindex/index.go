@@ -57,10 +57,12 @@ type Index struct {
 	clock uint32 // Touch calls so far
 	gen   uint64 // changes to the holders so far
 
-	live   int      // nodes in the table
-	ghosts ghosts   // blocks that recently left the index (ghost.go)
-	gone   []uint64 // hashes of freed nodes, until flush
-	sink   uint64   // keeps the loads of flush's first pass
+	live     int         // nodes in the table
+	ghosts   ghosts      // blocks that recently left the index (ghost.go)
+	margin   float64     // share of a replica's capacity MarginalReuse looks past its edge
+	removing bool        // RemoveReplica is evicting: its ghosts are no replica's
+	gone     []goneBlock // freed nodes, until flush
+	sink     uint64      // keeps the loads of flush's first pass
 
 	// drops holds the last Match's drop points, deepest first, so that a
 	// Touch of the same blocks right after (no change in between) finds the
@@ -181,6 +183,22 @@ type replica struct {
 	pinned  int
 	epoch   uint32
 	pinList []int32 // entries pinned since RemoveReplica, some stale (pin.go)
+
+	// evictions counts the blocks evicted for room; margAdded and margHits
+	// (halved every max(cap, 64) of them) the ghosts those evictions made
+	// recently and those of them asked for again within the margin
+	// (MarginalReuse).
+	evictions           uint32
+	margSince           int
+	margAdded, margHits float64
+}
+
+// goneBlock is a freed node's hash, the replica whose eviction freed it
+// and that replica's evictions before it.
+type goneBlock struct {
+	hash uint64
+	rep  int32
+	ord  uint32
 }
 
 // New returns an empty index.
@@ -415,7 +433,7 @@ func (x *Index) Touch(rep int32, blocks []uint64) (t Touched) {
 		keep := h + max(room, 1)
 		for j := m - 1; j >= keep; j-- {
 			if _, ok := x.nodes.get(blocks[j]); !ok {
-				x.addGhost(blocks[j], false)
+				x.addGhost(blocks[j], false, none, 0)
 			}
 		}
 		m = keep
@@ -548,10 +566,15 @@ func (x *Index) RemoveReplica(rep int32) {
 	if r.pinned > 0 {
 		x.unpinAll(rep)
 	}
+	// Its blocks leave as ghosts of no replica: they were not evicted for
+	// room, so they say nothing of its cache's marginal worth.
+	x.removing = true
 	for r.n > 0 {
 		x.evict(rep)
 	}
 	x.flush()
+	x.removing = false
+	r.margSince, r.margAdded, r.margHits = 0, 0, 0
 	x.settle(r)
 }
 
@@ -595,9 +618,13 @@ func (x *Index) newNode(h uint64) int32 {
 
 // freeNodeAt frees node ni; its hash leaves the table and joins the ghosts
 // at the next flush.
-func (x *Index) freeNodeAt(ni int32) {
+func (x *Index) freeNodeAt(ni, rep int32) {
 	n := &x.node[ni]
-	x.gone = append(x.gone, n.hash)
+	b := goneBlock{hash: n.hash, rep: none}
+	if !x.removing {
+		b.rep, b.ord = rep, x.reps[rep].evictions
+	}
+	x.gone = append(x.gone, b)
 	n.first.ent = x.freeNode
 	x.freeNode = ni
 }
@@ -627,15 +654,15 @@ func (x *Index) flush() {
 	}
 	var sink uint64
 	g := &x.ghosts
-	for i, h := range x.gone {
-		sink += x.nodes.peek(h)
+	for i, b := range x.gone {
+		sink += x.nodes.peek(b.hash)
 		if g.ring != nil {
 			sink += x.nodes.peek(g.ring[(g.next+i)&(len(g.ring)-1)])
 		}
 	}
 	x.sink += sink
-	for _, h := range x.gone {
-		x.addGhost(h, true)
+	for _, b := range x.gone {
+		x.addGhost(b.hash, true, b.rep, b.ord)
 	}
 	x.gone = x.gone[:0]
 }
@@ -673,6 +700,7 @@ func older(a, b uint32) bool { return int32(a-b) < 0 }
 // evict drops replica rep's least recently used block (a phantom first);
 // it becomes a ghost if no other replica holds it.
 func (x *Index) evict(rep int32) {
+	x.reps[rep].evictions++
 	if r := &x.reps[rep]; r.phantom > 0 {
 		r.phantom--
 		r.n--
@@ -696,7 +724,7 @@ func (x *Index) drop(rep, ei int32, evicted bool) {
 	e := x.ent[ei]
 	if x.node[e.node].remove(rep) {
 		if evicted {
-			x.freeNodeAt(e.node)
+			x.freeNodeAt(e.node, rep)
 		} else {
 			x.forgetNode(e.node)
 		}

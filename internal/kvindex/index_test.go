@@ -208,3 +208,54 @@ func TestForgetKeepsAFullReplicaFull(t *testing.T) {
 		t.Fatalf("len %d after a refusal with room, want %d", x.Len(0), n)
 	}
 }
+
+// TestMarginalReuseCountsHitsWithinTheMargin: a replica whose evicted
+// blocks come back soon after (a cyclic working set a fifth larger than its
+// cache) has a marginal reuse near 1, one whose evicted blocks come back
+// only much later (three times its cache) 0, though both count in Reuse;
+// removing a replica starts its count again.
+func TestMarginalReuseCountsHitsWithinTheMargin(t *testing.T) {
+	x := New()
+	x.SetMargin(0.5)
+	x.SetCapacity(0, 100)
+	x.SetCapacity(1, 100)
+	d := make([]int32, 2)
+	ask := func(rep int32, h uint64) {
+		b := []uint64{h}
+		x.Match(b, d)
+		x.Touch(rep, b)
+	}
+	if _, ok := x.MarginalReuse(0); ok {
+		t.Fatal("a replica that evicted nothing has a marginal reuse")
+	}
+	for range 10 {
+		for h := range uint64(120) {
+			ask(0, 1_000+h)
+		}
+		for h := range uint64(300) {
+			ask(1, 10_000+h)
+		}
+	}
+	near, ok0 := x.MarginalReuse(0)
+	far, ok1 := x.MarginalReuse(1)
+	if !ok0 || !ok1 {
+		t.Fatalf("after thousands of evictions: ok %v %v", ok0, ok1)
+	}
+	if near < 0.9 || far != 0 {
+		t.Errorf("marginal reuse %.3f (blocks back 20 evictions later) and %.3f (200 later) with a margin of 50: want near 1 and 0", near, far)
+	}
+	if r := x.Reuse(); r < 0.5 {
+		t.Errorf("reuse %.3f: every evicted block came back", r)
+	}
+	x.RemoveReplica(0)
+	if _, ok := x.MarginalReuse(0); ok {
+		t.Error("a removed replica kept its marginal reuse")
+	}
+	x.SetMargin(0)
+	for h := range uint64(300) {
+		ask(1, 10_000+h)
+	}
+	if m, _ := x.MarginalReuse(1); m != 0 {
+		t.Errorf("margin 0: marginal reuse %.3f, want 0", m)
+	}
+}

@@ -18,6 +18,7 @@ type slot struct {
 	key   uint64
 	val   int32 // node index; none in a slot kept only for a ghost
 	ghost bool
+	ring  uint16 // the ghost's position in the ring (ghostCapacity is 1<<16)
 }
 
 // zeroKey stands for block hash 0, since 0 marks an empty slot.

@@ -107,6 +107,26 @@ type CostConfig struct {
 	// requests there: its price is divided by the requests expected at once
 	// per replica holding it (docs/ROUTING.md, "Hot prefixes").
 	HotPrefixes int
+	// MarginWindow prices, for a request of a session seen before, what
+	// computing the prompt tokens no candidate holds (its context, lost
+	// everywhere, and its new message) evicts on each full replica, by that
+	// replica's own marginal reuse: the share of its evicted blocks asked
+	// for again while a cache larger by margin_window of its capacity
+	// would still have held them (kvindex.MarginalReuse), per block of
+	// that margin, times the tokens' prefill time: the recompute its
+	// evictions are expected to cost (cost.margin_window, 0.75; 0 prices
+	// none). It adds to eviction_weight's fleet-wide price, which is the
+	// same on every full replica and so says nothing of where new data
+	// costs least. On an oversubscribed cache sessions compete for it: a
+	// lost context placed on a replica whose evicted blocks come back
+	// displaces one that would have been hit; placed where they do not, it
+	// displaces contexts that were not going to survive their think time
+	// anyway (cache partitioning by marginal utility). A session's first
+	// request and sessionless prompts are not priced so: what they bring
+	// may become a prefix other requests share, and placing it by this
+	// price sent it to the replicas that turn over fastest (docs/ROUTING.md,
+	// "Marginal reuse").
+	MarginWindow float64
 }
 
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
@@ -138,6 +158,7 @@ func DefaultCostConfig() CostConfig {
 		EvictionWeight:   300,
 		BurstSpread:      1,
 		HotPrefixes:      65_536,
+		MarginWindow:     0.75,
 	}
 }
 
@@ -180,6 +201,9 @@ func (c CostConfig) Validate() error {
 	if c.HotPrefixes < 0 {
 		bad = append(bad, fmt.Sprintf("cost.hot_prefixes: must be >= 0, got %d", c.HotPrefixes))
 	}
+	if !(c.MarginWindow >= 0) || c.MarginWindow > 16 {
+		bad = append(bad, fmt.Sprintf("cost.margin_window: must be between 0 and 16, got %v", c.MarginWindow))
+	}
 	if c.RotationStart < 0 {
 		bad = append(bad, fmt.Sprintf("cost.rotation_start: must be >= 0, got %d", c.RotationStart))
 	}
@@ -215,6 +239,10 @@ type Cost struct {
 
 	explain bool
 	rr      uint64
+	// fresh is the prompt tokens of the current request that no candidate
+	// holds, if it is of a session seen before: the replicas' marginal
+	// reuse prices what computing them evicts (CostConfig.MarginWindow).
+	fresh float64
 
 	// Scratch reused by Choose (it runs under the balancer's lock).
 	depth      []int32
@@ -253,7 +281,9 @@ func NewCost(cfg CostConfig) (*Cost, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cost{cfg: cfg, index: kvindex.New(), ids: make(map[string]int32), sessions: make(map[string]costSession), hot: make(map[uint64]costHot)}, nil
+	p := &Cost{cfg: cfg, index: kvindex.New(), ids: make(map[string]int32), sessions: make(map[string]costSession), hot: make(map[uint64]costHot)}
+	p.index.SetMargin(cfg.MarginWindow)
+	return p, nil
 }
 
 // Name returns "cost".
@@ -266,6 +296,7 @@ func (p *Cost) SetSettings(s Settings) error {
 		return err
 	}
 	p.cfg = s.Cost
+	p.index.SetMargin(p.cfg.MarginWindow)
 	return nil
 }
 
@@ -336,6 +367,17 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 	sess, hasSession := p.sessions[session]
 	if session == "" {
 		hasSession = false
+	}
+	// A session seen before whose prompt no candidate holds all of: the
+	// part none holds is its own context, lost everywhere (or its new
+	// message), read again by its later turns only.
+	p.fresh = 0
+	if hasSession && len(blocks) > 0 {
+		held := int32(0)
+		for _, id := range p.candID {
+			held = max(held, p.depth[id])
+		}
+		p.fresh = float64(max(0, tokens-int(held)*tokenize.BlockSize))
 	}
 	inBurst := hasSession && nowNS < sess.firstTokenBy
 	if inBurst {
@@ -549,8 +591,13 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// On a full cache every computed block evicts one; evicted blocks
 	// come back with the index's measured reuse rate, and then cost
 	// their prefill again, by eviction_weight (CostConfig).
+	// The replica's own marginal reuse adds what its evictions are
+	// expected to cost in recompute there (margin_window, CostConfig).
 	if reuse > 0 && p.index.Idle(id) >= 0 {
 		eviction = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
+		if m, ok := p.index.MarginalReuse(id); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
+			eviction += m / p.cfg.MarginWindow * min(prefill, p.fresh) / c.PrefillRate
+		}
 		est += eviction
 	}
 	return ttft, est, delayed, eviction
@@ -852,6 +899,12 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.HeldPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 		if p.copyShares[i] > 0 {
 			fmt.Fprintf(&b, " hot_copy_shared_by=%.1f", p.copyShares[i])
+		}
+		if p.evictions[i] > 0 {
+			fmt.Fprintf(&b, " eviction=%.3fs", p.evictions[i])
+			if m, ok := p.index.MarginalReuse(p.candID[i]); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
+				fmt.Fprintf(&b, " marginal_reuse=%.3f", m)
+			}
 		}
 		if c.InFlight+1 > limit {
 			if p.overBound(&cands[i], limit, p.prefills[i], tokens) {

@@ -710,3 +710,68 @@ func TestCostHotPrefixTableIsBounded(t *testing.T) {
 		t.Fatal("no prefix was followed")
 	}
 }
+
+// TestCostPricesMarginalReuse: between two full replicas alike in all else,
+// the prompt of a session seen before that no replica holds (its context
+// lost) goes to the one whose evicted blocks do not come back (its
+// evictions cost no later hit), in either order of equal candidates; with
+// margin_window 0, for a sessionless prompt or for a session's first, both
+// orders take the other, whose least recently used block is older (the
+// coldest cache wins a tie).
+func TestCostPricesMarginalReuse(t *testing.T) {
+	run := func(window float64, rotation int, session string, seen bool) (string, string) {
+		p := newCost(t, func(c *CostConfig) { c.MarginWindow, c.RotationStart = window, rotation })
+		cands := costCands(2)
+		for i := range cands {
+			cands[i].KVCacheTokens = 100 * tokenize.BlockSize
+		}
+		p.Choose(costPrompt("warm", 1, 0, ""), cands, t0) // maps a and b, sized to 100 blocks
+		a, b := p.ids["a"], p.ids["b"]
+		d := make([]int32, 2)
+		ask := func(rep int32, h string) {
+			blocks := []uint64{tokenize.KeyOfText(h)}
+			p.index.Match(blocks, d)
+			p.index.Touch(rep, blocks)
+		}
+		// a's working set is a fifth larger than its cache: what it evicts
+		// comes back 20 evictions later. b's is three times its cache.
+		for range 10 {
+			for h := range 120 {
+				ask(a, fmt.Sprint("a/", h))
+			}
+			for h := range 300 {
+				ask(b, fmt.Sprint("b/", h))
+			}
+		}
+		// Two prompts no replica holds, of the session (its own 10
+		// blocks) or of none (10 blocks under a root of their own).
+		prompt := func(k string) *Request {
+			r := costPrompt(k, 10, 0, "")
+			r.SessionKey = session
+			return r
+		}
+		if seen { // its context is lost everywhere
+			p.sessions[session] = costSession{rep: a}
+		}
+		c := p.Choose(prompt("new"), cands, t0)
+		p.SetExplain(true)
+		return cands[c.Index].Name, p.Choose(prompt("next"), cands, t0).Detail
+	}
+	for _, rotation := range []int{0, 1} {
+		if got, detail := run(DefaultCostConfig().MarginWindow, rotation, "s1", true); got != "b" || !strings.Contains(detail, "marginal_reuse=") {
+			t.Errorf("rotation_start %d: went to %s, want b, whose evicted blocks do not come back (detail %q)", rotation, got, detail)
+		}
+		if got, _ := run(0, rotation, "s1", true); got != "a" {
+			t.Errorf("margin_window 0, rotation_start %d: went to %s, want a, the coldest cache", rotation, got)
+		}
+		if got, detail := run(DefaultCostConfig().MarginWindow, rotation, "", false); got != "a" || strings.Contains(detail, "marginal_reuse=") {
+			t.Errorf("no session key, rotation_start %d: went to %s, want a, the coldest cache (detail %q)", rotation, got, detail)
+		}
+		if got, _ := run(DefaultCostConfig().MarginWindow, rotation, "s1", false); got != "a" {
+			t.Errorf("a session's first request, rotation_start %d: went to %s, want a, the coldest cache", rotation, got)
+		}
+	}
+	if err := (CostConfig{MarginWindow: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.margin_window") {
+		t.Errorf("margin_window -1: %v", err)
+	}
+}
