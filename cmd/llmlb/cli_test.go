@@ -120,7 +120,7 @@ func TestValidateWithDiscovery(t *testing.T) {
 	if err := validateMain([]string{"--config", file}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if stdout.String() != "ok: 0 replicas, policy llmlb, discovery dns\n" || strings.Contains(stderr.String(), "no replicas") {
+	if stdout.String() != "ok: 0 replicas, policy cost, discovery dns\n" || strings.Contains(stderr.String(), "no replicas") {
 		t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
 	}
 }
