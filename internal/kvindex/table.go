@@ -1,7 +1,7 @@
 package kvindex
 
-// table is an open-addressing hash map from a block hash to a node index
-// and a ghost flag (ghost.go),
+// table is an open-addressing hash map from a block hash to a node index,
+// a ghost flag and the ghost's place in the ring (ghost.go),
 // with linear probing and backward-shift deletion. The index inserts and
 // deletes a block for nearly every block it evicts, and Go's built-in map
 // slows down under such churn (deleted slots lengthen its probe sequences

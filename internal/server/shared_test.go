@@ -27,6 +27,10 @@ func sharedPair(t *testing.T, n int, url string) (a, b *env) {
 	prefix := "test:" + strings.ReplaceAll(t.Name(), "/", "_") + ":"
 	with := func(id string) func(*config.Config) {
 		return func(c *config.Config) {
+			// Pins are what these tests share: the seeds' policy keeps
+			// them (cost shares its block index instead, tested in
+			// internal/balancer).
+			c.Routing.Policy = "llmlb"
 			c.State.RedisURL, c.State.InstanceID, c.State.KeyPrefix = url, id, prefix
 			c.State.OpTimeout = time.Second // a loaded CI machine with -race
 		}
