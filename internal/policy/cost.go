@@ -129,6 +129,9 @@ type CostConfig struct {
 	MarginWindow float64
 }
 
+// minMarginWindow is the smallest margin_window other than 0 (off).
+const minMarginWindow = 0.05
+
 // maxIndexBlocks bounds the blocks of one prompt the index matches and
 // records: 8,192 blocks are 131,072 tokens, vLLM's longest common context.
 const maxIndexBlocks = 8192
@@ -201,8 +204,10 @@ func (c CostConfig) Validate() error {
 	if c.HotPrefixes < 0 {
 		bad = append(bad, fmt.Sprintf("cost.hot_prefixes: must be >= 0, got %d", c.HotPrefixes))
 	}
-	if !(c.MarginWindow >= 0) || c.MarginWindow > 16 {
-		bad = append(bad, fmt.Sprintf("cost.margin_window: must be between 0 and 16, got %v", c.MarginWindow))
+	// Below minMarginWindow the margin holds a few blocks: its count is
+	// noise, and dividing by the margin would make that noise the price.
+	if !(c.MarginWindow == 0 || c.MarginWindow >= minMarginWindow && c.MarginWindow <= 16) {
+		bad = append(bad, fmt.Sprintf("cost.margin_window: must be 0 (off) or between %v and 16, got %v", minMarginWindow, c.MarginWindow))
 	}
 	if c.RotationStart < 0 {
 		bad = append(bad, fmt.Sprintf("cost.rotation_start: must be >= 0, got %d", c.RotationStart))

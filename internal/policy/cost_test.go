@@ -771,7 +771,16 @@ func TestCostPricesMarginalReuse(t *testing.T) {
 			t.Errorf("a session's first request, rotation_start %d: went to %s, want a, the coldest cache", rotation, got)
 		}
 	}
-	if err := (CostConfig{MarginWindow: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.margin_window") {
-		t.Errorf("margin_window -1: %v", err)
+	for _, bad := range []float64{-1, 0.001, 17, math.NaN()} {
+		if err := (CostConfig{MarginWindow: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "cost.margin_window") {
+			t.Errorf("margin_window %v: %v", bad, err)
+		}
+	}
+	for _, good := range []float64{0, 0.05, 16} {
+		c := DefaultCostConfig()
+		c.MarginWindow = good
+		if err := c.Validate(); err != nil {
+			t.Errorf("margin_window %v: %v", good, err)
+		}
 	}
 }
