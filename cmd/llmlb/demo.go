@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/llmlb/llmlb/internal/balancer"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/policy"
 
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/server"
@@ -91,7 +93,7 @@ func demoFlags(o *demoOptions, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.flapPeriod, "flap-period", 8*time.Second, "one down+up cycle of the flap")
 	fs.StringVar(&o.logLevel, "log-level", "info", "balancer log level: debug|info|warn|error")
 	fs.StringVar(&o.logFile, "log-file", "", "file for the balancer's logs (default: a new file in the temporary directory)")
-	fs.StringVar(&o.policy, "policy", "cost", "routing policy: cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree, llm-d")
+	fs.StringVar(&o.policy, "policy", policy.DefaultName, "routing policy: "+strings.Join(policy.Names(), ", "))
 	fs.BoolVar(&o.plain, "plain", !isTerminal(os.Stdout), "one line per tick instead of a redrawn screen (default when stdout is not a terminal)")
 	fs.BoolVar(&o.serveHealth, "serve-health", false, "use serve's default health timings (the flap episode then takes about 1.5 minutes)")
 	return fs

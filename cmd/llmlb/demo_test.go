@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"github.com/llmlb/llmlb/internal/testutil/syncbuf"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/testutil/syncbuf"
 	"github.com/llmlb/llmlb/internal/traffic"
 	"github.com/llmlb/llmlb/internal/ui"
 )

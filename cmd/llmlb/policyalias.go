@@ -3,29 +3,9 @@ package main
 import (
 	"fmt"
 	"strings"
-)
 
-// policyAliases maps the names other routers give their policies to the
-// llmlb policy that does the same thing (SPEC s13). Only exact equivalents
-// are aliases; a name with no equivalent is refused with the nearest one.
-var policyAliases = map[string]string{
-	// SGLang router / vLLM router "cache_aware": longest prefix match within
-	// load bounds, which is what prefix-tree reproduces with their defaults.
-	"cache_aware": "prefix-tree",
-	"cache-aware": "prefix-tree",
-	"round_robin": "rr",
-	"round-robin": "rr",
-	"roundrobin":  "rr",
-	// Rendezvous hashing of the session key: a consistent hash (a key moves
-	// only when its replica leaves), with no load awareness.
-	"consistent_hash": "sticky",
-	"consistent-hash": "sticky",
-	// The router's own in-flight requests, lowest first (least connections).
-	"least_request":     "least-request",
-	"least_requests":    "least-request",
-	"least_connections": "least-request",
-	"least_conn":        "least-request",
-}
+	"github.com/llmlb/llmlb/internal/policy"
+)
 
 // notEquivalent names policies of other routers that llmlb does not have,
 // with the nearest one and why it differs.
@@ -39,10 +19,10 @@ var notEquivalent = map[string]string{
 // alias is translated, any other name is returned unchanged for the
 // configuration's validation to check.
 func resolvePolicy(name string) (string, error) {
-	key := strings.ToLower(strings.TrimSpace(name))
-	if p, ok := policyAliases[key]; ok {
+	if p := policy.Resolve(name); p != name {
 		return p, nil
 	}
+	key := strings.ToLower(strings.TrimSpace(name))
 	if nearest, ok := notEquivalent[key]; ok {
 		return "", fmt.Errorf("--policy %s: llmlb has no equivalent policy; the nearest is %s", name, nearest)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // coreFleet is a Fleet straight on the balancer (the server adds scraping).
@@ -457,6 +458,7 @@ func TestPinsArePagedAndBounded(t *testing.T) {
 		t.Skip("1M pins")
 	}
 	cfg := balancer.DefaultConfig()
+	cfg.Policy = policy.NameLLMLB      // the policy that keeps pins
 	cfg.Affinity.MaxPinBytes = 1 << 30 // room for all 1M
 	h, bal := newAdminCfg(t, cfg, Options{Token: "t0k"}, "a", "b")
 	now := time.Now()
@@ -475,7 +477,7 @@ func TestPinsArePagedAndBounded(t *testing.T) {
 		t.Fatalf("pins without the token: %d, want 401", got)
 	}
 
-	get := func(path string) (*httptest.ResponseRecorder, []balancer.PinStatus) {
+	get := func(path string) (*httptest.ResponseRecorder, []policy.PinStatus) {
 		t.Helper()
 		r := httptest.NewRequest("GET", path, nil)
 		r.Host = "127.0.0.1:9090"
@@ -485,7 +487,7 @@ func TestPinsArePagedAndBounded(t *testing.T) {
 		if w.Code != 200 || !w.probed {
 			t.Fatalf("GET %s: %d (written: %v) %.200s", path, w.Code, w.probed, w.Body)
 		}
-		var list []balancer.PinStatus
+		var list []policy.PinStatus
 		if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
 			t.Fatal(err)
 		}
@@ -533,7 +535,9 @@ func TestPinsArePagedAndBounded(t *testing.T) {
 
 // A walk by cursor over a small table lists every pin exactly once.
 func TestPinsCursorWalk(t *testing.T) {
-	h, bal := newAdmin(t, "", "a")
+	cfg := balancer.DefaultConfig()
+	cfg.Policy = policy.NameLLMLB // the policy that keeps pins
+	h, bal := newAdminCfg(t, cfg, Options{}, "a")
 	now := time.Now()
 	for i := range 2345 {
 		res, err := bal.Select(&balancer.Profile{Model: "m", SessionKey: fmt.Sprint("s", i), PrefixKey: fmt.Sprint("p", i%7)}, now)
@@ -546,7 +550,7 @@ func TestPinsCursorWalk(t *testing.T) {
 	path := "/admin/pins?limit=100"
 	for pages := 0; ; pages++ {
 		w := do(h, "GET", path, "", "")
-		var list []balancer.PinStatus
+		var list []policy.PinStatus
 		if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &list) != nil {
 			t.Fatalf("%s: %d %s", path, w.Code, w.Body)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/version"
 )
 
@@ -354,18 +355,29 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRepEjections, float64(r.Ejections), r.Name)
 	}
 	gauge(descMaxCooldown, c.bal.Config().Health.MaxCooldown.Seconds())
-	session, prefix := c.bal.PinCounts()
+	// Pins are llmlb's and llmlb-warm's; under other policies the series
+	// stay, at 0, so that dashboards and alerts keep their queries.
+	var session, prefix int
+	var pinBytes int64
+	var evOneShot, evReused uint64
+	var pk policy.PinCounters
+	c.bal.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			session, prefix = t.PinCounts()
+			pinBytes, evOneShot, evReused = t.PinMemory()
+			pk = t.PinCounters()
+		}
+	})
 	gauge(descPins, float64(session), "session")
 	gauge(descPins, float64(prefix), "prefix")
-	pinBytes, evOneShot, evReused := c.bal.PinMemory()
 	gauge(descPinBytes, float64(pinBytes))
 	counter(descPinEvictions, float64(evOneShot), "false")
 	counter(descPinEvictions, float64(evReused), "true")
+	counter(descSpills, float64(pk.Spills))
+	counter(descRebinds, float64(pk.Rebinds))
+	counter(descForceRebinds, float64(pk.ForceRebinds))
+	counter(descPrefixDrops, float64(pk.PrefixDrops))
 	k := c.bal.Counters()
-	counter(descSpills, float64(k.Spills))
-	counter(descRebinds, float64(k.Rebinds))
-	counter(descForceRebinds, float64(k.ForceRebinds))
-	counter(descPrefixDrops, float64(k.PrefixDrops))
 	counter(descEjections, float64(k.Ejections))
 	counter(descFallbacks, float64(k.Fallbacks))
 	firing := map[string]float64{"imbalance": 0, "one_replica": 0, "probe_broken": 0, "flapping": 0}

@@ -9,8 +9,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // Paging of GET /admin/pins (issue 10, attack 3: `?limit=0` over 1M pins was a
@@ -24,7 +24,11 @@ const (
 	// copies a bounded slice of the table, and the lock is released between
 	// them and while the answer is encoded.
 	maxPageCalls = 16
-	maxCursorLen = 512
+	// pinsPageSlack is how many expired or skipped pins one page may visit
+	// beyond its limit, so that the core's lock is held for a bounded walk
+	// whatever the table's size.
+	pinsPageSlack = 4096
+	maxCursorLen  = 512
 )
 
 // pins serves GET /admin/pins?limit=N&cursor=C: a JSON array of at most
@@ -55,11 +59,16 @@ func (h *Handler) pins(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.now()
-	out := make([]balancer.PinStatus, 0, min(limit, 1024))
+	out := make([]policy.PinStatus, 0, min(limit, 1024))
 	done := false
 	for calls := 0; calls < maxPageCalls && len(out) < limit && !done; calls++ {
-		var page []balancer.PinStatus
-		page, cur, done = h.opts.Balancer.PinsPage(now, cur, limit-len(out))
+		var page []policy.PinStatus
+		done = true // a policy without pins has none to list
+		h.opts.Balancer.Inspect(func(p policy.Policy) {
+			if t, ok := p.(policy.PinTable); ok {
+				page, cur, done = t.PinPage(now, cur, limit-len(out), pinsPageSlack)
+			}
+		})
 		out = append(out, page...)
 	}
 	if !done {

@@ -1,6 +1,9 @@
-// Package balancer is llmlb's routing core (SPEC s2-s5): the replica set, the
-// effective load with atomic in-flight reservations, selection, pins, health
-// and alerts. It does no I/O, starts no goroutines and keeps no timers: every
+// Package balancer is llmlb's routing core, and it is policy-neutral: the
+// replica set, the effective load with atomic in-flight reservations, step
+// 1's pool of candidates and step 5's fallback, health, learned rates, peer
+// loads and alerts. The choice among the candidates belongs to a policy
+// (package policy), which hears how each request fared through its hooks.
+// It does no I/O, starts no goroutines and keeps no timers: every
 // call takes now, so `llmlb serve` (wall clock) and `llmlb bench` (virtual
 // clock) run the very same code.
 package balancer
@@ -24,8 +27,9 @@ type Profile = request.Profile
 // Reason is why a replica was chosen (the X-LLMLB-Route header).
 type Reason string
 
-// The reasons of SPEC s10: a usable pin, step 3's least-loaded choice, or
-// step 5's random last resort.
+// The reasons the X-LLMLB-Route header gives: the policy followed affinity
+// (a pin, a cached prefix), chose by load, or step 5 took a random replica
+// as a last resort.
 const (
 	ReasonAffinity Reason = "affinity"
 	ReasonLoad     Reason = "load"

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
-	"github.com/llmlb/llmlb/internal/pins"
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
@@ -32,14 +31,15 @@ type Reservation struct {
 	// blocks are the prompt's blocks (the Profile's PromptBlocks, not
 	// copied), for a policy that re-records them when the request finishes.
 	blocks []uint64
-	// run is the token of the policy that pinned the blocks while the
-	// request runs (policy.RunObserver), released on Release.
-	run       uint64
-	runPolicy policy.RunObserver
+	// policy is the policy that made the choice: only it hears how the
+	// request fared (a reload may have replaced the balancer's since).
+	policy policy.Policy
+	// run is the policy's token for the blocks the request holds while it
+	// runs (its Started hook), returned to Ended on Release.
+	run uint64
 	// recorded is the policy's token for undoing its record of the prompt
-	// (policy.RefusalObserver) if the replica turns the request away.
-	recorded   uint64
-	recordedBy policy.Policy
+	// (its Refused hook) if the replica turns the request away.
+	recorded uint64
 }
 
 // Weight returns the reservation's load weight (SPEC s2.2 wlc units).
@@ -49,14 +49,16 @@ func (r *Reservation) Weight() float64 { return float64(r.weight) / microUnit }
 // every routing decision. It holds no slices so that Select need not allocate.
 type Explanation struct {
 	Policy           string
-	Candidates       int     // replicas that passed steps 1-2
+	Candidates       int     // replicas the policy weighed
 	CandidateSet     string  // "no-wait" | "live" | "routable" | "fallback"
 	MinRunning       float64 // min_r of step 3
 	EffectiveRunning float64 // of the chosen replica, before this reservation
 	EffectiveWaiting float64
-	PinKind          string // "session" | "prefix" | ""
-	PinReplica       string
-	PinDecision      string // "used" | "spill: queue" | "spill: running > min_r+slack" | "rebind" | "new" | "dead" | ...
+	// Set by pin policies (llmlb, llmlb-warm): the pin consulted or made
+	// and what was decided.
+	PinKind     string // "session" | "prefix" | ""
+	PinReplica  string
+	PinDecision string // "used" | "spill: queue" | "spill: running > min_r+slack" | "rebind" | "new" | "dead" | ...
 
 	// Set by policy cost: the chosen replica's expected time to first token
 	// (seconds), the prompt tokens expected from its cache and to compute,
@@ -102,17 +104,6 @@ type ReplicaStatus struct {
 	PendingPrefill    float64 `json:"pending_prefill_tokens"`
 }
 
-// PinStatus is a copy of one pin for /admin/pins.
-type PinStatus struct {
-	Kind      string    `json:"kind"` // session | prefix
-	Key       string    `json:"key"`
-	Replica   string    `json:"replica"`
-	LastUsed  time.Time `json:"last_used"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Spills    int       `json:"spills"`
-	Reused    bool      `json:"reused"` // protected from eviction by new keys
-}
-
 // Alert is one alert of SPEC s5.
 type Alert struct {
 	Name    string    `json:"name"` // imbalance | one_replica | probe_broken | flapping
@@ -121,9 +112,11 @@ type Alert struct {
 	Since   time.Time `json:"since"`
 }
 
-// Counters are monotonic totals for metrics.
+// Counters are the core's monotonic totals for metrics: health ejections
+// and step 5's last-resort fallbacks. A policy's own (pin decisions) are
+// read from the policy (policy.PinTable).
 type Counters struct {
-	Spills, Rebinds, ForceRebinds, PrefixDrops, Ejections, Fallbacks uint64
+	Ejections, Fallbacks uint64
 }
 
 // microUnit is the fixed-point scale of in-flight weights: integer sums make
@@ -202,10 +195,8 @@ type Balancer struct {
 	cfg      Config
 	replicas []*replica // in the order they were added
 	byName   map[string]*replica
-	pins     *pins.Table
 	policy   policy.Policy
 	rng      *rand.Rand
-	rr       uint64 // round-robin counter of step 3's tie-break
 	counters Counters
 	alerts   alertState
 
@@ -219,43 +210,40 @@ type Balancer struct {
 	fleetDecode  float64      // median of the replicas' decode steps
 	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
 
-	// Shared state (shared.go): where affinity changes are published, and
-	// the peers' latest in-flight loads with the earliest of their expiries.
-	sharer      Sharer
+	// Shared state (shared.go): where the policy's affinity changes are
+	// published, and the peers' latest in-flight loads with the earliest of
+	// their expiries.
+	sharer      policy.Sharer
 	peers       map[string]peerLoad
 	peersExpire time.Time
 }
 
-// New returns a balancer with no replicas. cfg must have passed Validate.
-// Policy "" or "llmlb" is the seed algorithm, "llmlb-warm" its hybrid (see
-// type llmlb); the baselines come from package policy.
+// New returns a balancer with no replicas whose choice is made by the
+// policy cfg.Policy names ("": policy.DefaultName), built from the policy
+// registry with cfg's settings. cfg must have passed Validate.
 func New(cfg Config) (*Balancer, error) {
-	switch cfg.Policy {
-	case "", PolicyLLMLB:
-		return NewWithPolicy(cfg, nil)
-	case PolicyLLMLBWarm:
-		b, err := NewWithPolicy(cfg, nil)
-		if err != nil {
-			return nil, err
-		}
-		b.policy = &llmlb{b: b, warm: true}
-		b.cfg.Policy = PolicyLLMLBWarm
-		return b, nil
-	}
-	p, err := newBaseline(cfg.Policy, cfg.withDefaults())
-	if err != nil {
-		return nil, err
-	}
-	return NewWithPolicy(cfg, p)
+	return NewWithPolicy(cfg, nil)
 }
 
 // NewWithPolicy returns a balancer whose steps 2-4 are p's choice (nil: the
-// llmlb policy). Steps 1 and 5, reservations, health and alerts are shared,
-// so a comparison of policies differs only in the choice (SPEC s12).
+// policy cfg.Policy names). Steps 1 and 5, reservations, health and alerts
+// are shared, so a comparison of policies differs only in the choice.
 func NewWithPolicy(cfg Config, p policy.Policy) (*Balancer, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
+	check := cfg
+	if p != nil {
+		check.Policy = "" // a policy built by the caller need not be registered
+	}
+	if err := check.Validate(); err != nil {
 		return nil, fmt.Errorf("balancer: invalid config: %w", err)
+	}
+	if p != nil {
+		cfg.Policy = p.Name()
+	} else {
+		var err error
+		if p, err = policy.NewWithSettings(cfg.Policy, cfg.Settings); err != nil {
+			return nil, fmt.Errorf("balancer: %w", err)
+		}
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -264,15 +252,10 @@ func NewWithPolicy(cfg Config, p policy.Policy) (*Balancer, error) {
 	b := &Balancer{
 		cfg:    cfg,
 		byName: make(map[string]*replica),
-		pins:   pins.New(cfg.pins()),
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		policy: p,
 	}
-	b.cfg.Policy = PolicyLLMLB
-	b.policy = &llmlb{b: b}
-	if p != nil {
-		b.cfg.Policy = p.Name()
-		b.policy = p
-	}
+	p.Attach(fleetView{b})
 	return b, nil
 }
 
@@ -320,10 +303,7 @@ func (b *Balancer) RemoveReplica(name string, now time.Time) bool {
 	r.removed = true
 	delete(b.byName, name)
 	b.replicas = slices.DeleteFunc(b.replicas, func(x *replica) bool { return x == r })
-	b.pins.RemoveReplica(name)
-	if rm, ok := b.policy.(policy.ReplicaRemover); ok {
-		rm.RemoveReplica(name)
-	}
+	b.policy.RemoveReplica(name)
 	return true
 }
 
@@ -371,10 +351,6 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	defer b.mu.Unlock()
 	b.expl = Explanation{Policy: b.cfg.Policy}
 	b.refreshPeers(now)
-	var before [2]pinState
-	if b.sharer != nil {
-		before = b.pinsBefore(p, now)
-	}
 
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
@@ -399,35 +375,35 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil // changes no affinity
 	}
 
-	// Steps 2-4. No-wait, least-loaded and pin: the policy's choice (policy
-	// llmlb in llmlb.go, or a baseline of package policy).
+	// Steps 2-4. The policy's choice among step 1's pool (package policy;
+	// for llmlb: no-wait, least-loaded, then pins).
 	c := b.policy.Choose(p, b.cands, now)
 	if c.Index < 0 || c.Index >= len(b.cands) {
 		return nil, fmt.Errorf("balancer: policy %s chose candidate %d of %d", b.cfg.Policy, c.Index, len(b.cands))
 	}
-	if b.expl.Candidates == 0 { // a baseline: it saw all of step 1's pool
-		b.expl.Candidates, b.expl.CandidateSet = len(b.cands), "routable"
-	}
+	b.explain(&c)
 	reason := ReasonLoad
 	if c.Reason == string(ReasonAffinity) {
 		reason = ReasonAffinity
 	}
-	b.expl.Estimate, b.expl.CachedTokens, b.expl.PrefillTokens, b.expl.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
 	res := b.reserve(b.candReps[c.Index], reason, p, now)
-	_, finish := b.policy.(policy.FinishObserver)
-	if _, run := b.policy.(policy.RunObserver); finish || run {
-		res.blocks = p.PromptBlocks
-	}
+	res.policy, res.blocks, res.recorded = b.policy, p.PromptBlocks, c.Recorded
 	if c.PrefillTokens > 0 {
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}
-	if c.Recorded != 0 {
-		res.recorded, res.recordedBy, res.blocks = c.Recorded, b.policy, p.PromptBlocks
-	}
-	if b.sharer != nil {
-		b.publish(p, before, res.rep, now)
-	}
+	b.policy.Routed(res.Replica, p, c, now)
 	return res, nil
+}
+
+// explain copies what the policy says of its choice into the explanation.
+func (b *Balancer) explain(c *policy.Choice) {
+	e := &b.expl
+	e.Candidates, e.CandidateSet, e.MinRunning = c.Candidates, c.CandidateSet, c.MinRunning
+	if c.Candidates == 0 { // the policy weighed all of step 1's pool
+		e.Candidates, e.CandidateSet = len(b.cands), "routable"
+	}
+	e.PinKind, e.PinReplica, e.PinDecision = c.PinKind, c.PinReplica, c.PinDecision
+	e.Estimate, e.CachedTokens, e.PrefillTokens, e.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
 }
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
@@ -527,32 +503,27 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	}
 	started := res.firstToken
 	b.donePending(res)
+	// Only the policy that chose hears how the request fared (a reload may
+	// have replaced it); a replica removed since voids its tokens anyway.
+	mine := res.policy != nil && any(res.policy) == any(b.policy)
 	if res.run != 0 {
-		// Only the policy that pinned can unpin (a reload may have
-		// replaced it); a replica removed since voids the token anyway.
-		if any(res.runPolicy) == any(b.policy) {
-			res.runPolicy.Ended(res.run)
+		if mine {
+			b.policy.Ended(res.run)
 		}
-		res.run, res.runPolicy = 0, nil
+		res.run = 0
 	}
 	if r.removed {
 		return nil
 	}
-	if !started && res.recorded != 0 && o != OutcomeOK && o != OutcomeCanceled && any(res.recordedBy) == any(b.policy) {
+	if !started && res.recorded != 0 && o != OutcomeOK && o != OutcomeCanceled && mine {
 		// Turned away before it ran: the replica never computed the prompt.
-		if f, ok := b.policy.(policy.RefusalObserver); ok {
-			f.Refused(r.name, res.blocks, res.recorded)
-		}
+		b.policy.Refused(r.name, res.blocks, res.recorded)
 	}
 	var tr []health.Transition
 	switch o {
 	case OutcomeOK:
-		if f, ok := b.policy.(policy.FinishObserver); ok && len(res.blocks) > 0 {
-			f.Finished(r.name, res.blocks, now)
-			if b.sharer != nil { // the peers' indexes learn the same order
-				b.sharer.Publish(Delta{Kind: DeltaBlocks, At: now, Replica: r.name, URL: r.url,
-					Blocks: res.blocks[:min(len(res.blocks), maxSharedBlocks)]})
-			}
+		if mine && len(res.blocks) > 0 {
+			b.policy.Finished(r.name, res.blocks, now)
 		}
 		tr = r.health.ObserveRequest(true, "", now)
 	case OutcomeRejected:
@@ -579,9 +550,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	}
 	if r.rates.observe(snap, &b.fleetPrefill, &b.decodeSlope) {
 		// The replica's counters went back: it restarted with an empty cache.
-		if f, ok := b.policy.(policy.CacheForgetter); ok {
-			f.ForgetCache(r.name)
-		}
+		b.policy.ForgetCache(r.name)
 	}
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
@@ -620,7 +589,7 @@ func (b *Balancer) Tick(now time.Time) []Transition {
 	for _, r := range b.replicas {
 		out = b.named(r, r.health.Tick(now), out)
 	}
-	b.pins.Sweep(now, b.cfg.Affinity.SweepBudget)
+	b.policy.Tick(now)
 	b.evalAlerts(now)
 	return out
 }
@@ -649,55 +618,37 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 	return out
 }
 
-// Pins returns a copy of the pin table (at most limit entries, 0 = all).
-func (b *Balancer) Pins(now time.Time, limit int) []PinStatus {
+// Inspect calls f with the policy under the core's lock, for readers of a
+// policy's own state (the admin API's pins: policy.PinTable). f must not
+// keep p or anything it returns by reference, and must not call back into
+// the balancer.
+func (b *Balancer) Inspect(f func(p policy.Policy)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	list := b.pins.List(now, limit)
-	out := make([]PinStatus, len(list))
-	for i, p := range list {
-		out[i] = PinStatus{Kind: p.Kind.String(), Key: p.Key, Replica: p.Replica,
-			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills, Reused: p.Reused}
-	}
+	f(b.policy)
+}
+
+// Pins copies at most limit of the policy's pins (0: all); nil when the
+// policy keeps none (see policy.PinTable).
+func (b *Balancer) Pins(now time.Time, limit int) []policy.PinStatus {
+	var out []policy.PinStatus
+	b.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			out = t.PinList(now, limit)
+		}
+	})
 	return out
 }
 
-// PinsPage copies at most limit pins following after (the zero cursor is
-// the start), holding the lock for a bounded walk whatever the table's size
-// (issue 10, attack 3): it visits at most limit+pinsPageSlack entries, so it
-// may return fewer pins than limit and not done. Encoding the answer is the
-// caller's business, outside the lock.
-func (b *Balancer) PinsPage(now time.Time, after pins.Cursor, limit int) (page []PinStatus, next pins.Cursor, done bool) {
-	b.mu.Lock()
-	list, next, done := b.pins.Page(now, after, limit, limit+pinsPageSlack)
-	b.mu.Unlock()
-	page = make([]PinStatus, len(list))
-	for i, p := range list {
-		page[i] = PinStatus{Kind: p.Kind.String(), Key: p.Key, Replica: p.Replica,
-			LastUsed: p.LastUsed, ExpiresAt: p.ExpiresAt, Spills: p.Spills, Reused: p.Reused}
-	}
-	return page, next, done
-}
-
-// pinsPageSlack is how many expired or skipped pins one PinsPage may visit
-// beyond its limit.
-const pinsPageSlack = 4096
-
-// PinMemory returns the pin table's estimated bytes and the pins its bounds
-// evicted (never-reused and reused ones), for metrics.
-func (b *Balancer) PinMemory() (bytes int64, evictedOneShot, evictedReused uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	oneShot, reused := b.pins.Evictions()
-	return b.pins.Bytes(), oneShot, reused
-}
-
-// PinCounts returns the number of session and prefix pins without copying
-// the table (pins expired but not yet swept included), for metrics.
+// PinCounts returns the policy's number of session and prefix pins (zero
+// when it keeps none).
 func (b *Balancer) PinCounts() (session, prefix int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pins.Count(pins.Session), b.pins.Count(pins.Prefix)
+	b.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			session, prefix = t.PinCounts()
+		}
+	})
+	return session, prefix
 }
 
 // Counters returns the monotonic totals.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
-	"github.com/llmlb/llmlb/internal/pins"
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
@@ -14,20 +13,19 @@ import (
 // values as defaults (DefaultConfig) and a Validate that names the bad key.
 // The YAML keys are given in the field comments; package config maps them.
 type Config struct {
-	Policy string // policy: cost | llmlb | llmlb-warm | rr | least-request | sticky | prefix-tree | llm-d
+	// Policy names the policy that makes the choice (routing.policy; ""
+	// is policy.DefaultName); package policy's registry knows them all.
+	Policy string
 
-	// Cost, PrefixTree and LLMD are the settings of policies cost,
-	// prefix-tree and llm-d (routing.cost.*, routing.prefix_tree.*,
-	// routing.llmd.*); other policies ignore them.
-	Cost       policy.CostConfig
-	PrefixTree policy.PrefixTreeConfig
-	LLMD       policy.LLMDConfig
+	// Settings are the policies' own sections (routing.cost.*,
+	// routing.prefix_tree.*, routing.llmd.*, routing.affinity.*; package
+	// policy owns them); each policy reads only its own.
+	policy.Settings
 
-	Load     LoadConfig
-	Affinity AffinityConfig
-	Health   health.Config
-	Probing  ProbingConfig
-	Alerts   AlertsConfig
+	Load    LoadConfig
+	Health  health.Config
+	Probing ProbingConfig
+	Alerts  AlertsConfig
 
 	// Seed seeds the random pick of step 5 (fallback) so that a benchmark
 	// run is deterministic (seed: 0 means a fixed default seed).
@@ -38,33 +36,6 @@ type Config struct {
 type LoadConfig struct {
 	TokenUnit int     // load.token_unit: estimated tokens that weigh 1.0 (default 1000)
 	MinWeight float64 // load.min_weight: floor of one request's weight (default 1)
-}
-
-// AffinityConfig holds the pin rules of SPEC s3 step 4 and the pin life cycle.
-type AffinityConfig struct {
-	SessionTTL     time.Duration // affinity.session_ttl (60m)
-	PrefixTTL      time.Duration // affinity.prefix_ttl (5m)
-	SessionSlack   float64       // affinity.session_slack (1)
-	PrefixSlack    float64       // affinity.prefix_slack (0)
-	SpillsToRebind int           // affinity.spills_to_rebind (3)
-	ForceRebindGap float64       // affinity.force_rebind_gap (3)
-	// RebindRatio is llmlb-warm's relative bound: its session pin also holds
-	// while running(pin) < rebind_ratio * mean running (counted in requests),
-	// the bound of consistent hashing with bounded loads.
-	// affinity.rebind_ratio (1.5).
-	RebindRatio float64
-	MaxPins     int // affinity.max_pins: bound on the table (default 1,000,000)
-	// MaxPinBytes is affinity.max_pin_bytes (64 MiB): bound on the pin
-	// table's estimated memory; at the bound new pins evict pins never
-	// reused, not reused ones (package pins).
-	MaxPinBytes int64
-
-	// PrefixSpillsToDrop is affinity.prefix_spills_to_drop (2): consecutive
-	// spills that delete a prefix pin ("a repeated spill deletes the key").
-	PrefixSpillsToDrop int
-	// SweepBudget is affinity.sweep_budget (1024): the most expired pins
-	// one Tick deletes, so housekeeping never stalls routing.
-	SweepBudget int
 }
 
 // ProbingConfig limits traffic to PROBING replicas.
@@ -84,29 +55,15 @@ type AlertsConfig struct {
 	Window time.Duration
 }
 
-// DefaultConfig returns the seeds' values (SPEC s2-s5).
+// DefaultConfig returns the defaults of every setting, with the default
+// policy (policy.DefaultName).
 func DefaultConfig() Config {
 	return Config{
-		Policy:     PolicyLLMLB,
-		Cost:       policy.DefaultCostConfig(),
-		PrefixTree: policy.DefaultPrefixTreeConfig(),
-		LLMD:       policy.DefaultLLMDConfig(),
-		Load:       LoadConfig{TokenUnit: 1000, MinWeight: 1},
-		Affinity: AffinityConfig{
-			SessionTTL:         60 * time.Minute,
-			PrefixTTL:          5 * time.Minute,
-			SessionSlack:       1,
-			PrefixSlack:        0,
-			SpillsToRebind:     3,
-			ForceRebindGap:     3,
-			RebindRatio:        1.5,
-			MaxPins:            1_000_000,
-			MaxPinBytes:        pins.DefaultMaxBytes,
-			PrefixSpillsToDrop: 2,
-			SweepBudget:        1024,
-		},
-		Health:  health.Default(),
-		Probing: ProbingConfig{MaxInFlight: 2},
+		Policy:   policy.DefaultName,
+		Settings: policy.DefaultSettings(),
+		Load:     LoadConfig{TokenUnit: 1000, MinWeight: 1},
+		Health:   health.Default(),
+		Probing:  ProbingConfig{MaxInFlight: 2},
 		Alerts: AlertsConfig{
 			ImbalanceIndex: 3,
 			ImbalanceFor:   5 * time.Minute,
@@ -117,13 +74,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// PolicyLLMLB is the name of the seed algorithm's policy (the default).
-const PolicyLLMLB = "llmlb"
-
-// PolicyLLMLBWarm is the hybrid of the seed algorithm whose pins read the
-// replica's own scraped queue (see type llmlb).
-const PolicyLLMLBWarm = "llmlb-warm"
-
 // Validate reports every bad value, each error naming its YAML key relative
 // to the routing section (e.g. "affinity.session_ttl: must be > 0").
 func (c Config) Validate() error {
@@ -131,18 +81,10 @@ func (c Config) Validate() error {
 	bad := func(key, rule string, v any) {
 		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", key, rule, v))
 	}
-	switch c.Policy {
-	case "", PolicyLLMLB, PolicyLLMLBWarm, "rr", "least-request", "sticky", "prefix-tree", "llm-d", "cost":
-	default:
-		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree or llm-d)", c.Policy))
+	if _, ok := policy.Lookup(c.Policy); !ok && c.Policy != "" {
+		errs = append(errs, policy.ErrUnknown(c.Policy))
 	}
-	if err := c.Cost.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.PrefixTree.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.LLMD.Validate(); err != nil {
+	if err := c.Settings.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Load.TokenUnit < 1 {
@@ -150,25 +92,6 @@ func (c Config) Validate() error {
 	}
 	if !(c.Load.MinWeight > 0) {
 		bad("load.min_weight", "> 0", c.Load.MinWeight)
-	}
-	a := c.Affinity
-	if err := c.pins().Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if !(a.SessionSlack >= 0) {
-		bad("affinity.session_slack", ">= 0", a.SessionSlack)
-	}
-	if !(a.PrefixSlack >= 0) {
-		bad("affinity.prefix_slack", ">= 0", a.PrefixSlack)
-	}
-	if !(a.RebindRatio >= 1) {
-		bad("affinity.rebind_ratio", ">= 1", a.RebindRatio)
-	}
-	if !(a.ForceRebindGap > 0) {
-		bad("affinity.force_rebind_gap", "> 0", a.ForceRebindGap)
-	}
-	if a.SweepBudget < 1 {
-		bad("affinity.sweep_budget", ">= 1", a.SweepBudget)
 	}
 	if err := c.Health.Validate(); err != nil {
 		errs = append(errs, err)
@@ -190,10 +113,4 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (c Config) pins() pins.Config {
-	a := c.Affinity
-	return pins.Config{SessionTTL: a.SessionTTL, PrefixTTL: a.PrefixTTL, SpillsToRebind: a.SpillsToRebind,
-		PrefixSpills: a.PrefixSpillsToDrop, MaxPins: a.MaxPins, MaxBytes: a.MaxPinBytes}
 }

@@ -6,15 +6,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// newFleet returns a balancer with replicas a, b, c, ... (n of them), each
+// newFleet returns a balancer routing with policy llmlb (whose pin rules
+// most tests here state) with replicas a, b, c, ... (n of them), each
 // scraped idle and LIVE at t0.
 func newFleet(t testing.TB, n int, mutate func(*Config)) *Balancer {
 	t.Helper()
 	cfg := DefaultConfig()
+	cfg.Policy = policy.NameLLMLB
 	if mutate != nil {
 		mutate(&cfg)
 	}

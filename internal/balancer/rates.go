@@ -155,14 +155,9 @@ func smooth(avg, sample float64) float64 {
 // withDefaults fills the policy settings a caller left at their zero value
 // (a Config built by hand rather than from DefaultConfig).
 func (c Config) withDefaults() Config {
-	if c.Cost == (policy.CostConfig{}) {
-		c.Cost = policy.DefaultCostConfig()
-	}
-	if c.PrefixTree == (policy.PrefixTreeConfig{}) {
-		c.PrefixTree = policy.DefaultPrefixTreeConfig()
-	}
-	if c.LLMD == (policy.LLMDConfig{}) {
-		c.LLMD = policy.DefaultLLMDConfig()
+	c.Settings = c.Settings.WithDefaults()
+	if c.Policy == "" {
+		c.Policy = policy.DefaultName
 	}
 	return c
 }
@@ -280,7 +275,7 @@ func (b *Balancer) donePending(res *Reservation) {
 // FirstToken records that res's replica produced its first token (the
 // proxy's first streamed token, the benchmark's engine event): its prefill
 // is no longer ahead of later requests, and the request runs, holding its
-// prompt's blocks until it ends (a policy.RunObserver pins them). Safe to
+// prompt's blocks until it ends (the policy's Started hook). Safe to
 // call more than once and after Release.
 func (b *Balancer) FirstToken(res *Reservation) {
 	if res == nil || res.rep == nil {
@@ -288,10 +283,8 @@ func (b *Balancer) FirstToken(res *Reservation) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !res.firstToken && !res.released && !res.rep.removed && len(res.blocks) > 0 {
-		if o, ok := b.policy.(policy.RunObserver); ok {
-			res.run, res.runPolicy = o.Started(res.rep.name, res.blocks), o
-		}
+	if !res.firstToken && !res.released && !res.rep.removed && len(res.blocks) > 0 && any(res.policy) == any(b.policy) {
+		res.run = b.policy.Started(res.rep.name, res.blocks)
 	}
 	b.donePending(res)
 }
@@ -302,9 +295,7 @@ func (b *Balancer) FirstToken(res *Reservation) {
 func (b *Balancer) SetExplain(on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.policy.(policy.Explainer); ok {
-		e.SetExplain(on)
-	}
+	b.policy.SetExplain(on)
 }
 
 // Plausible bounds of what a replica's /metrics may teach; samples outside

@@ -4,114 +4,70 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmlb/llmlb/internal/pins"
+	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
-// Shared state between several balancers (docs/SHARED_STATE.md, issue 13):
-// what decides affinity (pins, and the blocks policy cost's index says each
-// replica was sent) leaves the core as Deltas through a Sharer, and other
+// Shared state between several balancers (docs/SHARED_STATE.md): what
+// decides affinity (a policy's pins, or the blocks policy cost's index says
+// each replica was sent) leaves the policy as Deltas through a Sharer, and other
 // instances' Deltas come back in through Apply. Peers' in-flight loads come
 // in through SetPeerLoad and are added to the effective load. The core does
 // no I/O for any of it: a Sharer must not block, and what arrives is a hint
 // applied under the lock like any other event, with the caller's now.
 
-// DeltaKind is what a Delta says.
-type DeltaKind uint8
-
-// The kinds of Delta.
-const (
-	// DeltaPin: Key (of PinKind) is pinned to Replica (a bind, a rebind or
-	// a use, which refreshes its idle TTL).
-	DeltaPin DeltaKind = iota + 1
-	// DeltaUnpin: the pin of Key (of PinKind) was deleted (a dropped
-	// prefix pin, a pin on a dead replica).
-	DeltaUnpin
-	// DeltaBlocks: Replica was sent a prompt with these chained block
-	// hashes, or finished one (policy cost re-records a prompt then).
-	DeltaBlocks
+// Delta, DeltaKind and Sharer are package policy's: a policy publishes its
+// own affinity changes. The names stay here for the shell's convenience.
+type (
+	Delta     = policy.Delta
+	DeltaKind = policy.DeltaKind
+	Sharer    = policy.Sharer
 )
 
-// Delta is one change of affinity state, published by the instance that
-// made it. Replicas are named by Replica (their name) and URL: instances
-// whose names differ but whose URLs agree still match.
-type Delta struct {
-	Kind    DeltaKind
-	At      time.Time // when the publishing core made the change (its now)
-	PinKind pins.Kind
-	Key     string
-	Replica string
-	URL     string
-	// Blocks are the prompt's block hashes (DeltaBlocks). The slice is the
-	// request's own: a Sharer that keeps it past Publish must copy it.
-	Blocks []uint64
-}
+// The kinds of Delta (see package policy).
+const (
+	DeltaPin    = policy.DeltaPin
+	DeltaUnpin  = policy.DeltaUnpin
+	DeltaBlocks = policy.DeltaBlocks
+)
 
-// Sharer receives the core's Deltas. Publish is called under the
-// balancer's lock on the routing path: it must not block or call back into
-// the balancer (drop and count when full).
-type Sharer interface {
-	Publish(d Delta)
-}
-
-// maxSharedBlocks bounds a published prompt to what the cost policy indexes.
-const maxSharedBlocks = policy.MaxIndexBlocks
-
-// SetSharer makes the core publish its affinity changes to s (nil: none).
-// Call it before traffic starts.
+// SetSharer makes the core publish its policy's affinity changes to s (nil:
+// none). Call it before traffic starts.
 func (b *Balancer) SetSharer(s Sharer) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sharer = s
 }
 
-// pinState is a request's pin of one kind as Select found it, to publish
-// what changed.
-type pinState struct {
-	kind    pins.Kind
-	key     string
-	replica string
-	ok      bool
+// fleetView is the core as its policy sees it (policy.Fleet), under the lock.
+type fleetView struct{ b *Balancer }
+
+// Alive reports whether the replica is known, not draining and not EJECTED.
+func (f fleetView) Alive(name string) bool {
+	r := f.b.byName[name]
+	return r != nil && !r.draining && r.health.State() != health.Ejected
 }
 
-// pinsBefore records the request's pins before the policy runs.
-func (b *Balancer) pinsBefore(p *Profile, now time.Time) [2]pinState {
-	st := [2]pinState{{kind: pins.Session, key: p.SessionKey}, {kind: pins.Prefix, key: p.PrefixKey}}
-	for i := range st {
-		if st[i].key != "" {
-			st[i].replica, _, st[i].ok = b.pins.Lookup(st[i].kind, st[i].key, now)
-		}
+// Sharer returns where the policy publishes, nil when state is not shared.
+func (f fleetView) Sharer() policy.Sharer {
+	if f.b.sharer == nil {
+		return nil
 	}
-	return st
+	return urlSharer{f.b}
 }
 
-// publish tells the sharer what Select changed: a pin bound, moved, used
-// (which refreshes its TTL and ends a run of spills) or deleted, and, for
-// policies that index prompt blocks, the blocks the chosen replica was sent.
-// A spill publishes nothing: spill counts are each instance's own, and a
-// peer must not take a spilled pin for a used one.
-func (b *Balancer) publish(p *Profile, before [2]pinState, r *replica, now time.Time) {
-	for _, was := range before {
-		if was.key == "" {
-			continue
-		}
-		name, _, ok := b.pins.Lookup(was.kind, was.key, now)
-		used := b.expl.PinKind == was.kind.String() && b.expl.PinDecision == "used"
-		switch {
-		case ok && (!was.ok || was.replica != name || used):
-			d := Delta{Kind: DeltaPin, At: now, PinKind: was.kind, Key: was.key, Replica: name}
-			if pr := b.byName[name]; pr != nil {
-				d.URL = pr.url
-			}
-			b.sharer.Publish(d)
-		case !ok && was.ok:
-			b.sharer.Publish(Delta{Kind: DeltaUnpin, At: now, PinKind: was.kind, Key: was.key})
+// urlSharer fills in the URL of the replica a Delta names, so that peers
+// whose names for it differ still match it, then passes the Delta on.
+type urlSharer struct{ b *Balancer }
+
+// Publish passes d on with its replica's URL.
+func (s urlSharer) Publish(d Delta) {
+	if d.URL == "" && d.Replica != "" {
+		if r := s.b.byName[d.Replica]; r != nil {
+			d.URL = r.url
 		}
 	}
-	if _, ok := b.policy.(policy.BlockRecorder); ok && len(p.PromptBlocks) > 0 {
-		b.sharer.Publish(Delta{Kind: DeltaBlocks, At: now, Replica: r.name, URL: r.url,
-			Blocks: p.PromptBlocks[:min(len(p.PromptBlocks), maxSharedBlocks)]})
-	}
+	s.b.sharer.Publish(d)
 }
 
 // resolve finds the local replica a peer named: by name, else by URL.
@@ -130,43 +86,23 @@ func (b *Balancer) resolve(name, url string) *replica {
 	return nil
 }
 
-// Apply applies a peer's Delta at now. It is a hint: a pin to a replica
-// this instance does not know is ignored, a pin is (re)bound or refreshed
-// as the peer left it, and blocks enter the policy's index as if this
-// instance had sent them. It reports whether the Delta changed anything.
+// Apply applies a peer's Delta at now. It is a hint: a change naming a
+// replica this instance does not know is ignored; the policy applies the
+// rest as if this instance had made it (a pin bound or refreshed as the peer
+// left it, blocks entered into its index). It reports whether the Delta
+// changed anything.
 func (b *Balancer) Apply(d Delta, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch d.Kind {
-	case DeltaPin:
-		if d.Key == "" || d.PinKind > pins.Prefix {
-			return false
-		}
+	capacity := 0
+	if d.Kind != DeltaUnpin {
 		r := b.resolve(d.Replica, d.URL)
 		if r == nil {
 			return false
 		}
-		if cur, _, ok := b.pins.Lookup(d.PinKind, d.Key, now); ok && cur == r.name {
-			b.pins.Use(d.PinKind, d.Key, now)
-		} else {
-			b.pins.Bind(d.PinKind, d.Key, r.name, now)
-		}
-		return true
-	case DeltaUnpin:
-		if d.PinKind > pins.Prefix {
-			return false
-		}
-		return b.pins.Delete(d.PinKind, d.Key)
-	case DeltaBlocks:
-		rec, ok := b.policy.(policy.BlockRecorder)
-		r := b.resolve(d.Replica, d.URL)
-		if !ok || r == nil || len(d.Blocks) == 0 {
-			return false
-		}
-		rec.Record(r.name, d.Blocks[:min(len(d.Blocks), maxSharedBlocks)], int(r.snap.KVCacheTokens))
-		return true
+		d.Replica, capacity = r.name, int(r.snap.KVCacheTokens)
 	}
-	return false
+	return b.policy.Apply(d, capacity, now)
 }
 
 // ReplicaLoad is one replica's in-flight requests at one instance, as

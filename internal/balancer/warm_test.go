@@ -1,6 +1,10 @@
 package balancer
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/policy"
+)
 
 // TestWarmPolicy covers the pin test in which llmlb-warm differs from llmlb:
 // the queue is the replica's scraped one and the load gap is counted in
@@ -8,7 +12,7 @@ import "testing"
 // so a session's own parallel burst and long prompts do not break its pin;
 // a real queue or the gap still do.
 func TestWarmPolicy(t *testing.T) {
-	warm := func(c *Config) { c.Policy = PolicyLLMLBWarm }
+	warm := func(c *Config) { c.Policy = policy.NameLLMLBWarm }
 	tests := []struct {
 		name   string
 		policy func(*Config)
@@ -68,7 +72,7 @@ func TestWarmPolicy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newFleet(t, 2, tc.policy)
-			if tc.policy != nil && b.Policy() != PolicyLLMLBWarm {
+			if tc.policy != nil && b.Policy() != policy.NameLLMLBWarm {
 				t.Fatalf("policy %s", b.Policy())
 			}
 			play(t, b, tc.steps)

@@ -48,10 +48,10 @@ const (
 	DefaultLoadTTL      = 2 * time.Second
 )
 
-// AllPolicies are the policies compared by default: the baselines of SPEC
-// s12, llm-d's scheduler, the seed algorithm, its hybrid, then llmlb's own
-// policy cost.
-var AllPolicies = []string{"rr", "least-request", "sticky", "prefix-tree", "llm-d", "llmlb", "llmlb-warm", "cost"}
+// AllPolicies are the policies compared by default: every registered one,
+// in the registry's order (the baselines, llm-d's scheduler, the seed
+// algorithm, its hybrid, then llmlb's own policy cost).
+var AllPolicies = policy.Names()
 
 // Flap is a fault: the replica alternates Period up and Period down (starting
 // up), like simreplica's flap mode. While down its scrapes fail and it refuses
@@ -252,16 +252,7 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	set := policy.Settings{PrefixTree: cfg.PrefixTree, Cost: cfg.Cost, LLMD: cfg.LLMD}
-	if set.PrefixTree == (policy.PrefixTreeConfig{}) {
-		set.PrefixTree = policy.DefaultPrefixTreeConfig()
-	}
-	if set.LLMD == (policy.LLMDConfig{}) {
-		set.LLMD = policy.DefaultLLMDConfig()
-	}
-	if set.Cost == (policy.CostConfig{}) {
-		set.Cost = policy.DefaultCostConfig()
-	}
+	set := cfg.Settings.WithDefaults()
 	// What an operator configures for policy cost: the replicas' vLLM
 	// scheduler limits (the spec's parameters may still override them).
 	if o.Profile.MaxNumBatchedTokens > 0 && o.Profile.MaxNumSeqs > 0 {
@@ -270,7 +261,7 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	if err := set.Apply(name, params); err != nil {
 		return cfg, err
 	}
-	cfg.Policy, cfg.PrefixTree, cfg.Cost, cfg.LLMD = name, set.PrefixTree, set.Cost, set.LLMD
+	cfg.Policy, cfg.Settings = name, set
 	return cfg, nil
 }
 

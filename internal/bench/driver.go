@@ -82,8 +82,8 @@ func (r *run) setup() error {
 		cfg.Seed = uint64(o.Seed)
 	}
 	r.scrapeEvery = o.ScrapeInterval
-	if cfg.Policy == policy.NameLLMD {
-		r.scrapeEvery = cfg.LLMD.RefreshInterval
+	if f, ok := policy.Lookup(cfg.Policy); ok && f.PollEvery != nil {
+		r.scrapeEvery = f.PollEvery(cfg.Settings)
 	}
 	// Several balancers: the same code N times, each its own seed; an
 	// arrival goes to one at random (the same draws in both modes).

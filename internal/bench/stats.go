@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
@@ -157,14 +158,19 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		preempt += st.Preemptions
 	}
 	var c balancer.Counters
+	var pc policy.PinCounters
 	for _, b := range r.bals {
 		bc := b.Counters()
-		c.Spills += bc.Spills
-		c.Rebinds += bc.Rebinds
-		c.ForceRebinds += bc.ForceRebinds
-		c.PrefixDrops += bc.PrefixDrops
 		c.Ejections += bc.Ejections
 		c.Fallbacks += bc.Fallbacks
+		b.Inspect(func(p policy.Policy) {
+			if t, ok := p.(policy.PinTable); ok {
+				k := t.PinCounters()
+				pc.Spills += k.Spills
+				pc.Rebinds += k.Rebinds
+				pc.ForceRebinds += k.ForceRebinds
+			}
+		})
 	}
 	res := Result{
 		Policy:             r.label,
@@ -192,8 +198,8 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		RouteAffinity:      a.reasons[balancer.ReasonAffinity],
 		RouteLoad:          a.reasons[balancer.ReasonLoad],
 		RouteFallback:      a.reasons[balancer.ReasonFallback],
-		Spills:             c.Spills,
-		Rebinds:            c.Rebinds + c.ForceRebinds,
+		Spills:             pc.Spills,
+		Rebinds:            pc.Rebinds + pc.ForceRebinds,
 		Ejections:          c.Ejections,
 		PinDecisions:       a.pinDecisions,
 		TTFTQuantiles:      quantileCurve(a.ttft),

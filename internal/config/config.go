@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 )
@@ -125,10 +124,7 @@ type Log struct {
 // Default returns the configuration with every default of SPEC s2-s5 and the
 // field comments above: listen ":8080", admin "127.0.0.1:9090", no replicas.
 func Default() Config {
-	routing := balancer.DefaultConfig()
-	// Policy cost met issue 9's benchmark bar (BENCHMARKS.md), so it is the
-	// default (SPEC s13); the seeds' algorithm stays routing.policy: llmlb.
-	routing.Policy = policy.NameCost
+	routing := balancer.DefaultConfig() // policy cost (policy.DefaultName)
 	return Config{
 		Listen:      ":8080",
 		AdminListen: "127.0.0.1:9090",

@@ -484,7 +484,7 @@ func TestValidate(t *testing.T) {
 			c.Routing.Health.ProbingWindow = 0
 			c.Request.DefaultOutputTokens = 0
 		}, want: []string{
-			`config: routing.policy: unknown policy "random" (want cost, llmlb, llmlb-warm, rr, least-request, sticky, prefix-tree or llm-d)`,
+			`config: routing.policy: unknown policy "random" (want rr, least-request, sticky, prefix-tree, llm-d, llmlb, llmlb-warm or cost)`,
 			`config: routing.health.probing_window: must be > 0, got 0s`,
 			`config: request: request.default_output_tokens: 0 must be positive`,
 		}},

@@ -38,7 +38,7 @@ func encode(v reflect.Value, key string) *yaml.Node {
 	case t.Kind() == reflect.Struct:
 		m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 		for _, f := range fieldsOf(t) {
-			m.Content = append(m.Content, str(f.key), encode(v.Field(f.index), f.key))
+			m.Content = append(m.Content, str(f.key), encode(v.FieldByIndex(f.index), f.key))
 		}
 		return m
 	case t.Kind() == reflect.Slice:

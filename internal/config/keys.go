@@ -1,11 +1,12 @@
 package config
 
 import (
-	"github.com/llmlb/llmlb/internal/keyname"
-	"github.com/llmlb/llmlb/internal/sharedstate"
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/keyname"
+	"github.com/llmlb/llmlb/internal/sharedstate"
 )
 
 // The YAML keys are derived from the Go field names (SessionTTL ->
@@ -35,19 +36,28 @@ var envKeys = map[reflect.Type]map[string]string{
 // field is one YAML key of a struct.
 type field struct {
 	key   string
-	index int
+	index []int // for reflect.Value.FieldByIndex
 	typ   reflect.Type
 }
 
-// fieldsOf lists the keys of struct type t, in declaration order.
+// fieldsOf lists the keys of struct type t, in declaration order. The
+// fields of an embedded struct are the embedding struct's own keys, as Go
+// promotes them (balancer.Config embeds policy.Settings: routing.cost).
 func fieldsOf(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for _, sub := range fieldsOf(f.Type) {
+				sub.index = append([]int{i}, sub.index...)
+				out = append(out, sub)
+			}
+			continue
+		}
 		if !f.IsExported() || !supported(f.Type) {
 			continue
 		}
-		out = append(out, field{key: snake(f.Name), index: i, typ: f.Type})
+		out = append(out, field{key: snake(f.Name), index: []int{i}, typ: f.Type})
 	}
 	return out
 }

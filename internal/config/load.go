@@ -318,7 +318,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		fieldSet[key] = true
-		d.value(vn, v.Field(f.index), kpath)
+		d.value(vn, v.FieldByIndex(f.index), kpath)
 	}
 	for envKey, vn := range envSet {
 		fieldName := env[envKey]

@@ -234,6 +234,9 @@ func (c CostConfig) Validate() error {
 // requests, then in rotation. docs/ROUTING.md explains the model and its
 // limits.
 type Cost struct {
+	Base
+	fleet Fleet
+
 	cfg   CostConfig
 	index *kvindex.Index
 	ids   map[string]int32 // replica name -> index id
@@ -768,6 +771,7 @@ func (a *costArrivals) note(now int64) {
 // so they join the replica's LRU order then; a long request's prompt is
 // fresher in the replica's cache than its routing time says.
 func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
+	p.publishBlocks(replica, blocks, now) // the peers' indexes learn the same order
 	id, ok := p.ids[replica]
 	if !ok || len(blocks) == 0 {
 		return

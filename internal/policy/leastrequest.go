@@ -6,6 +6,7 @@ import "time"
 // in-flight requests (least connections); ties are rotated so an idle fleet
 // is filled evenly rather than always from the first replica.
 type LeastRequest struct {
+	Base
 	next uint64
 }
 

@@ -86,6 +86,7 @@ func (c LLMDConfig) Validate() error {
 // extension (pkg/epp/scheduling, pkg/epp/config/loader/defaults.go) and
 // llm-d/llm-d's guides; docs/POLICIES.md lists what differs.
 type LLMD struct {
+	Base
 	cfg LLMDConfig
 	rng *rand.Rand
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -11,17 +12,45 @@ import (
 	"github.com/llmlb/llmlb/internal/keyname"
 )
 
-// Settings are the tunable policies' parameters; the zero value is not
-// valid, start from DefaultSettings.
+// Settings are the tunable policies' parameters, one section per policy:
+// routing.cost.*, routing.prefix_tree.*, routing.llmd.* and, for llmlb and
+// llmlb-warm, routing.affinity.* (the YAML keys are the field names in
+// snake_case). The zero value is not valid: start from DefaultSettings.
 type Settings struct {
-	PrefixTree PrefixTreeConfig
 	Cost       CostConfig
+	PrefixTree PrefixTreeConfig
 	LLMD       LLMDConfig
+	Affinity   AffinityConfig
 }
 
 // DefaultSettings returns every policy's defaults.
 func DefaultSettings() Settings {
-	return Settings{PrefixTree: DefaultPrefixTreeConfig(), Cost: DefaultCostConfig(), LLMD: DefaultLLMDConfig()}
+	return Settings{PrefixTree: DefaultPrefixTreeConfig(), Cost: DefaultCostConfig(), LLMD: DefaultLLMDConfig(),
+		Affinity: DefaultAffinityConfig()}
+}
+
+// WithDefaults fills the sections a caller left at their zero value (a
+// configuration built by hand rather than from DefaultSettings).
+func (s Settings) WithDefaults() Settings {
+	if s.Cost == (CostConfig{}) {
+		s.Cost = DefaultCostConfig()
+	}
+	if s.PrefixTree == (PrefixTreeConfig{}) {
+		s.PrefixTree = DefaultPrefixTreeConfig()
+	}
+	if s.LLMD == (LLMDConfig{}) {
+		s.LLMD = DefaultLLMDConfig()
+	}
+	if s.Affinity == (AffinityConfig{}) {
+		s.Affinity = DefaultAffinityConfig()
+	}
+	return s
+}
+
+// Validate reports every bad value of every section, each error naming its
+// key relative to the routing section.
+func (s Settings) Validate() error {
+	return errors.Join(s.Cost.Validate(), s.PrefixTree.Validate(), s.LLMD.Validate(), s.Affinity.Validate())
 }
 
 // aliases are short parameter names accepted beside the snake_case field
@@ -75,21 +104,17 @@ func SplitSpecs(list string) []string {
 // Apply sets the named policy's parameters from a spec's key=value list.
 // Policies without parameters accept none.
 func (s *Settings) Apply(name string, params [][2]string) error {
-	var target any
-	switch name {
-	case NamePrefixTree:
-		target = &s.PrefixTree
-	case NameCost:
-		target = &s.Cost
-	case NameLLMD:
-		target = &s.LLMD
-	}
 	if len(params) == 0 {
 		return nil
 	}
-	if target == nil {
+	f, ok := Lookup(name)
+	if !ok {
+		return ErrUnknown(name)
+	}
+	if f.Section == nil {
 		return fmt.Errorf("policy %s takes no parameters", name)
 	}
+	target := f.Section(s)
 	v := reflect.ValueOf(target).Elem()
 	var known []string
 	for i := range v.NumField() {
@@ -108,15 +133,7 @@ func (s *Settings) Apply(name string, params [][2]string) error {
 			return fmt.Errorf("policy %s: %s=%s: %w", name, kv[0], kv[1], err)
 		}
 	}
-	switch t := target.(type) {
-	case *PrefixTreeConfig:
-		return t.Validate()
-	case *CostConfig:
-		return t.Validate()
-	case *LLMDConfig:
-		return t.Validate()
-	}
-	return nil
+	return target.Validate()
 }
 
 func setField(f reflect.Value, s string) error {

@@ -1,8 +1,12 @@
-// Package policy is the seam between the routing core and the choice it makes:
-// one method, Choose. The llmlb five-step pipeline (package balancer) and the
-// baselines the benchmark compares against (rr, least-request, sticky,
-// prefix-tree; SPEC s12) all implement it, so they share reservation, health
-// and fallback and differ only in the choice.
+// Package policy owns every routing policy: the choice among the candidates
+// that the routing core (package balancer) hands over, and the state a policy
+// keeps between choices (pins, a prefix tree, a block index). Every policy
+// implements one interface, Policy: Choose plus the Hooks of a request's life
+// cycle, with Base's do-nothing hooks embedded for those it does not need.
+// Policies register by name (registry.go); the core, the configuration and
+// the commands look them up there, so adding a policy touches this package
+// only. All of them share the core's reservation, health and fallback and
+// differ only in the choice, which is what makes a benchmark of policies fair.
 package policy
 
 import (
@@ -63,76 +67,32 @@ type Choice struct {
 	CachedTokens  int
 	Estimate      float64 // seconds
 
-	// Recorded is what a RefusalObserver needs to undo its record of the
-	// prompt on the chosen replica (0: nothing was recorded).
+	// Recorded is what the policy's Refused hook needs to undo its record
+	// of the prompt on the chosen replica (0: nothing was recorded).
 	Recorded uint64
+
+	// What the choice considered, for the decision's explanation: how many
+	// candidates it weighed (0: all of them) and which set ("no-wait",
+	// "live", "routable"; "": all), the least running load among them, and
+	// the pin it consulted or made with what it decided (pin policies).
+	Candidates   int
+	CandidateSet string
+	MinRunning   float64
+	PinKind      string // "session" | "prefix" | ""
+	PinReplica   string
+	PinDecision  string // "used" | "spill: queue" | "rebind" | "new" | "dead" | ...
 }
 
 // Request is what a policy may look at in a request.
 type Request = request.Profile
 
-// Policy chooses one candidate. It is called under the balancer's lock, with
-// len(cands) > 0, and may keep its own state (a rotation counter, a prefix
-// tree, a pin table).
+// Policy chooses one candidate. Every method is called under the routing
+// core's lock; Choose gets len(cands) > 0. A policy may keep its own state
+// (a rotation counter, a prefix tree, a pin table) and learns how each
+// request it routed fared through its Hooks; embed Base for the hooks a
+// policy does not need.
 type Policy interface {
 	Name() string
 	Choose(r *Request, cands []Candidate, now time.Time) Choice
-}
-
-// Explainer is implemented by policies that can describe every candidate in
-// Choice.Detail (it costs an allocation per decision); the balancer turns it
-// on when decisions are logged or recorded.
-type Explainer interface {
-	SetExplain(on bool)
-}
-
-// ReplicaRemover is implemented by policies that keep per-replica state and
-// must forget a replica that left the fleet.
-type ReplicaRemover interface {
-	RemoveReplica(name string)
-}
-
-// CacheForgetter is implemented by policies that model replicas' caches and
-// must forget one that restarted (its /metrics counters went back).
-type CacheForgetter interface {
-	ForgetCache(name string)
-}
-
-// BlockRecorder is implemented by policies that index the prompt blocks each
-// replica was sent (cost): Record notes that a peer balancer sent the named
-// replica a prompt with these blocks (shared state), as if this one had.
-// capacityTokens sizes a replica new to the index (0: the policy's default).
-type BlockRecorder interface {
-	Record(name string, blocks []uint64, capacityTokens int)
-}
-
-// RunObserver is implemented by policies that model which blocks a
-// replica's running requests hold (cost). Started is called when a request
-// is known to run on the replica (its first token; waiting requests hold no
-// blocks) with its prompt blocks (Request.PromptBlocks, not to be kept), and
-// returns a token; Ended gets that token when the request ends, whatever
-// the outcome. A token of 0 needs no Ended.
-type RunObserver interface {
-	Started(replica string, blocks []uint64) uint64
-	Ended(token uint64)
-}
-
-// RefusalObserver is implemented by policies that record a prompt on the
-// replica chosen for it (cost's index of cached blocks). Refused is called
-// when that replica turned the request away before running it (a 4xx or
-// 5xx answer, a refused or broken connection, all before its first token),
-// with its prompt blocks (not to be kept) and the Choice's Recorded, so
-// that the policy stops expecting the prompt's blocks there.
-type RefusalObserver interface {
-	Refused(replica string, blocks []uint64, recorded uint64)
-}
-
-// FinishObserver is implemented by policies that model replicas' caches and
-// want to know when a request finished successfully on a replica: vLLM frees
-// a request's blocks when it finishes, so their place in the replica's LRU
-// eviction order is set then, not when the request was routed. blocks are
-// the request's prompt blocks (Request.PromptBlocks); the policy must not
-// keep them.
-type FinishObserver interface {
-	Finished(replica string, blocks []uint64, now time.Time)
+	Hooks
 }

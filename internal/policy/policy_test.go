@@ -27,14 +27,11 @@ func TestNew(t *testing.T) {
 			t.Errorf("New(%q).Name() = %q", name, p.Name())
 		}
 	}
-	for _, bad := range []string{"", "llmlb", "RR", "random"} {
+	for _, bad := range []string{"", "LLMLB", "RR", "random"} {
 		_, err := New(bad)
 		if err == nil || !strings.HasPrefix(err.Error(), "policy: unknown policy") {
 			t.Errorf("New(%q) error = %v, want unknown policy", bad, err)
 		}
-	}
-	if _, ok := any(must(New(NamePrefixTree))).(ReplicaRemover); !ok {
-		t.Error("prefix-tree does not implement ReplicaRemover")
 	}
 }
 
@@ -163,15 +160,6 @@ func TestStickySpreadsKeys(t *testing.T) {
 			t.Errorf("replica %d got %d of 4000 keys, want about 1000 (%v)", i, n, counts)
 		}
 	}
-}
-
-func indexOf(cs []Candidate, name string) int {
-	for i, c := range cs {
-		if c.Name == name {
-			return i
-		}
-	}
-	return -1
 }
 
 func reversed(cs []Candidate) []Candidate {

@@ -55,6 +55,7 @@ func (c PrefixTreeConfig) Validate() error {
 // (chained 16-token block hashes) instead of characters; docs/POLICIES.md
 // lists every difference from the original.
 type PrefixTree struct {
+	Base
 	cfg   PrefixTreeConfig
 	trees map[string]*blockTree // by model
 

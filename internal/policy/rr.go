@@ -5,6 +5,7 @@ import "time"
 // RoundRobin is plain rotation over the candidates, what NGINX does by
 // default: no load, no affinity.
 type RoundRobin struct {
+	Base
 	next uint64
 }
 

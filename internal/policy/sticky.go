@@ -13,6 +13,7 @@ import (
 // without a session key is hashed by its prefix key; one with neither is
 // rotated.
 type Sticky struct {
+	Base
 	next uint64
 }
 

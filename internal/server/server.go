@@ -22,6 +22,7 @@ import (
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
@@ -122,9 +123,9 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
-	// prefix-tree, llm-d and cost match prompts by their block hashes, which
-	// the request parser computes only when asked (docs/POLICIES.md).
-	if cfg.Routing.Policy == "prefix-tree" || cfg.Routing.Policy == "llm-d" || cfg.Routing.Policy == "cost" {
+	// Policies that match prompts by their block hashes (prefix-tree, llm-d,
+	// cost) need the request parser to compute them (docs/POLICIES.md).
+	if f, ok := policy.Lookup(cfg.Routing.Policy); ok && f.PromptBlocks {
 		cfg.Request.PromptBlocks = true
 	}
 	s.reqCfg = cfg.Request

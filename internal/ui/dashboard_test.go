@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
 )
@@ -23,7 +24,9 @@ func (c *clock) now() time.Time { return c.t }
 // (scraped once, idle) and its clock at t0.
 func newTestDashboard(t *testing.T, opts Options) (*Dashboard, *balancer.Balancer, *clock) {
 	t.Helper()
-	bal, err := balancer.New(balancer.DefaultConfig())
+	cfg := balancer.DefaultConfig()
+	cfg.Policy = policy.NameLLMLB // a policy with pins, which the dashboard shows
+	bal, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,15 +202,15 @@ func TestExplain(t *testing.T) {
 	}{
 		{"affinity", balancer.ReasonAffinity, 1,
 			balancer.Explanation{Policy: "llmlb", Candidates: 3, CandidateSet: "no-wait", PinKind: "session", PinReplica: "a", PinDecision: "used", EffectiveRunning: 1},
-			"session pin on a used; a had running 1.0, waiting 0.0"},
+			"session pin on a used; a had running 1.0, waiting 0.0 [policy llmlb]"},
 		{"load with a spilled pin", balancer.ReasonLoad, 1,
 			balancer.Explanation{Policy: "llmlb", Candidates: 2, CandidateSet: "live", MinRunning: 2, EffectiveRunning: 2, EffectiveWaiting: 1, PinKind: "prefix", PinReplica: "b", PinDecision: "spill: queue"},
-			"least loaded of 2 (live), min running 2.0; a had running 2.0, waiting 1.0; prefix pin on b: spill: queue"},
+			"least loaded of 2 (live), min running 2.0; a had running 2.0, waiting 1.0; prefix pin on b: spill: queue [policy llmlb]"},
 		{"retry under another policy", balancer.ReasonLoad, 2,
 			balancer.Explanation{Policy: "rr", Candidates: 4, CandidateSet: "routable"},
 			"least loaded of 4 (routable), min running 0.0; a had running 0.0, waiting 0.0; attempt 2 after a failure before the first byte [policy rr]"},
 		{"fallback", balancer.ReasonFallback, 1, balancer.Explanation{Policy: "llmlb", CandidateSet: "fallback"},
-			"fallback: no LIVE or PROBING replica, picked at random; a had running 0.0, waiting 0.0"},
+			"fallback: no LIVE or PROBING replica, picked at random; a had running 0.0, waiting 0.0 [policy llmlb]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

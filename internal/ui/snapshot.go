@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // Snapshot is everything the page shows at one instant: copies only, built
@@ -125,7 +126,12 @@ func (d *Dashboard) Snapshot(now time.Time) *Snapshot {
 	times := d.bal.StateTimes(now)
 	alerts := d.bal.Alerts(now)
 	imbalance := d.bal.ImbalanceIndex(now)
-	sessionPins, prefixPins := d.bal.PinCounts()
+	var sessionPins, prefixPins int
+	d.bal.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			sessionPins, prefixPins = t.PinCounts()
+		}
+	})
 	acc := d.access.Load()
 
 	s := &Snapshot{
@@ -331,7 +337,7 @@ func Explain(reason balancer.Reason, attempt int, replica string, e balancer.Exp
 	if attempt > 1 {
 		fmt.Fprintf(&b, "; attempt %d after a failure before the first byte", attempt)
 	}
-	if e.Policy != "" && e.Policy != balancer.PolicyLLMLB {
+	if e.Policy != "" {
 		fmt.Fprintf(&b, " [policy %s]", e.Policy)
 	}
 	return b.String()

@@ -1,6 +1,6 @@
 // Package policyspy is a routing policy for tests that always picks the
 // first candidate and records what the balancer tells it of finished
-// requests (policy.FinishObserver).
+// requests (Hooks.Finished).
 package policyspy
 
 import (
@@ -14,6 +14,7 @@ import (
 // Finishes picks the first candidate and records each Finished call as
 // "replica:blocks".
 type Finishes struct {
+	policy.Base
 	mu       sync.Mutex
 	finished []string
 }
