@@ -1,0 +1,219 @@
+package policy
+
+import (
+	"math"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// maxUtilization caps rho in the delay that added prefill causes others.
+const maxUtilization = 0.99
+
+// estimateAll prices every candidate: its expected TTFT (p.ttfts) and its
+// score (p.estimates), which adds what its prefill costs others and prices
+// a copy of a hot prefix for the requests that will share it, and returns
+// the fastest within the bound (-1: none). It walks from a start that
+// moves on each decision, so that the first of equal scores (and the
+// tie-break, which walks from the same start) takes turns.
+func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
+	n := len(cands)
+	reuse := p.index.Reuse()
+	d.start = int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
+	p.rr++
+	fastest := -1
+	for j := range n {
+		i := d.start + j
+		if i >= n {
+			i -= n
+		}
+		c := &cands[i]
+		id := p.candID[i]
+		arr := &p.arrivals[id]
+		var est float64
+		p.ttfts[i], est, p.delayed[i], p.evictions[i] = p.estimate(c, id, p.aheads[i], p.prefills[i], reuse, arr.meanGap, n)
+		arr.note(d.nowNS)
+		p.copyShares[i] = 0
+		// A copy of a prefix other requests share is computed once and
+		// then serves the later ones: its price counts for the share of
+		// them expected to find it here: the requests of the prefix in
+		// flight at once (its measured gap against a request's decode
+		// time, at most as many as have come), per replica that would
+		// hold it.
+		if copied := float64(d.hotDepth-int(p.depth[id])) * tokenize.BlockSize; copied > 0 && d.hotGap >= 0 {
+			overlap := math.Inf(1)
+			if d.hotGap > 0 {
+				overlap = c.MeanOutput * c.DecodeStep / d.hotGap
+			}
+			overlap = min(overlap, d.hotSeen) / float64(d.hotHolders+1)
+			if overlap > 1 {
+				copied = min(copied, p.prefills[i])
+				_, lean, _, _ := p.estimate(c, id, p.aheads[i], p.prefills[i]-copied, reuse, arr.meanGap, n)
+				est = lean + (est-lean)/overlap
+				p.copyShares[i] = overlap
+			}
+		}
+		p.estimates[i] = est
+		if p.overBound(c, d.limit, p.prefills[i], d.tokens) {
+			continue
+		}
+		if fastest < 0 || est < p.estimates[fastest] {
+			fastest = i
+		}
+	}
+	return fastest
+}
+
+// estimate is candidate c's expected TTFT for a prefill of prefill tokens
+// behind ahead, and its score: the TTFT plus the delay the prefill causes
+// the requests it holds up (delayed of them) plus the price of the blocks
+// it evicts (eviction).
+func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap float64, n int) (ttft, score, delayed, eviction float64) {
+	// The work ahead and this prompt are computed in steps of at most
+	// batch_tokens, each paying about a decode step on top of its tokens.
+	work := ahead + prefill
+	est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
+	// A full batch admits this request only as running ones finish:
+	// one frees a slot every mean-output x step / max_num_seqs. (The
+	// running count at a scrape that showed a queue, as the batch's
+	// real size, was measured worse: a stale yes/no per replica that
+	// herded requests onto those without one, docs/ROUTING.md.)
+	slots := float64(p.cfg.MaxNumSeqs)
+	if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
+		est += excess * c.MeanOutput * c.DecodeStep / slots
+	}
+	// A full KV cache admits this prompt only as running requests end
+	// and free theirs: the KV the balancer's requests there hold (their
+	// computed prompts, half their mean output so far) turns over in
+	// about one request's decode, mean-output x step. Without it a
+	// replica that has just taken long contexts looked as fast as any,
+	// and short prompts sent after them waited 12-15 s on the overloaded
+	// conversation trace runs (measured effect in BENCHMARKS.md). Only
+	// this balancer's prompts are known: peers' requests count for their
+	// output, direct clients' not at all.
+	held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
+	if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
+		est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
+	}
+	ttft = est
+	// The prefill a choice adds also delays others on that replica, by
+	// its time x the number of requests it holds up. Two groups:
+	//  - those sharing the replica's batch and queue: rho/(1-rho), rho
+	//    its batch over its slots, the waiting-time cost of added work
+	//    in a queue; nothing when idle, the cache's worth under load;
+	//  - those reaching the replica while it works off its queue and
+	//    this prefill: that time over the replica's share of the
+	//    measured gap between requests, counted at most once (a later
+	//    request can mostly go elsewhere).
+	// The second keeps a prompt with its prefix in proportion to how
+	// fast requests come, where the first sees only the batch
+	// (BENCHMARKS.md: the benchmark bar met on 42 of 68 held-out trace
+	// runs, 36 without it). (KV usage as rho was measured worse: long
+	// contexts fill the KV of replicas whose queues are short. The
+	// fleet's prefill utilization as a floor was measured too: by
+	// pricing every replica's prefill alike, it put short prompts
+	// behind long prefills on longshort. The arrivals instead of rho
+	// lost the overloaded agentic run's cache; as a floor under rho
+	// they met the rule less often; without the cap of one a
+	// prefill's price grows with the square of its time, and long
+	// prompts waited behind their prefix's queue.)
+	rho := min(maxUtilization, max(float64(c.InFlight), c.ScrapedRunning)/slots)
+	own := prefill / c.PrefillRate
+	delayed = rho / (1 - rho)
+	if meanGap > 0 {
+		delayed += min(1, (ahead/c.PrefillRate+own)/(meanGap*float64(n)))
+	}
+	est += own * delayed
+	// On a full cache every computed block evicts one; evicted blocks
+	// come back with the index's measured reuse rate, and then cost
+	// their prefill again, by eviction_weight (CostConfig).
+	// The replica's own marginal reuse adds what its evictions are
+	// expected to cost in recompute there (margin_window, CostConfig).
+	if reuse > 0 && p.index.Idle(id) >= 0 {
+		eviction = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
+		if m, ok := p.index.MarginalReuse(id); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
+			eviction += m / p.cfg.MarginWindow * min(prefill, p.fresh) / c.PrefillRate
+		}
+		est += eviction
+	}
+	return ttft, est, delayed, eviction
+}
+
+// costHot is how often requests come that match a prefix as their deepest
+// held block: a running mean of the gaps between them.
+type costHot struct {
+	last    int64 // Unix nanoseconds
+	meanGap float64
+	seen    uint32
+}
+
+// hotPrefix returns the depth of the candidates' deepest match of the prompt
+// (its mapped blocks in p.depth), how many of them hold it, and the mean gap
+// in seconds between the requests that matched it before (0 until two
+// have).
+func (p *Cost) hotPrefix(blocks []uint64, nowNS int64) (depth, holders int, gap float64, seen float64) {
+	for _, id := range p.candID {
+		switch d := int(p.depth[id]); {
+		case d > depth:
+			depth, holders = d, 1
+		case d == depth && d > 0:
+			holders++
+		}
+	}
+	if depth == 0 || p.cfg.HotPrefixes == 0 {
+		return 0, 0, -1, 0
+	}
+	key := blocks[depth-1]
+	h, ok := p.hot[key]
+	if !ok && len(p.hot) >= p.cfg.HotPrefixes {
+		for k := range p.hot { // forget an arbitrary prefix
+			delete(p.hot, k)
+			break
+		}
+	}
+	if ok && nowNS >= h.last {
+		g := float64(nowNS-h.last) / 1e9
+		if h.seen == 1 {
+			h.meanGap = g
+		} else {
+			h.meanGap += (g - h.meanGap) / 16
+		}
+	}
+	gap = h.meanGap
+	if h.seen < 2 {
+		gap = -1
+	}
+	seen = float64(h.seen)
+	h.last, h.seen = nowNS, min(h.seen+1, 1<<30)
+	p.hot[key] = h
+	return depth, holders, gap, seen
+}
+
+// costArrivals is one replica's running mean of the seconds between the
+// decisions it was a candidate in: how fast requests that could go there
+// come, whatever the other replicas serve (models on disjoint replicas do
+// not count each other's requests; LoRA adapters on the same replicas do).
+// It is updated for every candidate of every decision, so it keeps the
+// time as Unix nanoseconds: time.Time arithmetic there cost a third of a
+// decision at 1,000 replicas.
+type costArrivals struct {
+	meanGap float64
+	last    int64 // Unix nanoseconds; valid when seen
+	seen    bool
+}
+
+// note updates the mean gap over about the last 64 decisions (a clock that
+// went back is skipped; while the mean is 0, as after requests that came
+// together at start, the next gap replaces it).
+func (a *costArrivals) note(now int64) {
+	if a.seen {
+		if gap := now - a.last; gap >= 0 {
+			g := float64(gap) / 1e9
+			if a.meanGap == 0 {
+				a.meanGap = g
+			} else {
+				a.meanGap += (g - a.meanGap) / 64
+			}
+		}
+	}
+	a.last, a.seen = now, true
+}
