@@ -27,7 +27,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
-	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 // Fleet performs the fleet mutations; the server implements it so that an
@@ -471,9 +471,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError answers in the same OpenAI error shape as the proxy.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	typ := proxy.TypeInvalidRequest
-	if status >= 500 {
-		typ = proxy.TypeServer
-	}
-	proxy.WriteError(w, status, typ, strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_"), msg)
+	openai.WriteStatusError(w, status, msg)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/version"
 )
@@ -182,7 +183,7 @@ func (m *Metrics) ModelLabel(model string) string {
 // Completion observes one response relayed from a replica: its duration
 // from arrival to end, its time to first token when streamed (ttft < 0:
 // not streamed or no token), and the usage it reported.
-func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total time.Duration, u Usage) {
+func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total time.Duration, u openai.TokenCounts) {
 	model = m.ModelLabel(model)
 	r := label(string(route))
 	if ttft >= 0 {
@@ -198,11 +199,6 @@ func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total ti
 	if u.CompletionTokens > 0 {
 		m.tokens.WithLabelValues(model, "completion").Add(float64(u.CompletionTokens))
 	}
-}
-
-// Usage is the token usage a response reported.
-type Usage struct {
-	PromptTokens, CachedTokens, CompletionTokens int64
 }
 
 // InitReplica creates a replica's per-replica event series at zero, so

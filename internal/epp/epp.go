@@ -23,9 +23,9 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
 )
@@ -83,7 +83,7 @@ type Options struct {
 	Metrics proxy.Recorder
 	// Completion records a relayed response's latency and token usage
 	// (admin.Metrics.Completion); nil records nothing.
-	Completion func(model string, route balancer.Reason, ttft, total time.Duration, u admin.Usage)
+	Completion func(model string, route balancer.Reason, ttft, total time.Duration, u openai.TokenCounts)
 	// Decisions receives every routing decision (the dashboard); nil ignores them.
 	Decisions func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int)
 	// Transitions receives the health transitions Release caused; nil ignores them.
@@ -102,7 +102,7 @@ type Server struct {
 	maxBody     int64
 	routeHdrs   bool
 	metrics     proxy.Recorder
-	completion  func(string, balancer.Reason, time.Duration, time.Duration, admin.Usage)
+	completion  func(string, balancer.Reason, time.Duration, time.Duration, openai.TokenCounts)
 	decisions   func(time.Time, *balancer.Reservation, *request.Profile, int)
 	transitions func([]balancer.Transition)
 	log         *slog.Logger

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
 )
@@ -49,9 +50,9 @@ type exchange struct {
 	sse      bool // the response is an event stream
 	gotBytes bool // a response body byte arrived
 	ttftAt   time.Time
-	usage    usageReader
-	done     bool   // the response ended; the reservation was released
-	served   string // the endpoint the gateway says served the request
+	usage    openai.UsageReader // the model and usage of a 2xx answer
+	done     bool               // the response ended; the reservation was released
+	served   string             // the endpoint the gateway says served the request
 }
 
 // run reads the stream until it ends, answering each message.
@@ -123,7 +124,7 @@ func (x *exchange) readMetadata(req *extprocv3.ProcessingRequest) {
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
 	if x.header != nil || x.decided {
-		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+		return x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON,
 			"the gateway sent the request headers twice")
 	}
 	x.header = make(http.Header)
@@ -146,20 +147,16 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
 	}
 	u, err := url.ParseRequestURI(rawPath)
 	if err != nil {
-		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidPath, "the request path is not a valid URL path")
+		return x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidPath, "the request path is not a valid URL path")
 	}
 	x.path = u.Path
-	// The proxy's own answers (SPEC s10): path traversal, /v1/models, not /v1/.
-	switch {
-	case dotSegments(x.path):
-		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidPath,
-			"the path must not contain \".\" or \"..\" segments (also percent-encoded)")
-	case x.path == "/v1/models" && x.method == http.MethodGet:
-		return x.models("")
-	case strings.HasPrefix(x.path, "/v1/models/") && x.method == http.MethodGet:
-		return x.models(strings.TrimPrefix(x.path, "/v1/models/"))
-	case !strings.HasPrefix(x.path, "/v1/"):
-		return x.reject(http.StatusNotFound, proxy.TypeInvalidRequest, proxy.CodeNotFound, "unknown path "+x.path)
+	// The proxy's own answers: path traversal, paths outside /v1/, and
+	// the model list.
+	if a, ok := openai.CheckPath(x.path); !ok {
+		return x.reject(a.Status, a.Type, a.Code, a.Message)
+	}
+	if x.method == http.MethodGet && openai.IsModelsPath(x.path) {
+		return x.models()
 	}
 	switch {
 	case h.GetEndOfStream():
@@ -180,7 +177,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 	if x.header == nil {
-		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+		return x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON,
 			"the gateway sent a request body before its headers")
 	}
 	if x.decided {
@@ -189,7 +186,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 		return x.send(requestBodyPassthrough(x.reqMode, b))
 	}
 	if int64(len(x.body))+int64(len(b.GetBody())) > x.s.maxBody {
-		return x.reject(http.StatusRequestEntityTooLarge, proxy.TypeInvalidRequest, proxy.CodeTooLarge,
+		return x.reject(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, openai.CodeTooLarge,
 			fmt.Sprintf("request body exceeds the limit of %d bytes", x.s.maxBody))
 	}
 	x.body = append(x.body, b.GetBody()...)
@@ -209,7 +206,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) error {
 // requestTrailers ends a body that came without end_of_stream.
 func (x *exchange) requestTrailers() error {
 	if x.header == nil {
-		return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON,
+		return x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON,
 			"the gateway sent request trailers before the headers")
 	}
 	if !x.decided {
@@ -238,14 +235,14 @@ func (x *exchange) decide(headersOnly bool) error {
 			// not parse; route on the headers alone.
 			prof = request.Profile{}
 		case err != nil:
-			return x.reject(http.StatusBadRequest, proxy.TypeInvalidRequest, proxy.CodeInvalidJSON, err.Error())
+			return x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, err.Error())
 		}
 	}
 	x.prof = prof
 	now := x.s.now()
 	exclude, ok := x.outsideSubset(now)
 	if !ok {
-		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"no replica of the gateway's endpoint subset is known to the picker")
 	}
 	res, err := x.s.bal.Select(&x.prof, now, exclude...)
@@ -256,7 +253,7 @@ func (x *exchange) decide(headersOnly bool) error {
 	if err != nil {
 		x.s.bal.Release(res, balancer.OutcomeCanceled, x.s.now())
 		x.s.log.Error("epp: replica has no usable address", slog.String("replica", res.Replica), slog.String("error", err.Error()))
-		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"the chosen replica has no ip:port address")
 	}
 	x.res, x.picked = res, now
@@ -319,14 +316,14 @@ func (x *exchange) outsideSubset(now time.Time) (exclude []string, ok bool) {
 func (x *exchange) selectFailed(err error) error {
 	switch {
 	case errors.Is(err, balancer.ErrUnknownModel):
-		return x.reject(http.StatusNotFound, proxy.TypeInvalidRequest, proxy.CodeModelNotFound,
-			fmt.Sprintf("the model %q does not exist on any replica", x.prof.Model))
+		a := openai.ModelNotFound(x.prof.Model)
+		return x.reject(a.Status, a.Type, a.Code, a.Message)
 	case errors.Is(err, balancer.ErrNoHealthyInstances):
-		return x.reject(http.StatusServiceUnavailable, proxy.TypeUnavailable, proxy.CodeNoHealthyInstances,
+		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"no healthy replica is available")
 	default:
 		x.s.log.Error("epp: select failed", slog.String("error", err.Error()))
-		return x.reject(http.StatusInternalServerError, proxy.TypeServer, "internal_error", "routing failed")
+		return x.reject(http.StatusInternalServerError, openai.TypeServer, openai.CodeInternal, "routing failed")
 	}
 }
 
@@ -338,11 +335,11 @@ func (x *exchange) reject(code int, typ, errCode, msg string) error {
 	return x.send(immediateError(code, typ, errCode, msg))
 }
 
-// models answers GET /v1/models (id "") or /v1/models/{id} itself, as the
-// proxy does: the union of the replicas' models.
-func (x *exchange) models(id string) error {
+// models answers GET /v1/models or /v1/models/{id} itself, as the proxy
+// does: the union of the replicas' models.
+func (x *exchange) models() error {
 	x.decided, x.immediate = true, true
-	code, body := modelsBody(x.s.bal.Models(), id)
+	code, body := openai.ModelsAnswer(x.path, x.s.bal.Models(), "llmlb")
 	x.s.metrics.Request("", "", code)
 	return x.send(immediateJSON(code, body))
 }
@@ -360,7 +357,6 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 			x.sse = strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), "text/event-stream")
 		}
 	}
-	x.usage.sse = x.sse
 	var mut *extprocv3.HeaderMutation
 	if x.s.routeHdrs && x.res != nil {
 		mut = routeHeaders(x.res)
@@ -385,7 +381,11 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 			}
 		}
 		if x.status >= 200 && x.status < 300 {
-			x.usage.write(chunk)
+			if x.sse {
+				x.usage.Stream(chunk)
+			} else {
+				x.usage.Body(chunk)
+			}
 		}
 	}
 	if b.GetEndOfStream() {
@@ -415,12 +415,12 @@ func (x *exchange) finish() {
 		if !x.ttftAt.IsZero() {
 			ttft = x.ttftAt.Sub(x.start)
 		}
-		x.usage.finish()
+		x.usage.Finish()
 		model := x.prof.Model
 		if model == "" {
-			model = x.usage.model
+			model = x.usage.Model
 		}
-		x.s.completion(model, x.res.Reason, ttft, x.s.now().Sub(x.start), x.usage.usage)
+		x.s.completion(model, x.res.Reason, ttft, x.s.now().Sub(x.start), x.usage.Usage)
 	}
 }
 
@@ -485,15 +485,4 @@ func (x *exchange) logDecision(ep string) {
 		slog.Bool("subset", x.subset != nil),
 	}, x.res.Explanation.LogAttrs()...)
 	x.s.log.LogAttrs(ctx, slog.LevelDebug, "route", attrs...)
-}
-
-// dotSegments reports whether a decoded URL path has a "." or ".."
-// segment (the replica would resolve it outside /v1/).
-func dotSegments(path string) bool {
-	for seg := range strings.SplitSeq(path, "/") {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
 }

@@ -1,10 +1,7 @@
 package epp
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,8 +13,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 )
 
@@ -141,11 +138,10 @@ func trailersResponse(request bool) *extprocv3.ProcessingResponse {
 		ResponseTrailers: &extprocv3.TrailersResponse{}}}
 }
 
-// immediateError is the gateway's answer to the client instead of routing,
-// in OpenAI's error shape (SPEC s10).
+// immediateError is the gateway's answer to the client instead of
+// routing, in OpenAI's error shape.
 func immediateError(code int, typ, errCode, msg string) *extprocv3.ProcessingResponse {
-	b, _ := json.Marshal(proxy.ErrorBody{Error: proxy.ErrorDetail{Message: msg, Type: typ, Code: errCode}})
-	return immediateJSON(code, append(b, '\n'))
+	return immediateJSON(code, openai.ErrorJSON(typ, errCode, msg))
 }
 
 func immediateJSON(code int, body []byte) *extprocv3.ProcessingResponse {
@@ -160,40 +156,6 @@ func immediateJSON(code int, body []byte) *extprocv3.ProcessingResponse {
 			Details: http.StatusText(code),
 		},
 	}}
-}
-
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelCard `json:"data"`
-}
-
-type modelCard struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-}
-
-// modelsBody is the proxy's answer to GET /v1/models (id "") or
-// /v1/models/{id}.
-func modelsBody(models []string, id string) (int, []byte) {
-	if id == "" {
-		list := modelList{Object: "list", Data: make([]modelCard, 0, len(models))}
-		for _, m := range models {
-			list.Data = append(list.Data, modelCard{ID: m, Object: "model", OwnedBy: "llmlb"})
-		}
-		b, _ := json.Marshal(list)
-		return http.StatusOK, append(b, '\n')
-	}
-	for _, m := range models {
-		if m == id {
-			b, _ := json.Marshal(modelCard{ID: m, Object: "model", OwnedBy: "llmlb"})
-			return http.StatusOK, append(b, '\n')
-		}
-	}
-	b, _ := json.Marshal(proxy.ErrorBody{Error: proxy.ErrorDetail{Type: proxy.TypeInvalidRequest, Code: proxy.CodeModelNotFound,
-		Message: fmt.Sprintf("the model %q does not exist on any replica", id)}})
-	return http.StatusNotFound, append(b, '\n')
 }
 
 // parseSubset reads the subset hint: a list of "ip:port" strings (one
@@ -252,104 +214,4 @@ func hostPort(raw string) (string, error) {
 		}
 	}
 	return canonical(net.JoinHostPort(u.Hostname(), port))
-}
-
-// usageReader reads a relayed response for its model and token usage:
-// the data lines of an event stream, or a JSON body up to maxJSONBody.
-type usageReader struct {
-	sse     bool
-	line    []byte
-	body    bytes.Buffer
-	tooLong bool
-	model   string
-	usage   admin.Usage
-}
-
-const (
-	maxJSONBody = 4 << 20
-	maxSSELine  = 1 << 20
-)
-
-var (
-	dataPrefix = []byte("data:")
-	usageKey   = []byte(`"usage"`)
-)
-
-type usageChunk struct {
-	Model string `json:"model"`
-	Usage *struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-}
-
-func (u *usageReader) write(p []byte) {
-	if !u.sse {
-		if u.body.Len()+len(p) <= maxJSONBody {
-			u.body.Write(p)
-		} else {
-			u.tooLong = true
-		}
-		return
-	}
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(u.line)+len(p) <= maxSSELine {
-				u.line = append(u.line, p...)
-			} else {
-				u.line = u.line[:0]
-			}
-			return
-		}
-		if len(u.line) > 0 {
-			u.line = append(u.line, p[:i]...)
-			u.dataLine(u.line)
-			u.line = u.line[:0]
-		} else {
-			u.dataLine(p[:i])
-		}
-		p = p[i+1:]
-	}
-}
-
-func (u *usageReader) dataLine(line []byte) {
-	line = bytes.TrimRight(line, "\r")
-	payload, ok := bytes.CutPrefix(line, dataPrefix)
-	if !ok {
-		return
-	}
-	payload = bytes.TrimSpace(payload)
-	if len(payload) == 0 || payload[0] != '{' || (u.model != "" && !bytes.Contains(payload, usageKey)) {
-		return
-	}
-	u.decode(payload)
-}
-
-func (u *usageReader) decode(b []byte) {
-	var c usageChunk
-	if json.Unmarshal(b, &c) != nil {
-		return
-	}
-	if u.model == "" {
-		u.model = c.Model
-	}
-	if c.Usage != nil {
-		u.usage = admin.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
-		if d := c.Usage.PromptTokensDetails; d != nil {
-			u.usage.CachedTokens = d.CachedTokens
-		}
-	}
-}
-
-// finish reads a non-streamed JSON body.
-func (u *usageReader) finish() {
-	if u.sse || u.tooLong || u.body.Len() == 0 {
-		return
-	}
-	u.decode(u.body.Bytes())
-	u.body = bytes.Buffer{}
 }

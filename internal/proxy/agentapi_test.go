@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 // TestAgentAPIsAreRoutedByModel: the Anthropic Messages API and the
@@ -36,8 +37,8 @@ func TestAgentAPIsAreRoutedByModel(t *testing.T) {
 			}
 		}
 	}
-	if w := send("/v1/messages", `{"model":"z","max_tokens":10,"messages":[]}`); w.Code != http.StatusNotFound || errorCode(t, w.Body.Bytes()) != CodeModelNotFound {
-		t.Errorf("unknown model on /v1/messages: %d %s, want 404 %s", w.Code, w.Body, CodeModelNotFound)
+	if w := send("/v1/messages", `{"model":"z","max_tokens":10,"messages":[]}`); w.Code != http.StatusNotFound || errorCode(t, w.Body.Bytes()) != openai.CodeModelNotFound {
+		t.Errorf("unknown model on /v1/messages: %d %s, want 404 %s", w.Code, w.Body, openai.CodeModelNotFound)
 	}
 	if w := send("/v1/responses", `{"model":"y","input":`); w.Code != http.StatusBadRequest {
 		t.Errorf("truncated Responses body: %d, want 400", w.Code)

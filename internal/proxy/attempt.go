@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 type attemptKey struct{}
@@ -56,7 +56,7 @@ type attempt struct {
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
 	// tokenFirst: the path's SSE stream sends nothing before its first
-	// token (firstChunkIsToken).
+	// token (openai.FirstChunkIsToken).
 	tokenFirst bool
 
 	mayRetry  bool     // another attempt may follow: a refusal is held back
@@ -332,7 +332,7 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 	}
 	switch {
 	case err == nil:
-	case err == io.EOF && b.wantDone && !b.endsWithDone():
+	case err == io.EOF && b.wantDone && !openai.EndsWithDone(b.end[:b.endLen]):
 		b.a.bodyErr = errStreamIncomplete
 		b.tail = b.errorEvent()
 		return n, nil
@@ -376,17 +376,6 @@ func (b *upstreamBody) remember(p []byte) {
 	b.endLen = keep + len(p)
 }
 
-// endsWithDone reports whether the stream's last event is data: [DONE].
-func (b *upstreamBody) endsWithDone() bool {
-	tail := bytes.TrimRight(b.end[:b.endLen], " \t\r\n")
-	rest, ok := bytes.CutSuffix(tail, []byte("[DONE]"))
-	if !ok {
-		return false
-	}
-	rest = bytes.TrimRight(rest, " ")
-	return bytes.HasSuffix(rest, []byte("data:"))
-}
-
 // errorEvent is the SSE event that ends a broken stream, preceded by the
 // line breaks that close an event the replica left half-written.
 func (b *upstreamBody) errorEvent() []byte {
@@ -407,7 +396,7 @@ func (b *upstreamBody) errorEvent() []byte {
 	default:
 		msg = "the stream from replica " + b.a.res.Replica + " broke before it ended"
 	}
-	return append([]byte(pre), sseError(msg)...)
+	return append([]byte(pre), openai.ErrorEvent(openai.TypeServer, openai.CodeStreamBroken, msg)...)
 }
 
 // Close implements io.Closer.

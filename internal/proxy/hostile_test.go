@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/testutil/hostile"
 )
 
@@ -169,8 +170,8 @@ func TestPathTraversalIsRefused(t *testing.T) {
 				method = http.MethodGet
 			}
 			code, body := hostile.Raw(t, addr, method, target, chatBody)
-			if code != http.StatusBadRequest || errorCode(t, []byte(body)) != CodeInvalidPath {
-				t.Fatalf("status %d %s, want 400 %s", code, body, CodeInvalidPath)
+			if code != http.StatusBadRequest || errorCode(t, []byte(body)) != openai.CodeInvalidPath {
+				t.Fatalf("status %d %s, want 400 %s", code, body, openai.CodeInvalidPath)
 			}
 		})
 	}
@@ -250,7 +251,7 @@ func TestHungStreamEndsWithErrorEvent(t *testing.T) {
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("stream %d: status %d, read error %v after %q", i, code, err, body)
 		}
-		if !strings.HasPrefix(body, hostile.Events(2, false)) || !strings.Contains(body, CodeStreamBroken) || !strings.Contains(body, "sent nothing for") {
+		if !strings.HasPrefix(body, hostile.Events(2, false)) || !strings.Contains(body, openai.CodeStreamBroken) || !strings.Contains(body, "sent nothing for") {
 			t.Fatalf("stream %d: body %q: want the 2 events, then the error event", i, body)
 		}
 	}
@@ -341,8 +342,8 @@ func TestAllDeadIs503AtOnce(t *testing.T) {
 	f.ejectByScrape("a")
 	f.ejectByScrape("b")
 	w := post(t, f.p, chatBody, nil)
-	if w.Code != http.StatusServiceUnavailable || errorCode(t, w.Body.Bytes()) != CodeNoHealthyInstances {
-		t.Fatalf("status %d %s, want 503 %s", w.Code, w.Body, CodeNoHealthyInstances)
+	if w.Code != http.StatusServiceUnavailable || errorCode(t, w.Body.Bytes()) != openai.CodeNoHealthyInstances {
+		t.Fatalf("status %d %s, want 503 %s", w.Code, w.Body, openai.CodeNoHealthyInstances)
 	}
 	if n := hung.Hits("/v1/chat/completions"); n != 0 {
 		t.Fatalf("%d attempts sent to dead replicas", n)
@@ -401,7 +402,7 @@ func TestCutResponsesAreErrors(t *testing.T) {
 			if code != http.StatusOK {
 				t.Fatalf("status %d", code)
 			}
-			if gotEvent := strings.Contains(body, CodeStreamBroken); gotEvent != tc.wantEvent {
+			if gotEvent := strings.Contains(body, openai.CodeStreamBroken); gotEvent != tc.wantEvent {
 				t.Errorf("error event %v, want %v; body %q", gotEvent, tc.wantEvent, body)
 			}
 			if (err != nil) != tc.wantCut {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/request"
 )
 
@@ -267,22 +268,19 @@ func NewTransport(cfg config.Proxy) *http.Transport {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	if dotSegments(path) {
-		// Issue 10, path traversal: /v1/../metrics or /v1/%2e%2e/health
-		// would reach the replica's own endpoints outside /v1/.
-		p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidPath,
-			"the path must not contain \".\" or \"..\" segments (also percent-encoded)")
+	// Path traversal (/v1/../metrics or /v1/%2e%2e/health would reach the
+	// replica's own endpoints outside /v1/) and paths outside the API are
+	// answered here; so is the model list, the union of the replicas'.
+	if a, ok := openai.CheckPath(path); !ok {
+		p.answerWith(w, a)
 		return
 	}
-	switch {
-	case path == "/v1/models" && r.Method == http.MethodGet:
-		p.serveModels(w)
-		return
-	case strings.HasPrefix(path, "/v1/models/") && r.Method == http.MethodGet:
-		p.serveModel(w, strings.TrimPrefix(path, "/v1/models/"))
-		return
-	case !strings.HasPrefix(path, "/v1/"):
-		p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeNotFound, "unknown path "+path)
+	if r.Method == http.MethodGet && openai.IsModelsPath(path) {
+		status, body := openai.ModelsAnswer(path, p.bal.Models(), "llmlb")
+		p.metrics.Request("", "", status)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
 		return
 	}
 
@@ -296,7 +294,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
 			putBody(body)
-			p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, err.Error())
+			p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, err.Error())
 			return
 		}
 	}
@@ -316,7 +314,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
 		msg := fmt.Sprintf("request body exceeds the limit of %d bytes", p.cfg.MaxBodyBytes)
-		p.answer(w, http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, msg)
+		p.answer(w, http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, openai.CodeTooLarge, msg)
 		return nil, false
 	}
 	if r.ContentLength > p.cfg.MaxBodyBytes {
@@ -344,10 +342,10 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	case errors.As(err, &ne) && ne.Timeout():
 		w.Header().Set("Connection", "close")
 		msg := fmt.Sprintf("request body not received within %s", p.bodyTimeout)
-		p.answer(w, http.StatusRequestTimeout, TypeInvalidRequest, CodeBodyTimeout, msg)
+		p.answer(w, http.StatusRequestTimeout, openai.TypeInvalidRequest, openai.CodeBodyTimeout, msg)
 		return nil, false
 	case err != nil:
-		p.answer(w, http.StatusBadRequest, TypeInvalidRequest, CodeInvalidJSON, "reading the request body failed")
+		p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, "reading the request body failed")
 		return nil, false
 	}
 	if deadline {
@@ -440,22 +438,15 @@ func putBody(b []byte) {
 	bodyPool[bodyClass(c)].Put(&b)
 }
 
-// dotSegments reports whether a (decoded) URL path has a "." or ".."
-// segment. Go's server does not clean paths for a plain Handler, and the
-// replica would resolve them.
-func dotSegments(path string) bool {
-	for seg := range strings.SplitSeq(path, "/") {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
 // answer writes an error produced by the balancer itself and counts it.
 func (p *Proxy) answer(w http.ResponseWriter, status int, typ, code, msg string) {
 	p.metrics.Request("", "", status)
-	WriteError(w, status, typ, code, msg)
+	openai.WriteError(w, status, typ, code, msg)
+}
+
+// answerWith is answer for a prepared Answer.
+func (p *Proxy) answerWith(w http.ResponseWriter, a openai.Answer) {
+	p.answer(w, a.Status, a.Type, a.Code, a.Message)
 }
 
 // route selects, proxies and fails over (SPEC s3 + failover): at most
@@ -491,7 +482,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		}
 	}
 	msg := fmt.Sprintf("upstream failure after %d attempts (last replica %s)", len(tried), last.res.Replica)
-	p.answer(w, http.StatusBadGateway, TypeServer, CodeUpstreamError, msg)
+	p.answer(w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
 }
 
 // selectFailed answers when Select finds no replica.
@@ -500,17 +491,16 @@ func (p *Proxy) selectFailed(w http.ResponseWriter, err error, prof *request.Pro
 	case last != nil && last.refusal != nil && errors.Is(err, balancer.ErrNoHealthyInstances):
 		p.replayRefusal(w, last)
 	case errors.Is(err, balancer.ErrUnknownModel):
-		p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound,
-			fmt.Sprintf("the model %q does not exist on any replica", prof.Model))
+		p.answerWith(w, openai.ModelNotFound(prof.Model))
 	case errors.Is(err, balancer.ErrNoHealthyInstances):
 		msg := "no healthy replica is available"
 		if last != nil {
 			msg = fmt.Sprintf("no healthy replica is left after a failure on %s", last.res.Replica)
 		}
-		p.answer(w, http.StatusServiceUnavailable, TypeUnavailable, CodeNoHealthyInstances, msg)
+		p.answer(w, http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances, msg)
 	default:
 		p.log.Error("proxy: select failed", slog.String("error", err.Error()))
-		p.answer(w, http.StatusInternalServerError, TypeServer, "internal_error", "routing failed")
+		p.answer(w, http.StatusInternalServerError, openai.TypeServer, openai.CodeInternal, "routing failed")
 	}
 }
 
@@ -555,8 +545,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
-		wantDone:   r.Method == http.MethodPost && streamsDone[r.URL.Path],
-		tokenFirst: r.Method == http.MethodPost && firstChunkIsToken[r.URL.Path]}
+		wantDone:   r.Method == http.MethodPost && openai.CompletionsPath(r.URL.Path),
+		tokenFirst: r.Method == http.MethodPost && openai.FirstChunkIsToken(r.URL.Path)}
 	defer func() {
 		a.stopIdle()
 		cancel(nil)
@@ -609,36 +599,16 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
 		if a.upgrade {
 			msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
-			WriteError(a.w, http.StatusBadGateway, TypeServer, CodeUpstreamError, msg)
+			openai.WriteError(a.w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
 			return a
 		}
 		// Not retryable and nothing sent yet: a first-byte timeout (504).
 		p.log.Warn("proxy: replica did not answer in time",
 			slog.String("replica", res.Replica), slog.String("error", a.err.Error()))
 		msg := fmt.Sprintf("replica %s did not answer in time", res.Replica)
-		WriteError(a.w, http.StatusGatewayTimeout, TypeTimeout, CodeUpstreamTimeout, msg)
+		openai.WriteError(a.w, http.StatusGatewayTimeout, openai.TypeTimeout, openai.CodeUpstreamTimeout, msg)
 	}
 	return a
-}
-
-// firstChunkIsToken are the paths whose SSE streams send nothing before the
-// first generated token (vLLM's chat and completions, and its Messages API,
-// which converts the chat stream): their first chunk retires the request's
-// pending prefill (policy cost). A Responses API stream opens with
-// response.created before any token, so it reports no first token, like a
-// buffered answer.
-var firstChunkIsToken = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/messages":         true,
-}
-
-// streamsDone are the paths whose SSE streams end with "data: [DONE]"
-// (OpenAI's and vLLM's chat and completions): a stream of theirs that ends
-// without it is cut, whatever the HTTP framing said (issue 10, item 14).
-var streamsDone = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
 }
 
 // Ejected fails over every request still waiting for replica's answer
@@ -733,42 +703,6 @@ func (p *Proxy) errorHandler(_ http.ResponseWriter, r *http.Request, err error) 
 		}
 	}
 	a.err = err
-}
-
-// serveModels answers GET /v1/models with the union of the replicas' models.
-func (p *Proxy) serveModels(w http.ResponseWriter) {
-	models := p.bal.Models()
-	list := modelList{Object: "list", Data: make([]model, 0, len(models))}
-	for _, m := range models {
-		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "llmlb"})
-	}
-	p.metrics.Request("", "", http.StatusOK)
-	writeJSON(w, http.StatusOK, list)
-}
-
-// serveModel answers GET /v1/models/{id}.
-func (p *Proxy) serveModel(w http.ResponseWriter, id string) {
-	for _, m := range p.bal.Models() {
-		if m == id {
-			p.metrics.Request("", "", http.StatusOK)
-			writeJSON(w, http.StatusOK, model{ID: m, Object: "model", OwnedBy: "llmlb"})
-			return
-		}
-	}
-	p.answer(w, http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound,
-		fmt.Sprintf("the model %q does not exist on any replica", id))
-}
-
-type modelList struct {
-	Object string  `json:"object"`
-	Data   []model `json:"data"`
-}
-
-type model struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
 }
 
 type nopRecorder struct{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 // TestSlowBodyGets408: a client that sends headers and then trickles (or
@@ -53,12 +54,12 @@ func TestSlowBodyGets408(t *testing.T) {
 				t.Fatalf("no answer to a stalled body: %v", err)
 			}
 			defer res.Body.Close()
-			var e ErrorBody
+			var e openai.ErrorBody
 			if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
 				t.Fatal(err)
 			}
-			if res.StatusCode != http.StatusRequestTimeout || e.Error.Code != CodeBodyTimeout || !res.Close {
-				t.Errorf("status %d code %q close %v, want 408 %q and Connection: close", res.StatusCode, e.Error.Code, res.Close, CodeBodyTimeout)
+			if res.StatusCode != http.StatusRequestTimeout || e.Error.Code != openai.CodeBodyTimeout || !res.Close {
+				t.Errorf("status %d code %q close %v, want 408 %q and Connection: close", res.StatusCode, e.Error.Code, res.Close, openai.CodeBodyTimeout)
 			}
 		})
 	}

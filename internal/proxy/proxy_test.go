@@ -16,6 +16,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/testutil/policyspy"
 )
@@ -143,7 +144,7 @@ func post(t *testing.T, h http.Handler, body string, hdr map[string]string) *htt
 
 func errorCode(t *testing.T, body []byte) string {
 	t.Helper()
-	var e ErrorBody
+	var e openai.ErrorBody
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("body %q is not an OpenAI error: %v", body, err)
 	}
@@ -159,11 +160,11 @@ func TestBalancerErrors(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"malformed JSON is 400", []replica{{name: "a", url: up.URL}}, `{"model":`, 400, CodeInvalidJSON},
-		{"unknown model is 404", []replica{{name: "a", url: up.URL}}, `{"model":"nope","messages":[]}`, 404, CodeModelNotFound},
-		{"no replicas is 503", nil, chatBody, 503, CodeNoHealthyInstances},
-		{"all replicas refuse: 503 once every one was tried", []replica{{name: "a"}, {name: "b"}}, chatBody, 503, CodeNoHealthyInstances},
-		{"body over the limit is 413", []replica{{name: "a", url: up.URL}}, `{"model":"m","x":"` + strings.Repeat("x", 2000) + `"}`, 413, CodeTooLarge},
+		{"malformed JSON is 400", []replica{{name: "a", url: up.URL}}, `{"model":`, 400, openai.CodeInvalidJSON},
+		{"unknown model is 404", []replica{{name: "a", url: up.URL}}, `{"model":"nope","messages":[]}`, 404, openai.CodeModelNotFound},
+		{"no replicas is 503", nil, chatBody, 503, openai.CodeNoHealthyInstances},
+		{"all replicas refuse: 503 once every one was tried", []replica{{name: "a"}, {name: "b"}}, chatBody, 503, openai.CodeNoHealthyInstances},
+		{"body over the limit is 413", []replica{{name: "a", url: up.URL}}, `{"model":"m","x":"` + strings.Repeat("x", 2000) + `"}`, 413, openai.CodeTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -336,8 +337,8 @@ func TestFirstByteTimeoutIs504(t *testing.T) {
 	if w.Code != http.StatusGatewayTimeout {
 		t.Fatalf("status %d, want 504; body %s", w.Code, w.Body)
 	}
-	if got := errorCode(t, w.Body.Bytes()); got != CodeUpstreamTimeout {
-		t.Errorf("code %q, want %q", got, CodeUpstreamTimeout)
+	if got := errorCode(t, w.Body.Bytes()); got != openai.CodeUpstreamTimeout {
+		t.Errorf("code %q, want %q", got, openai.CodeUpstreamTimeout)
 	}
 	if len(f.rec.failovers) != 0 {
 		t.Errorf("a first-byte timeout was retried on %v", f.rec.failovers)
@@ -386,8 +387,8 @@ func TestStreamBrokenMidwayEndsWithErrorEvent(t *testing.T) {
 		t.Fatalf("events %q: want the two relayed events first", events)
 	}
 	last := events[len(events)-1]
-	if got := errorCode(t, []byte(last)); got != CodeStreamBroken {
-		t.Errorf("last event %q: code %q, want %q", last, got, CodeStreamBroken)
+	if got := errorCode(t, []byte(last)); got != openai.CodeStreamBroken {
+		t.Errorf("last event %q: code %q, want %q", last, got, openai.CodeStreamBroken)
 	}
 	if !strings.Contains(string(body), "{\"partial\n\n") {
 		t.Errorf("the half-written event was not closed before the error event: %q", body)

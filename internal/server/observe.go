@@ -5,16 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/llmlb/llmlb/internal/admin"
-	"github.com/llmlb/llmlb/internal/jsontop"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 )
 
@@ -35,13 +33,6 @@ type observed struct {
 	now       func() time.Time
 	accessLog bool
 }
-
-// maxJSONBody bounds the copy of a non-streamed response kept to read its
-// usage; a larger body is relayed but its usage is not counted.
-const maxJSONBody = 4 << 20
-
-// maxSSELine bounds one buffered server-sent-events line.
-const maxSSELine = 1 << 20
 
 func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := o.now()
@@ -64,11 +55,11 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	model := tr.Model
 	if model == "" {
-		model = ow.model
+		model = ow.read.Model
 	}
 	relayed := tr.Replica != "" && ow.status < 300 && ow.status >= 200
 	if relayed {
-		o.metrics.Completion(model, tr.Reason, ttft, end.Sub(start), ow.usage)
+		o.metrics.Completion(model, tr.Reason, ttft, end.Sub(start), ow.read.Usage)
 	}
 	if !o.accessLog {
 		return
@@ -91,7 +82,7 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ttft >= 0 {
 		attrs = append(attrs, slog.Duration("ttft", ttft))
 	}
-	if u := ow.usage; u != (admin.Usage{}) {
+	if u := ow.read.Usage; u != (openai.TokenCounts{}) {
 		attrs = append(attrs, slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("cached_tokens", u.CachedTokens),
 			slog.Int64("completion_tokens", u.CompletionTokens))
 	}
@@ -149,15 +140,12 @@ type observingWriter struct {
 	now   func() time.Time
 	trace *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
 
-	status  int
-	bytes   int64
-	kind    int // 0 unknown, 1 event stream, 2 JSON, 3 other
-	line    []byte
-	body    bytes.Buffer
-	ttftAt  time.Time
-	model   string
-	usage   admin.Usage
-	tooLong bool
+	status int
+	bytes  int64
+	kind   int    // 0 unknown, 1 event stream, 2 JSON, 3 other
+	line   []byte // a stripped stream's line not yet relayed
+	ttftAt time.Time
+	read   openai.UsageReader // the model, the usage and the first token
 }
 
 const (
@@ -201,13 +189,10 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 	w.bytes += int64(n)
 	switch w.kind {
 	case kindStream:
-		w.scan(p[:n])
+		w.read.Stream(p[:n])
+		w.sawToken()
 	case kindJSON:
-		if w.body.Len()+n <= maxJSONBody {
-			w.body.Write(p[:n])
-		} else {
-			w.tooLong = true
-		}
+		w.read.Body(p[:n])
 	}
 	return n, err
 }
@@ -225,7 +210,9 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 		}
 		line := w.line[start : start+i+1]
 		start += i + 1
-		if w.dataLine(line[:len(line)-1]) {
+		usageOnly := w.read.Line(line[:len(line)-1])
+		w.sawToken()
+		if usageOnly {
 			continue // the usage chunk: counted, not relayed
 		}
 		n, err := w.ResponseWriter.Write(line)
@@ -237,7 +224,7 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 	}
 	rest := copy(w.line, w.line[start:])
 	w.line = w.line[:rest]
-	if len(w.line) > maxSSELine { // not an event stream after all: pass it on
+	if len(w.line) > openai.MaxSSELine { // not an event stream after all: pass it on
 		n, err := w.ResponseWriter.Write(w.line)
 		w.bytes += int64(n)
 		w.line = w.line[:0]
@@ -260,247 +247,11 @@ func (w *observingWriter) Flush() {
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *observingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// scan splits the event stream into lines and reads its data lines.
-func (w *observingWriter) scan(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(w.line)+len(p) <= maxSSELine {
-				w.line = append(w.line, p...)
-			} else {
-				w.line = w.line[:0]
-			}
-			return
-		}
-		if len(w.line) > 0 {
-			w.line = append(w.line, p[:i]...)
-			w.dataLine(w.line)
-			w.line = w.line[:0]
-		} else {
-			w.dataLine(p[:i])
-		}
-		p = p[i+1:]
-	}
-}
-
-// chunk holds the fields of a completion (or stream chunk) that are read.
-type chunk struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			Reasoning        string          `json:"reasoning"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Usage *usage `json:"usage"`
-}
-
-// usage is a completion's (or stream chunk's) token usage.
-type usage struct {
-	PromptTokens        int64         `json:"prompt_tokens"`
-	CompletionTokens    int64         `json:"completion_tokens"`
-	PromptTokensDetails *tokenDetails `json:"prompt_tokens_details"`
-}
-
-// tokenDetails is usage's prompt_tokens_details.
-type tokenDetails struct {
-	CachedTokens int64 `json:"cached_tokens"`
-}
-
-// completion is what is read of a non-streamed answer: its choices, most
-// of its bytes, are skipped rather than decoded (issue 14).
-type completion struct {
-	Model string `json:"model"`
-	Usage *usage `json:"usage"`
-}
-
-// The JSON names of chunk's and completion's fields, in their order, for
-// decodeTop.
-var (
-	chunkFields      = []string{"model", "choices", "usage"}
-	completionFields = []string{"model", "usage"}
-)
-
-// decodeTop decodes the members of the JSON object body that encoding/json
-// would match to names (exactly or case-insensitively) into the targets of
-// the same index, in the body's order, and skips the other members without
-// decoding them (issue 14: json.Unmarshal of a whole answer, nearly all of
-// it choices, was 5% of the proxy's CPU). On a valid JSON body it gives
-// what json.Unmarshal into a struct of those fields gives, a failure (a
-// value of the wrong type) included (FuzzDecodeTop checks it). An invalid
-// body fails too, unless it breaks only inside a member that is skipped.
-func decodeTop(body []byte, names []string, targets ...any) bool {
-	if string(bytes.Trim(body, " \t\r\n")) == "null" {
-		return true // json.Unmarshal leaves the struct as it is
-	}
-	return jsontop.Members(body, func(key, value []byte) bool {
-		for k, name := range names {
-			if bytes.EqualFold(key, []byte(name)) {
-				return decodeValue(value, targets[k])
-			}
-		}
-		return true
-	})
-}
-
-// decodeValue is json.Unmarshal(value, into) == nil, without its
-// reflection for the usual shapes of what is read: a string without
-// escapes, and a usage object of plain integers. Anything else goes to
-// json.Unmarshal.
-func decodeValue(value []byte, into any) bool {
-	switch v := into.(type) {
-	case *string:
-		if s, ok := plainString(value); ok {
-			*v = s
-			return true
-		}
-	case **usage:
-		if u, ok := plainUsage(value, *v); ok {
-			*v = u
-			return true
-		}
-	}
-	return json.Unmarshal(value, into) == nil
-}
-
-// plainString returns the value of a JSON string literal without escapes
-// or control characters, in valid UTF-8; ok is false for anything else.
-func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	in := raw[1 : len(raw)-1]
-	for _, c := range in {
-		if c < 0x20 || c == '"' || c == '\\' {
-			return "", false
-		}
-	}
-	if !utf8.Valid(in) {
-		return "", false
-	}
-	return string(in), true
-}
-
-// plainUsage decodes a usage object over prev as json.Unmarshal would
-// (null clears it, members update a copy of it), when every member it
-// reads is a plain integer (or prompt_tokens_details null or an object of
-// them); ok is false otherwise, and prev is left untouched.
-func plainUsage(raw []byte, prev *usage) (*usage, bool) {
-	if string(raw) == "null" {
-		return nil, true
-	}
-	var u usage
-	if prev != nil {
-		u = *prev
-	}
-	ok := jsontop.Members(raw, func(key, value []byte) bool {
-		switch {
-		case bytes.EqualFold(key, []byte("prompt_tokens")):
-			return plainInt(value, &u.PromptTokens)
-		case bytes.EqualFold(key, []byte("completion_tokens")):
-			return plainInt(value, &u.CompletionTokens)
-		case bytes.EqualFold(key, []byte("prompt_tokens_details")):
-			if string(value) == "null" {
-				u.PromptTokensDetails = nil
-				return true
-			}
-			var d tokenDetails
-			if u.PromptTokensDetails != nil {
-				d = *u.PromptTokensDetails
-			}
-			u.PromptTokensDetails = &d
-			return jsontop.Members(value, func(key, value []byte) bool {
-				if bytes.EqualFold(key, []byte("cached_tokens")) {
-					return plainInt(value, &d.CachedTokens)
-				}
-				return true
-			})
-		}
-		return true
-	})
-	if !ok {
-		return nil, false
-	}
-	return &u, true
-}
-
-// plainInt parses a JSON integer of at most 17 digits into n; ok is false
-// for anything else (a fraction, an exponent, null, a string).
-func plainInt(raw []byte, n *int64) bool {
-	digits := raw
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 17 || (digits[0] == '0' && len(digits) > 1) {
-		return false
-	}
-	var v int64
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return false
-		}
-		v = v*10 + int64(c-'0')
-	}
-	if len(digits) < len(raw) {
-		v = -v
-	}
-	*n = v
-	return true
-}
-
-var (
-	dataPrefix = []byte("data:")
-	usageKey   = []byte(`"usage"`)
-	nullUsage  = []byte(`"usage":null`)
-)
-
-// dataLine reads one SSE line. Before the first token every data line is
-// decoded (the first chunk is often role-only: it is not a token); after
-// it, only a chunk carrying usage is. It reports whether the line is a
-// usage-only chunk (usage and no choices).
-func (w *observingWriter) dataLine(line []byte) (usageOnly bool) {
-	line = bytes.TrimRight(line, "\r")
-	if !bytes.HasPrefix(line, dataPrefix) {
-		return false
-	}
-	payload := bytes.TrimSpace(line[len(dataPrefix):])
-	if len(payload) == 0 || payload[0] != '{' {
-		return false // "[DONE]"
-	}
-	if !w.ttftAt.IsZero() && (!bytes.Contains(payload, usageKey) || bytes.Contains(payload, nullUsage)) {
-		return false
-	}
-	var c chunk
-	if !decodeTop(payload, chunkFields, &c.Model, &c.Choices, &c.Usage) {
-		return false
-	}
-	if w.model == "" {
-		w.model = c.Model
-	}
-	if w.ttftAt.IsZero() {
-		for _, ch := range c.Choices {
-			d := ch.Delta
-			if ch.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
-				(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
-				w.ttftAt = w.now()
-				break
-			}
-		}
-	}
-	w.setUsage(c.Usage)
-	return c.Usage != nil && len(c.Choices) == 0
-}
-
-func (w *observingWriter) setUsage(u *usage) {
-	if u == nil {
-		return
-	}
-	w.usage = admin.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-	if d := u.PromptTokensDetails; d != nil {
-		w.usage.CachedTokens = d.CachedTokens
+// sawToken takes the time of the stream's first generated token, once
+// the reader has seen it.
+func (w *observingWriter) sawToken() {
+	if w.ttftAt.IsZero() && w.read.Token {
+		w.ttftAt = w.now()
 	}
 }
 
@@ -515,13 +266,7 @@ func (w *observingWriter) finish() {
 		w.bytes += int64(n)
 		w.line = w.line[:0]
 	}
-	if w.kind != kindJSON || w.tooLong || w.body.Len() == 0 {
-		return
+	if w.kind == kindJSON {
+		w.read.Finish()
 	}
-	var c completion
-	if decodeTop(w.body.Bytes(), completionFields, &c.Model, &c.Usage) {
-		w.model = c.Model
-		w.setUsage(c.Usage)
-	}
-	w.body = bytes.Buffer{}
 }

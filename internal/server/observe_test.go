@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 // steppingClock returns t0, t0+1s, t0+2s, ... on successive calls.
@@ -57,11 +57,11 @@ func TestObservingWriterStream(t *testing.T) {
 	if w.ttftAt != t0 {
 		t.Errorf("first token at %v, want %v (the first clock reading: role-only chunks read no clock)", w.ttftAt, t0)
 	}
-	if w.model != "m" {
-		t.Errorf("model %q", w.model)
+	if w.read.Model != "m" {
+		t.Errorf("model %q", w.read.Model)
 	}
-	if want := (admin.Usage{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2}); w.usage != want {
-		t.Errorf("usage %+v, want %+v", w.usage, want)
+	if want := (openai.TokenCounts{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2}); w.read.Usage != want {
+		t.Errorf("usage %+v, want %+v", w.read.Usage, want)
 	}
 	if got := rec.Body.String(); got != strings.Join(writes, "") {
 		t.Errorf("the client did not get the stream unchanged:\n%s", got)
@@ -91,8 +91,8 @@ func TestObservingWriterReasoningAndJSON(t *testing.T) {
 	w.Write([]byte(`{"model":"m","choices":[{"message":{"content":"hi"}}],`))
 	w.Write([]byte(`"usage":{"prompt_tokens":7,"completion_tokens":3}}`))
 	w.finish()
-	if !w.ttftAt.IsZero() || w.usage != (admin.Usage{PromptTokens: 7, CompletionTokens: 3}) || w.model != "m" {
-		t.Errorf("JSON: ttft %v usage %+v model %q", w.ttftAt, w.usage, w.model)
+	if !w.ttftAt.IsZero() || w.read.Usage != (openai.TokenCounts{PromptTokens: 7, CompletionTokens: 3}) || w.read.Model != "m" {
+		t.Errorf("JSON: ttft %v usage %+v model %q", w.ttftAt, w.read.Usage, w.read.Model)
 	}
 }
 

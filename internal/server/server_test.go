@@ -21,6 +21,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
+	wire "github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/simreplica"
@@ -424,10 +425,10 @@ func TestBadInput(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"malformed JSON", strings.NewReader(`{"model":`), 400, proxy.CodeInvalidJSON},
-		{"body over the limit", bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)), 413, proxy.CodeTooLarge},
-		{"body over the limit, chunked", io.MultiReader(strings.NewReader(`{"model":"`), &endless{}), 413, proxy.CodeTooLarge},
-		{"unknown model", strings.NewReader(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`), 404, proxy.CodeModelNotFound},
+		{"malformed JSON", strings.NewReader(`{"model":`), 400, wire.CodeInvalidJSON},
+		{"body over the limit", bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)), 413, wire.CodeTooLarge},
+		{"body over the limit, chunked", io.MultiReader(strings.NewReader(`{"model":"`), &endless{}), 413, wire.CodeTooLarge},
+		{"unknown model", strings.NewReader(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`), 404, wire.CodeModelNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -436,7 +437,7 @@ func TestBadInput(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer res.Body.Close()
-			var eb proxy.ErrorBody
+			var eb wire.ErrorBody
 			if err := json.NewDecoder(res.Body).Decode(&eb); err != nil {
 				t.Fatal(err)
 			}
@@ -475,9 +476,9 @@ func TestAllReplicasDownIs503(t *testing.T) {
 		return true
 	})
 	code, _, body := e.chat(chatBody("anyone?", 2), nil)
-	var eb proxy.ErrorBody
+	var eb wire.ErrorBody
 	_ = json.Unmarshal(body, &eb)
-	if code != http.StatusServiceUnavailable || eb.Error.Code != proxy.CodeNoHealthyInstances {
+	if code != http.StatusServiceUnavailable || eb.Error.Code != wire.CodeNoHealthyInstances {
 		t.Errorf("got %d %s, want 503 no_healthy_instances", code, body)
 	}
 }

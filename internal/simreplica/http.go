@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -106,9 +107,9 @@ func (r *Replica) handleVersion(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (r *Replica) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
-		ID: r.model, Object: "model", Created: r.created, OwnedBy: "vllm", Root: r.model,
-		MaxModelLen: r.profile.MaxModelLen,
+	writeJSON(w, http.StatusOK, modelList{Object: openai.ObjectList, Data: []modelCard{{
+		Model: openai.Model{ID: r.model, Object: openai.ObjectModel, Created: r.created, OwnedBy: "vllm"},
+		Root:  r.model, MaxModelLen: r.profile.MaxModelLen,
 	}}})
 }
 
@@ -384,9 +385,9 @@ func (o *output) finish(s reqState) {
 		o.event(chunk{Choices: []chunkChoice{c}})
 	}
 	if o.g.includeUsage {
-		o.event(chunk{Choices: []chunkChoice{}, Usage: newUsage(o.g.prompt.Tokens, o.sent, s.cached)})
+		o.event(chunk{Choices: []chunkChoice{}, Usage: openai.NewUsage(o.g.prompt.Tokens, o.sent, s.cached)})
 	}
-	io.WriteString(o.w, "data: [DONE]\n\n")
+	io.WriteString(o.w, openai.DoneEvent)
 }
 
 func (o *output) event(c chunk) {
@@ -395,12 +396,7 @@ func (o *output) event(c chunk) {
 	if err != nil {
 		return
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(b) + 8)
-	buf.WriteString("data: ")
-	buf.Write(b)
-	buf.WriteString("\n\n")
-	o.w.Write(buf.Bytes())
+	o.w.Write(openai.AppendEvent(make([]byte, 0, len(b)+8), b))
 }
 
 // writeFull writes a non-streamed "chat.completion" or "text_completion".
@@ -417,7 +413,7 @@ func (o *output) writeFull(s reqState) {
 	}
 	writeJSON(o.w, http.StatusOK, completion{
 		ID: o.id, Object: object, Created: o.created, Model: o.model,
-		Choices: []choice{c}, Usage: newUsage(o.g.prompt.Tokens, n, s.cached),
+		Choices: []choice{c}, Usage: openai.NewUsage(o.g.prompt.Tokens, n, s.cached),
 	})
 }
 
@@ -435,5 +431,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError answers in vLLM's error shape.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	msg = strings.TrimPrefix(msg, "simreplica: ")
-	writeJSON(w, status, errorBody{Error: errorInfo{Message: msg, Type: errorType(status), Code: status}})
+	writeJSON(w, status, openai.NewReplicaError(status, msg))
 }

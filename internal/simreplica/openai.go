@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"net/http"
 	"strings"
 
+	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -132,27 +132,6 @@ func tokenPrompt(ids []int64) tokenize.Prompt {
 	return tokenize.FromBlockKeys(len(ids), keys)
 }
 
-// usage is the OpenAI usage object with vLLM's prompt_tokens_details.
-type usage struct {
-	PromptTokens        int            `json:"prompt_tokens"`
-	TotalTokens         int            `json:"total_tokens"`
-	CompletionTokens    int            `json:"completion_tokens"`
-	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
-}
-
-type promptDetails struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-func newUsage(prompt, completion, cached int) *usage {
-	return &usage{
-		PromptTokens:        prompt,
-		CompletionTokens:    completion,
-		TotalTokens:         prompt + completion,
-		PromptTokensDetails: &promptDetails{CachedTokens: cached},
-	}
-}
-
 // delta is a streamed chat message fragment.
 type delta struct {
 	Role    string  `json:"role,omitempty"`
@@ -176,7 +155,7 @@ type chunk struct {
 	Created int64         `json:"created"`
 	Model   string        `json:"model"`
 	Choices []chunkChoice `json:"choices"`
-	Usage   *usage        `json:"usage,omitempty"`
+	Usage   *openai.Usage `json:"usage,omitempty"`
 }
 
 type message struct {
@@ -197,59 +176,23 @@ type choice struct {
 
 // completion is a full "chat.completion" or "text_completion" response.
 type completion struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   *usage   `json:"usage"`
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []choice      `json:"choices"`
+	Usage   *openai.Usage `json:"usage"`
 }
 
 // modelList is the /v1/models response.
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelCard `json:"data"`
-}
+type modelList = openai.List[modelCard]
 
+// modelCard is a model as vLLM lists it: OpenAI's fields and vLLM's own.
 type modelCard struct {
-	ID          string  `json:"id"`
-	Object      string  `json:"object"`
-	Created     int64   `json:"created"`
-	OwnedBy     string  `json:"owned_by"`
+	openai.Model
 	Root        string  `json:"root"`
 	Parent      *string `json:"parent"`
 	MaxModelLen int     `json:"max_model_len"`
-}
-
-// errorBody is vLLM's error shape: {"error":{"message","type","param","code"}}.
-type errorBody struct {
-	Error errorInfo `json:"error"`
-}
-
-type errorInfo struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
-
-// errorType is the error type vLLM reports for a status.
-func errorType(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return "BadRequestError"
-	case http.StatusNotFound:
-		return "NotFoundError"
-	case http.StatusRequestEntityTooLarge:
-		return "RequestEntityTooLarge"
-	case http.StatusServiceUnavailable:
-		return "ServiceUnavailableError"
-	default:
-		if status >= 500 {
-			return "InternalServerError"
-		}
-		return "BadRequestError"
-	}
 }
 
 // fillerWords are the simulated model's vocabulary: token i is word i mod len.

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/openai"
 )
 
 // writeTimeout bounds one write to an event stream: a subscriber that does
@@ -161,11 +163,12 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeError answers in the OpenAI error shape the admin API uses.
+// writeError answers in the OpenAI error shape the admin API uses. The
+// map encodes its keys sorted (code, message, type), as the dashboard has
+// always answered, unlike openai.ErrorBody's order.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	code := strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_")
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{
-		"message": msg, "type": "server_error", "code": code}})
+		"message": msg, "type": openai.TypeServer, "code": openai.StatusCode(status)}})
 }

@@ -1,4 +1,4 @@
-package server
+package openai
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzDecodeTop checks decodeTop against the json.Unmarshal it replaced in
-// the observer (issue 14), for a completion and for a stream chunk: on
+// the observer of responses, for a completion and for a stream chunk: on
 // every valid body both succeed or fail alike and read the same model,
 // choices and usage; on any body decodeTop does not panic.
 func FuzzDecodeTop(f *testing.F) {
@@ -33,10 +33,10 @@ func FuzzDecodeTop(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var fastC, slowC completion
-		fastOK := decodeTop(body, completionFields, &fastC.Model, &fastC.Usage)
+		fastOK := decodeCompletion(body, &fastC)
 		slowOK := json.Unmarshal(body, &slowC) == nil
 		var fastK, slowK chunk
-		fastKOK := decodeTop(body, chunkFields, &fastK.Model, &fastK.Choices, &fastK.Usage)
+		fastKOK := decodeChunk(body, &fastK)
 		slowKOK := json.Unmarshal(body, &slowK) == nil
 		if !json.Valid(body) {
 			return // only: no panic
@@ -50,7 +50,7 @@ func FuzzDecodeTop(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodeUsage is the observer's read of a non-streamed answer:
+// BenchmarkDecodeUsage is the read of a non-streamed answer's usage:
 // decodeTop against json.Unmarshal of the whole answer.
 func BenchmarkDecodeUsage(b *testing.B) {
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
@@ -60,7 +60,7 @@ func BenchmarkDecodeUsage(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var c completion
-			if !decodeTop(body, completionFields, &c.Model, &c.Usage) || c.Usage == nil {
+			if !decodeCompletion(body, &c) || c.Usage == nil {
 				b.Fatal("no usage")
 			}
 		}

@@ -1,0 +1,188 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/llmlb/llmlb/internal/jsontop"
+)
+
+// chunk holds the fields of a stream chunk that are read.
+type chunk struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string          `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			Reasoning        string          `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *readUsage `json:"usage"`
+}
+
+// completion is what is read of a non-streamed answer: its choices, most
+// of its bytes, are skipped rather than decoded.
+type completion struct {
+	Model string     `json:"model"`
+	Usage *readUsage `json:"usage"`
+}
+
+// The JSON names of chunk's and completion's fields, in their order, for
+// decodeTop.
+var (
+	chunkFields      = []string{"model", "choices", "usage"}
+	completionFields = []string{"model", "usage"}
+)
+
+// decodeChunk decodes a stream chunk's data into c.
+func decodeChunk(data []byte, c *chunk) bool {
+	return decodeTop(data, chunkFields, &c.Model, &c.Choices, &c.Usage)
+}
+
+// decodeCompletion decodes a non-streamed answer into c.
+func decodeCompletion(body []byte, c *completion) bool {
+	return decodeTop(body, completionFields, &c.Model, &c.Usage)
+}
+
+// hasToken reports whether c carries a generated token: text, content,
+// reasoning or a tool call (a role-only first chunk does not).
+func (c *chunk) hasToken() bool {
+	for _, ch := range c.Choices {
+		d := ch.Delta
+		if ch.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
+			(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeTop decodes the members of the JSON object body that encoding/json
+// would match to names (exactly or case-insensitively) into the targets of
+// the same index, in the body's order, and skips the other members without
+// decoding them: json.Unmarshal of a whole answer, nearly all of it
+// choices, was 5% of the proxy's CPU. On a valid JSON body it gives what
+// json.Unmarshal into a struct of those fields gives, a failure (a value
+// of the wrong type) included (FuzzDecodeTop checks it). An invalid body
+// fails too, unless it breaks only inside a member that is skipped.
+func decodeTop(body []byte, names []string, targets ...any) bool {
+	if string(bytes.Trim(body, " \t\r\n")) == "null" {
+		return true // json.Unmarshal leaves the struct as it is
+	}
+	return jsontop.Members(body, func(key, value []byte) bool {
+		for k, name := range names {
+			if bytes.EqualFold(key, []byte(name)) {
+				return decodeValue(value, targets[k])
+			}
+		}
+		return true
+	})
+}
+
+// decodeValue is json.Unmarshal(value, into) == nil, without its
+// reflection for the usual shapes of what is read: a string without
+// escapes, and a usage object of plain integers. Anything else goes to
+// json.Unmarshal.
+func decodeValue(value []byte, into any) bool {
+	switch v := into.(type) {
+	case *string:
+		if s, ok := plainString(value); ok {
+			*v = s
+			return true
+		}
+	case **readUsage:
+		if u, ok := plainUsage(value, *v); ok {
+			*v = u
+			return true
+		}
+	}
+	return json.Unmarshal(value, into) == nil
+}
+
+// plainString returns the value of a JSON string literal without escapes
+// or control characters, in valid UTF-8; ok is false for anything else.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
+// plainUsage decodes a usage object over prev as json.Unmarshal would
+// (null clears it, members update a copy of it), when every member it
+// reads is a plain integer (or prompt_tokens_details null or an object of
+// them); ok is false otherwise, and prev is left untouched.
+func plainUsage(raw []byte, prev *readUsage) (*readUsage, bool) {
+	if string(raw) == "null" {
+		return nil, true
+	}
+	var u readUsage
+	if prev != nil {
+		u = *prev
+	}
+	ok := jsontop.Members(raw, func(key, value []byte) bool {
+		switch {
+		case bytes.EqualFold(key, []byte("prompt_tokens")):
+			return plainInt(value, &u.PromptTokens)
+		case bytes.EqualFold(key, []byte("completion_tokens")):
+			return plainInt(value, &u.CompletionTokens)
+		case bytes.EqualFold(key, []byte("prompt_tokens_details")):
+			if string(value) == "null" {
+				u.PromptTokensDetails = nil
+				return true
+			}
+			var d readDetails
+			if u.PromptTokensDetails != nil {
+				d = *u.PromptTokensDetails
+			}
+			u.PromptTokensDetails = &d
+			return jsontop.Members(value, func(key, value []byte) bool {
+				if bytes.EqualFold(key, []byte("cached_tokens")) {
+					return plainInt(value, &d.CachedTokens)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	return &u, true
+}
+
+// plainInt parses a JSON integer of at most 17 digits into n; ok is false
+// for anything else (a fraction, an exponent, null, a string).
+func plainInt(raw []byte, n *int64) bool {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 17 || (digits[0] == '0' && len(digits) > 1) {
+		return false
+	}
+	var v int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(digits) < len(raw) {
+		v = -v
+	}
+	*n = v
+	return true
+}

@@ -1,0 +1,55 @@
+package openai
+
+// Usage is the usage object of a completion or of a stream's last chunk,
+// with vLLM's prompt_tokens_details, in the order vLLM writes its fields.
+type Usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// PromptTokensDetails is Usage's prompt_tokens_details: how many of the
+// prompt's tokens were served from the prefix cache.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// NewUsage is the usage of a request of prompt tokens, cached of them
+// from the prefix cache, that generated completion tokens.
+func NewUsage(prompt, completion, cached int) *Usage {
+	return &Usage{
+		PromptTokens:        prompt,
+		CompletionTokens:    completion,
+		TotalTokens:         prompt + completion,
+		PromptTokensDetails: &PromptTokensDetails{CachedTokens: cached},
+	}
+}
+
+// TokenCounts is the token usage a response reported, as it is counted.
+type TokenCounts struct {
+	PromptTokens, CachedTokens, CompletionTokens int64
+}
+
+// readUsage is what is read of a usage object: only the counted fields,
+// so that a malformed field that is not counted (total_tokens) does not
+// discard the rest.
+type readUsage struct {
+	PromptTokens        int64        `json:"prompt_tokens"`
+	CompletionTokens    int64        `json:"completion_tokens"`
+	PromptTokensDetails *readDetails `json:"prompt_tokens_details"`
+}
+
+// readDetails is readUsage's prompt_tokens_details.
+type readDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// counts is u as TokenCounts.
+func (u *readUsage) counts() TokenCounts {
+	c := TokenCounts{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	if d := u.PromptTokensDetails; d != nil {
+		c.CachedTokens = d.CachedTokens
+	}
+	return c
+}
