@@ -19,182 +19,260 @@ import (
 	"github.com/llmlb/llmlb/internal/workload"
 )
 
-// runBench is `llmlb bench` (SPEC s12): every policy on the same workload and
-// fleet in virtual time, a table on stdout (or --json), an optional HTML
-// report, and a progress line on stderr.
+// runBench is `llmlb bench`: every policy on the same workload and fleet in
+// virtual time, a table on stdout (or --json), an optional HTML report, and
+// a progress line on stderr.
 func runBench(ctx context.Context, args []string) error {
 	return benchMain(ctx, args, os.Stdout, os.Stderr)
 }
 
+// benchMain is runBench with its output streams given, so that tests can
+// read what it prints.
 func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	def := balancer.DefaultConfig()
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		wlName      = fs.String("workload", "", "synthetic workload: "+strings.Join(workload.Names(), ", ")+" (default agentic)")
-		trace       = fs.String("trace", "", "replay a trace file instead (Mooncake or Qwen-Bailian JSONL, Azure or BurstGPT CSV)")
-		traceFormat = fs.String("trace-format", "", "trace format: mooncake | bailian | azure | burstgpt (default from the file: .csv is burstgpt when its header has a \"Request tokens\" column, else azure; .jsonl is bailian when its first line has chat_id, else mooncake)")
-		traceSpeed  = fs.Float64("trace-speed", 1, "trace time compression: 2 replays twice as fast")
-		traceLimit  = fs.Int("trace-limit", 0, "replay only the trace's first N requests (0: all)")
-		policies    = fs.String("policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
-		replicas    = fs.Int("replicas", 4, "number of simulated replicas")
-		profile     = fs.String("profile", engine.DefaultProfile, "engine profile of every replica")
-		duration    = fs.Duration("duration", 30*time.Minute, "virtual time during which requests arrive")
-		seed        = fs.Int64("seed", 1, "random seed (workload and balancer); same seed, same numbers")
-		jsonOut     = fs.Bool("json", false, "print machine-readable results (JSON) on stdout instead of the table")
-		htmlOut     = fs.String("html", "", "write a self-contained HTML report with SVG charts to this file")
-		requestsOut = fs.String("requests", "", "write every routed request (policy, replica, prompt and cached tokens, TTFT, e2e) as CSV to this file")
-		rate        = fs.Float64("rate", 0, "arrivals per second (new sessions for closed-loop workloads); 0 = the workload's default for --replicas")
-		users       = fs.Int("users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
-		parallel    = fs.Int("parallel", 0, "policies simulated at once (default: number of CPUs)")
-		balancers   = fs.Int("balancers", 1, "routing cores in front of the fleet, each request sent to one at random; with more than 1 every policy runs twice, with independent and with shared state (docs/SHARED_STATE.md)")
-		shareDelay  = fs.Duration("share-delay", bench.DefaultShareDelay, "--balancers: time for a change of one balancer's pins or block index to reach the others")
-		shareLoad   = fs.Bool("share-load", true, "--balancers: shared state includes in-flight loads (serve's state.share_load)")
-		quiet       = fs.Bool("quiet", false, "no progress line on stderr")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	var o benchOptions
+	if err := o.parse(args, stderr); err != nil {
+		return err
+	}
+	opts, err := o.runOptions(stderr)
+	if err != nil {
+		return err
+	}
+	return o.run(ctx, opts, stdout)
+}
 
-		sessionTTL     = fs.Duration("session-ttl", def.Affinity.SessionTTL, "llmlb: idle TTL of session pins")
-		prefixTTL      = fs.Duration("prefix-ttl", def.Affinity.PrefixTTL, "llmlb: idle TTL of prefix pins")
-		sessionSlack   = fs.Float64("session-slack", def.Affinity.SessionSlack, "llmlb: a session pin is usable while running <= min_r + slack")
-		prefixSlack    = fs.Float64("prefix-slack", def.Affinity.PrefixSlack, "llmlb: a prefix pin is usable while running <= min_r + slack")
-		spillsToRebind = fs.Int("spills-to-rebind", def.Affinity.SpillsToRebind, "llmlb: consecutive spills that rebind a session pin")
-		forceRebindGap = fs.Float64("force-rebind-gap", def.Affinity.ForceRebindGap, "llmlb: running(pin) - min_r that moves a pin at once")
-		rebindRatio    = fs.Float64("rebind-ratio", def.Affinity.RebindRatio, "llmlb-warm: a session pin also holds while running(pin) < ratio * mean running (in requests)")
-		tokenUnit      = fs.Int("token-unit", def.Load.TokenUnit, "estimated tokens that weigh 1.0 in-flight request")
-	)
-	var flaps []bench.Flap
-	repeatedFlag(fs, "flap", "fault: `NAME:PERIOD` makes a replica alternate PERIOD up / PERIOD down (repeatable), e.g. replica-1:15s", bench.ParseFlap, &flaps)
-	var slow []bench.Slow
-	repeatedFlag(fs, "slow", "a slower replica: `NAME:FACTOR` makes every engine step of NAME take FACTOR (>= 1) times longer for the whole run (repeatable), e.g. replica-4:2", bench.ParseSlow, &slow)
+// benchOptions are the flags of `llmlb bench`.
+type benchOptions struct {
+	workload    string
+	trace       string
+	traceFormat string
+	traceSpeed  float64
+	traceLimit  int
+	policies    string
+	replicas    int
+	profile     string
+	duration    time.Duration
+	durationSet bool // --duration was given: it also cuts a trace's replay
+	seed        int64
+	json        bool
+	html        string
+	requests    string
+	rate        float64
+	users       int
+	parallel    int
+	balancers   int
+	shareDelay  time.Duration
+	shareLoad   bool
+	quiet       bool
+	cpuProfile  string
+	flaps       []bench.Flap
+	slow        []bench.Slow
+
+	// routing starts as the balancer's defaults; the llmlb policies'
+	// tunables are set on it directly by their flags.
+	routing balancer.Config
+}
+
+// benchFlags defines the flags of `llmlb bench` on o, with its help and
+// errors on out.
+func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
+	o.routing = balancer.DefaultConfig()
+	def := o.routing
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.workload, "workload", "", "synthetic workload: "+strings.Join(workload.Names(), ", ")+" (default agentic)")
+	fs.StringVar(&o.trace, "trace", "", "replay a trace file instead (Mooncake or Qwen-Bailian JSONL, Azure or BurstGPT CSV)")
+	fs.StringVar(&o.traceFormat, "trace-format", "", "trace format: mooncake | bailian | azure | burstgpt (default from the file: .csv is burstgpt when its header has a \"Request tokens\" column, else azure; .jsonl is bailian when its first line has chat_id, else mooncake)")
+	fs.Float64Var(&o.traceSpeed, "trace-speed", 1, "trace time compression: 2 replays twice as fast")
+	fs.IntVar(&o.traceLimit, "trace-limit", 0, "replay only the trace's first N requests (0: all)")
+	fs.StringVar(&o.policies, "policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
+	fs.IntVar(&o.replicas, "replicas", 4, "number of simulated replicas")
+	fs.StringVar(&o.profile, "profile", engine.DefaultProfile, "engine profile of every replica")
+	fs.DurationVar(&o.duration, "duration", 30*time.Minute, "virtual time during which requests arrive")
+	fs.Int64Var(&o.seed, "seed", 1, "random seed (workload and balancer); same seed, same numbers")
+	fs.BoolVar(&o.json, "json", false, "print machine-readable results (JSON) on stdout instead of the table")
+	fs.StringVar(&o.html, "html", "", "write a self-contained HTML report with SVG charts to this file")
+	fs.StringVar(&o.requests, "requests", "", "write every routed request (policy, replica, prompt and cached tokens, TTFT, e2e) as CSV to this file")
+	fs.Float64Var(&o.rate, "rate", 0, "arrivals per second (new sessions for closed-loop workloads); 0 = the workload's default for --replicas")
+	fs.IntVar(&o.users, "users", 0, "closed-loop workloads: a fixed population of users instead of --rate")
+	fs.IntVar(&o.parallel, "parallel", 0, "policies simulated at once (default: number of CPUs)")
+	fs.IntVar(&o.balancers, "balancers", 1, "routing cores in front of the fleet, each request sent to one at random; with more than 1 every policy runs twice, with independent and with shared state (docs/SHARED_STATE.md)")
+	fs.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "--balancers: time for a change of one balancer's pins or block index to reach the others")
+	fs.BoolVar(&o.shareLoad, "share-load", true, "--balancers: shared state includes in-flight loads (serve's state.share_load)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+
+	fs.DurationVar(&o.routing.Affinity.SessionTTL, "session-ttl", def.Affinity.SessionTTL, "llmlb: idle TTL of session pins")
+	fs.DurationVar(&o.routing.Affinity.PrefixTTL, "prefix-ttl", def.Affinity.PrefixTTL, "llmlb: idle TTL of prefix pins")
+	fs.Float64Var(&o.routing.Affinity.SessionSlack, "session-slack", def.Affinity.SessionSlack, "llmlb: a session pin is usable while running <= min_r + slack")
+	fs.Float64Var(&o.routing.Affinity.PrefixSlack, "prefix-slack", def.Affinity.PrefixSlack, "llmlb: a prefix pin is usable while running <= min_r + slack")
+	fs.IntVar(&o.routing.Affinity.SpillsToRebind, "spills-to-rebind", def.Affinity.SpillsToRebind, "llmlb: consecutive spills that rebind a session pin")
+	fs.Float64Var(&o.routing.Affinity.ForceRebindGap, "force-rebind-gap", def.Affinity.ForceRebindGap, "llmlb: running(pin) - min_r that moves a pin at once")
+	fs.Float64Var(&o.routing.Affinity.RebindRatio, "rebind-ratio", def.Affinity.RebindRatio, "llmlb-warm: a session pin also holds while running(pin) < ratio * mean running (in requests)")
+	fs.IntVar(&o.routing.Load.TokenUnit, "token-unit", def.Load.TokenUnit, "estimated tokens that weigh 1.0 in-flight request")
+
+	repeatedFlag(fs, "flap", "fault: `NAME:PERIOD` makes a replica alternate PERIOD up / PERIOD down (repeatable), e.g. replica-1:15s", bench.ParseFlap, &o.flaps)
+	repeatedFlag(fs, "slow", "a slower replica: `NAME:FACTOR` makes every engine step of NAME take FACTOR (>= 1) times longer for the whole run (repeatable), e.g. replica-4:2", bench.ParseSlow, &o.slow)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmlb bench [--workload NAME | --trace FILE] [flags]\n\nCompares routing policies on a simulated fleet in virtual time (docs/BENCH.md).\n\nflags:")
+		fmt.Fprintln(out, "usage: llmlb bench [--workload NAME | --trace FILE] [flags]\n\nCompares routing policies on a simulated fleet in virtual time (docs/BENCH.md).\n\nflags:")
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+// parse reads the command line into o and checks the flags that need no
+// lookup; errors and help go to stderr.
+func (o *benchOptions) parse(args []string, stderr io.Writer) error {
+	fs := benchFlags(o, stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *wlName != "" && *trace != "" {
+	fs.Visit(func(f *flag.Flag) { o.durationSet = o.durationSet || f.Name == "duration" })
+	return o.validate()
+}
+
+// validate reports the first flag out of range, before anything is looked
+// up or read.
+func (o *benchOptions) validate() error {
+	if o.workload != "" && o.trace != "" {
 		return errors.New("--workload and --trace exclude each other")
 	}
-	if *replicas < 1 {
-		return fmt.Errorf("--replicas %d: need at least 1", *replicas)
+	if o.replicas < 1 {
+		return fmt.Errorf("--replicas %d: need at least 1", o.replicas)
 	}
-	if *balancers < 1 {
-		return fmt.Errorf("--balancers %d: need at least 1", *balancers)
+	if o.balancers < 1 {
+		return fmt.Errorf("--balancers %d: need at least 1", o.balancers)
 	}
-	if *shareDelay <= 0 {
-		return fmt.Errorf("--share-delay %s: must be > 0", *shareDelay)
+	if o.shareDelay <= 0 {
+		return fmt.Errorf("--share-delay %s: must be > 0", o.shareDelay)
 	}
-	if len(benchSplitList(*policies)) == 0 {
+	if len(benchSplitList(o.policies)) == 0 {
 		return errors.New("--policies: name at least one policy")
 	}
+	return nil
+}
 
-	prof, err := engine.Lookup(*profile)
+// runOptions builds the run the flags describe: the engine profile, the
+// routing configuration and the workload, each checked here so that a bad
+// value fails before any policy runs. A trace's summary goes to stderr.
+func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
+	prof, err := engine.Lookup(o.profile)
 	if err != nil {
-		return err
+		return bench.Options{}, err
 	}
-	cfg := def
-	cfg.Affinity.SessionTTL = *sessionTTL
-	cfg.Affinity.PrefixTTL = *prefixTTL
-	cfg.Affinity.SessionSlack = *sessionSlack
-	cfg.Affinity.PrefixSlack = *prefixSlack
-	cfg.Affinity.SpillsToRebind = *spillsToRebind
-	cfg.Affinity.ForceRebindGap = *forceRebindGap
-	cfg.Affinity.RebindRatio = *rebindRatio
-	cfg.Load.TokenUnit = *tokenUnit
-	cfg.Seed = uint64(*seed)
+	cfg := o.routing
+	cfg.Seed = uint64(o.seed)
 	if err := cfg.Validate(); err != nil {
-		return err
+		return bench.Options{}, err
 	}
 
 	opts := bench.Options{
-		Policies: benchSplitList(*policies),
-		Replicas: *replicas,
+		Policies: benchSplitList(o.policies),
+		Replicas: o.replicas,
 		Profile:  prof,
-		Duration: *duration,
-		Seed:     *seed,
+		Duration: o.duration,
+		Seed:     o.seed,
 		Routing:  cfg,
-		Flaps:    flaps,
-		Slow:     slow,
-		Parallel: *parallel,
+		Flaps:    o.flaps,
+		Slow:     o.slow,
+		Parallel: o.parallel,
 
-		Balancers:   *balancers,
-		ShareDelay:  *shareDelay,
-		NoShareLoad: !*shareLoad,
+		Balancers:   o.balancers,
+		ShareDelay:  o.shareDelay,
+		NoShareLoad: !o.shareLoad,
 	}
-	if !*quiet {
+	if !o.quiet {
 		opts.Progress = stderr
 	}
-	if *trace != "" {
-		path, format := *trace, *traceFormat
-		durationSet := false
-		fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
-		topt := workload.TraceOptions{Speed: *traceSpeed, Limit: *traceLimit}
-		if durationSet {
-			topt.Duration = *duration
-		}
-		// Fail early on a bad file rather than once per policy; without
-		// --duration the run lasts as long as the trace.
-		wl, err := workload.OpenTrace(path, format, topt)
-		if err != nil {
-			return err
-		}
-		if sum, ok := workload.Summarize(wl); ok && !*quiet {
-			fmt.Fprintf(stderr, "trace %s (%s): %d requests over %v", filepath.Base(path), sum.Format, sum.Requests, sum.Span.Round(time.Second))
-			switch {
-			case sum.Skipped == 1:
-				fmt.Fprint(stderr, "; 1 row skipped (0 request tokens)")
-			case sum.Skipped > 1:
-				fmt.Fprintf(stderr, "; %d rows skipped (0 request tokens)", sum.Skipped)
-			}
-			fmt.Fprintln(stderr)
-		}
-		if !durationSet {
-			opts.Duration = traceSpan(wl)
-		}
-		opts.Workload = filepath.Base(path)
-		// Read once: each policy replays the same records (a trace of
-		// millions of rows was read and held once per policy).
-		opts.NewWorkload = func() (workload.Workload, error) {
-			if w, ok := workload.Replay(wl); ok {
-				return w, nil
-			}
-			return workload.OpenTrace(path, format, topt)
-		}
+	if o.trace != "" {
+		err = o.traceWorkload(&opts, stderr)
 	} else {
-		name := *wlName
-		if name == "" {
-			name = "agentic"
-		}
-		p := workload.Params{Seed: *seed, Duration: *duration, Rate: *rate, Users: *users, Replicas: *replicas}
-		if _, err := workload.New(name, p); err != nil {
-			return err
-		}
-		opts.Workload = name
-		opts.NewWorkload = func() (workload.Workload, error) { return workload.New(name, p) }
+		err = o.syntheticWorkload(&opts)
 	}
+	if err != nil {
+		return bench.Options{}, err
+	}
+	return opts, nil
+}
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+// traceWorkload sets opts to replay the trace of --trace, read once here.
+func (o *benchOptions) traceWorkload(opts *bench.Options, stderr io.Writer) error {
+	path, format := o.trace, o.traceFormat
+	topt := workload.TraceOptions{Speed: o.traceSpeed, Limit: o.traceLimit}
+	if o.durationSet {
+		topt.Duration = o.duration
 	}
+	// Fail early on a bad file rather than once per policy; without
+	// --duration the run lasts as long as the trace.
+	wl, err := workload.OpenTrace(path, format, topt)
+	if err != nil {
+		return err
+	}
+	if sum, ok := workload.Summarize(wl); ok && !o.quiet {
+		printTraceSummary(stderr, path, sum)
+	}
+	if !o.durationSet {
+		opts.Duration = traceSpan(wl)
+	}
+	opts.Workload = filepath.Base(path)
+	// Read once: each policy replays the same records (a trace of
+	// millions of rows was read and held once per policy).
+	opts.NewWorkload = func() (workload.Workload, error) {
+		if w, ok := workload.Replay(wl); ok {
+			return w, nil
+		}
+		return workload.OpenTrace(path, format, topt)
+	}
+	return nil
+}
+
+// printTraceSummary tells what the trace holds before the run, so that a
+// wrong file or format shows at once.
+func printTraceSummary(stderr io.Writer, path string, sum workload.TraceSummary) {
+	fmt.Fprintf(stderr, "trace %s (%s): %d requests over %v", filepath.Base(path), sum.Format, sum.Requests, sum.Span.Round(time.Second))
+	switch {
+	case sum.Skipped == 1:
+		fmt.Fprint(stderr, "; 1 row skipped (0 request tokens)")
+	case sum.Skipped > 1:
+		fmt.Fprintf(stderr, "; %d rows skipped (0 request tokens)", sum.Skipped)
+	}
+	fmt.Fprintln(stderr)
+}
+
+// syntheticWorkload sets opts to generate the workload of --workload
+// (agentic when none is named), generated once here so that a bad name or
+// parameter fails before the run.
+func (o *benchOptions) syntheticWorkload(opts *bench.Options) error {
+	name := o.workload
+	if name == "" {
+		name = "agentic"
+	}
+	p := workload.Params{Seed: o.seed, Duration: o.duration, Rate: o.rate, Users: o.users, Replicas: o.replicas}
+	if _, err := workload.New(name, p); err != nil {
+		return err
+	}
+	opts.Workload = name
+	opts.NewWorkload = func() (workload.Workload, error) { return workload.New(name, p) }
+	return nil
+}
+
+// run runs the benchmark of opts, writes the files asked for and reports
+// on stdout.
+func (o *benchOptions) run(ctx context.Context, opts bench.Options, stdout io.Writer) error {
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	// Open the output files before the run so a bad path fails at once.
-	htmlFile, err := createOutput(*htmlOut)
+	htmlFile, err := createOutput(o.html)
 	if err != nil {
 		return err
 	}
 	defer htmlFile.Close()
-	requestsFile, err := createOutput(*requestsOut)
+	requestsFile, err := createOutput(o.requests)
 	if err != nil {
 		return err
 	}
@@ -210,19 +288,45 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := finishOutput(htmlFile, rep.WriteHTML); err != nil {
 		return err
 	}
-	if *jsonOut {
+	return o.report(rep, stdout)
+}
+
+// report prints the results on stdout: JSON, or the table and where the
+// files asked for were written.
+func (o *benchOptions) report(rep *bench.Report, stdout io.Writer) error {
+	if o.json {
 		return rep.WriteJSON(stdout)
 	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
-	if *htmlOut != "" {
-		fmt.Fprintf(stdout, "report: %s\n", *htmlOut)
+	if o.html != "" {
+		fmt.Fprintf(stdout, "report: %s\n", o.html)
 	}
-	if *requestsOut != "" {
-		fmt.Fprintf(stdout, "requests: %s\n", *requestsOut)
+	if o.requests != "" {
+		fmt.Fprintf(stdout, "requests: %s\n", o.requests)
 	}
 	return nil
+}
+
+// startCPUProfile profiles the CPU into the file at path until the returned
+// stop is called; no path, no profile (and a stop that does nothing).
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // createOutput creates the file at path, or returns nil for no path. A nil

@@ -14,9 +14,8 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/policy"
-
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/server"
 	"github.com/llmlb/llmlb/internal/simreplica"
 	"github.com/llmlb/llmlb/internal/traffic"
@@ -125,16 +124,72 @@ func isTerminal(f *os.File) bool {
 // demo runs the fleet, the balancer, the traffic and the screen (or the
 // plain lines) until ctx ends.
 func demo(ctx context.Context, o demoOptions, out io.Writer) error {
+	level, err := o.validate()
+	if err != nil {
+		return err
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	logFile, err := openDemoLog(o.logFile)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	r := &demoRun{o: o, out: out, logPath: logFile.Name(),
+		logger: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))}
+
+	// The fleet and the balancer do not stop with ctx: at the end the
+	// traffic stops first, so that in-flight requests finish.
+	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFleet()
+	if err := r.startFleet(fleetCtx); err != nil {
+		return err
+	}
+	serverCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServer()
+	if err := r.startServer(serverCtx, cfg); err != nil {
+		return err
+	}
+	r.newScreen()
+
+	// Traffic starts once every replica passed its first scrape: a replica
+	// never seen healthy takes no traffic (start-up order), and the demo's
+	// clients should not open with a burst of 503s.
+	waitLive(ctx, r.srv.Balancer(), len(r.fleet.Replicas), 10*time.Second)
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
+	r.startTraffic(trafficCtx, stopTraffic)
+
+	if !o.plain {
+		// Shown again only after the closing lines, whatever ends the demo.
+		defer fmt.Fprint(out, ansiShowCursor)
+	}
+	if err := r.watch(ctx); err != nil {
+		return err
+	}
+	return r.shutdown(stopServer, stopFleet)
+}
+
+// validate checks the flags demo cannot run with and returns the log level.
+func (o demoOptions) validate() (slog.Level, error) {
+	var level slog.Level
 	if o.replicas < 1 {
-		return errors.New("--replicas must be at least 1")
+		return level, errors.New("--replicas must be at least 1")
 	}
 	if o.every <= 0 {
-		return errors.New("--every must be positive")
+		return level, errors.New("--every must be positive")
 	}
-	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return level, fmt.Errorf("--log-level: %w", err)
 	}
+	return level, nil
+}
+
+// config is the balancer's configuration for the demo: serve's defaults,
+// the policy of --policy and the demo's faster health timings.
+func (o demoOptions) config() (config.Config, error) {
 	cfg := config.Default()
 	// The demo has no token: on a loopback admin address (the default) its
 	// mutations are open so that curl can add, drain and remove replicas;
@@ -144,7 +199,7 @@ func demo(ctx context.Context, o demoOptions, out io.Writer) error {
 	if o.policy != "" {
 		cfg.Routing.Policy = o.policy
 		if err := cfg.Routing.Validate(); err != nil {
-			return fmt.Errorf("--policy: %w", err)
+			return cfg, fmt.Errorf("--policy: %w", err)
 		}
 	}
 	if !o.serveHealth {
@@ -152,142 +207,189 @@ func demo(ctx context.Context, o demoOptions, out io.Writer) error {
 		cfg.Routing.Health.BaseCooldown = demoBaseCooldown
 		cfg.Routing.Health.ProbingWindow = demoProbingWindow
 	}
+	return cfg, nil
+}
 
-	logFile, err := openDemoLog(o.logFile)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+// demoRun is one run of the demo: what its steps start and share.
+type demoRun struct {
+	o       demoOptions
+	out     io.Writer
+	logger  *slog.Logger
+	logPath string
 
-	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopFleet()
-	fleet, err := simreplica.StartFleet(fleetCtx, simreplica.FleetOptions{
-		Replicas: o.replicas, Profile: o.profile, Model: o.model, Seed: 1, Logger: logger,
+	fleet      *simreplica.Fleet
+	srv        *server.Server
+	proxyLn    net.Listener
+	adminLn    net.Listener
+	serverDone chan error // srv.Run's result
+
+	sc        *demoScreen
+	victim    *simreplica.Replica // the replica that flaps
+	flaps     bool                // whether a replica flaps at all
+	flapping  bool                // the victim was set to flap
+	recovered bool                // the victim was set back to healthy
+
+	gen         *traffic.Generator
+	stopTraffic context.CancelFunc
+	trafficDone chan struct{} // closed when gen.Run returns
+}
+
+// startFleet starts the simulated replicas; they run until ctx ends.
+func (r *demoRun) startFleet(ctx context.Context) error {
+	fleet, err := simreplica.StartFleet(ctx, simreplica.FleetOptions{
+		Replicas: r.o.replicas, Profile: r.o.profile, Model: r.o.model, Seed: 1, Logger: r.logger,
 	})
 	if err != nil {
 		return err
 	}
+	r.fleet = fleet
+	return nil
+}
 
-	for _, r := range fleet.Replicas {
-		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: r.Name(), URL: r.URL(), Models: []string{o.model}})
+// startServer starts the balancer in front of the fleet, on the flags'
+// addresses or free ports; it runs until ctx ends and reports on
+// r.serverDone.
+func (r *demoRun) startServer(ctx context.Context, cfg config.Config) error {
+	for _, rep := range r.fleet.Replicas {
+		cfg.Replicas = append(cfg.Replicas, config.Replica{Name: rep.Name(), URL: rep.URL(), Models: []string{r.o.model}})
 	}
-	srv, err := server.New(cfg, logger)
+	srv, err := server.New(cfg, r.logger)
 	if err != nil {
 		return err
 	}
-	proxyLn, err := listenOrFree(o.listen)
+	proxyLn, err := listenOrFree(r.o.listen)
 	if err != nil {
 		return err
 	}
-	adminLn, err := listenOrFree(o.adminListen)
+	adminLn, err := listenOrFree(r.o.adminListen)
 	if err != nil {
 		proxyLn.Close()
 		return err
 	}
 	srv.UseListeners(proxyLn, adminLn)
+	r.srv, r.proxyLn, r.adminLn = srv, proxyLn, adminLn
 
-	serverCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServer()
-	serverDone := make(chan error, 1)
-	go func() { serverDone <- srv.Run(serverCtx) }()
+	r.serverDone = make(chan error, 1)
+	go func() { r.serverDone <- srv.Run(ctx) }()
+	return nil
+}
 
-	sc := &demoScreen{
-		ui: "http://" + adminLn.Addr().String() + "/ui", proxy: "http://" + proxyLn.Addr().String(),
-		admin: "http://" + adminLn.Addr().String(), logPath: logFile.Name(),
-		policy: srv.Balancer().Policy(), profile: o.profile, model: o.model, users: o.users,
+// newScreen sets up the screen (or the plain lines, whose header it
+// writes) and the flap episode, when a replica flaps.
+func (r *demoRun) newScreen() {
+	o := r.o
+	r.sc = &demoScreen{
+		ui: "http://" + r.adminLn.Addr().String() + "/ui", proxy: "http://" + r.proxyLn.Addr().String(),
+		admin: "http://" + r.adminLn.Addr().String(), logPath: r.logPath,
+		policy: r.srv.Balancer().Policy(), profile: o.profile, model: o.model, users: o.users,
 		replicas: o.replicas, ansi: !o.plain,
 	}
-	victim := fleet.Replicas[len(fleet.Replicas)-1]
-	flaps := o.flapAfter > 0 && len(fleet.Replicas) > 1
-	if flaps {
-		sc.episode = &episode{victim: victim.Name(), after: o.flapAfter, period: o.flapPeriod, length: o.flapFor}
+	r.victim = r.fleet.Replicas[len(r.fleet.Replicas)-1]
+	r.flaps = o.flapAfter > 0 && len(r.fleet.Replicas) > 1
+	if r.flaps {
+		r.sc.episode = &episode{victim: r.victim.Name(), after: o.flapAfter, period: o.flapPeriod, length: o.flapFor}
 	}
 	if o.plain {
-		sc.writeHeader(out)
+		r.sc.writeHeader(r.out)
 	}
+}
 
-	// Traffic starts once every replica passed its first scrape: a replica
-	// never seen healthy takes no traffic (start-up order), and the demo's
-	// clients should not open with a burst of 503s.
-	waitLive(ctx, srv.Balancer(), len(fleet.Replicas), 10*time.Second)
-
-	gen := traffic.New(traffic.Options{
-		BaseURL: sc.proxy, Model: o.model, Users: o.users, Projects: 3,
+// startTraffic starts the agent-like clients against the balancer; they
+// run until ctx ends (stop ends it) and close r.trafficDone.
+func (r *demoRun) startTraffic(ctx context.Context, stop context.CancelFunc) {
+	r.gen = traffic.New(traffic.Options{
+		BaseURL: r.sc.proxy, Model: r.o.model, Users: r.o.users, Projects: 3,
 		BurstMin: 1, BurstMax: 5, Turns: 8, Think: 2 * time.Second, MaxTokens: 64,
 		SystemPromptChars: 12000, Seed: 1,
 	})
-	trafficCtx, stopTraffic := context.WithCancel(ctx)
-	defer stopTraffic()
-	trafficDone := make(chan struct{})
-	go func() { gen.Run(trafficCtx); close(trafficDone) }()
+	r.stopTraffic = stop
+	r.trafficDone = make(chan struct{})
+	go func() { r.gen.Run(ctx); close(r.trafficDone) }()
+}
 
+// watch redraws every --every, and flaps the victim on schedule, until ctx
+// ends; it returns early with an error when the balancer stops.
+func (r *demoRun) watch(ctx context.Context) error {
 	start := time.Now()
-	sc.start = start
-	tick := time.NewTicker(o.every)
+	r.sc.start = start
+	tick := time.NewTicker(r.o.every)
 	defer tick.Stop()
-	flapping, recovered := false, false
-	draw := func() {
-		now := time.Now()
-		f := frame{elapsed: now.Sub(start), snap: srv.Dashboard().Snapshot(now), traffic: gen.Stats().Snapshot()}
-		if sc.episode != nil {
-			sc.episode.observe(start, f.snap.Transitions)
-		}
-		if o.plain {
-			sc.writeLine(out, f)
-		} else {
-			sc.writeScreen(out, f)
-		}
+	if !r.o.plain {
+		fmt.Fprint(r.out, ansiClear+ansiHideCursor)
+		r.draw(start)
 	}
-	if !o.plain {
-		fmt.Fprint(out, ansiClear+ansiHideCursor)
-		defer fmt.Fprint(out, ansiShowCursor)
-		draw()
-	}
-loop:
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
-		case err := <-serverDone:
-			stopTraffic()
-			<-trafficDone
+			return nil
+		case err := <-r.serverDone:
+			r.stopTraffic()
+			<-r.trafficDone
 			return fmt.Errorf("balancer stopped: %w", err)
 		case <-tick.C:
 		}
 		elapsed := time.Since(start)
-		if flaps {
-			if !flapping && elapsed >= o.flapAfter {
-				flapping = true
-				sc.episode.flapping(elapsed)
-				logger.Info("demo: replica starts to flap", slog.String("replica", victim.Name()), slog.Duration("period", o.flapPeriod))
-				if err := victim.SetFault(simreplica.Fault{Mode: simreplica.Flap, Period: o.flapPeriod}); err != nil {
-					return err
-				}
-			}
-			if flapping && !recovered && elapsed >= o.flapAfter+o.flapFor {
-				recovered = true
-				sc.episode.recovered(elapsed)
-				logger.Info("demo: replica recovers", slog.String("replica", victim.Name()))
-				if err := victim.SetFault(simreplica.Fault{Mode: simreplica.None}); err != nil {
-					return err
-				}
+		if r.flaps {
+			if err := r.flap(elapsed); err != nil {
+				return err
 			}
 		}
-		draw()
+		r.draw(start)
 	}
+}
 
-	fmt.Fprintln(out, "\nstopping: letting in-flight requests finish...")
-	stopTraffic()
-	<-trafficDone
+// flap makes the victim flap once --flap-after has passed and recover
+// --flap-for later, each once.
+func (r *demoRun) flap(elapsed time.Duration) error {
+	o := r.o
+	if !r.flapping && elapsed >= o.flapAfter {
+		r.flapping = true
+		r.sc.episode.flapping(elapsed)
+		r.logger.Info("demo: replica starts to flap", slog.String("replica", r.victim.Name()), slog.Duration("period", o.flapPeriod))
+		if err := r.victim.SetFault(simreplica.Fault{Mode: simreplica.Flap, Period: o.flapPeriod}); err != nil {
+			return err
+		}
+	}
+	if r.flapping && !r.recovered && elapsed >= o.flapAfter+o.flapFor {
+		r.recovered = true
+		r.sc.episode.recovered(elapsed)
+		r.logger.Info("demo: replica recovers", slog.String("replica", r.victim.Name()))
+		if err := r.victim.SetFault(simreplica.Fault{Mode: simreplica.None}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// draw writes one frame: the screen, or one plain line.
+func (r *demoRun) draw(start time.Time) {
+	now := time.Now()
+	f := frame{elapsed: now.Sub(start), snap: r.srv.Dashboard().Snapshot(now), traffic: r.gen.Stats().Snapshot()}
+	if r.sc.episode != nil {
+		r.sc.episode.observe(start, f.snap.Transitions)
+	}
+	if r.o.plain {
+		r.sc.writeLine(r.out, f)
+	} else {
+		r.sc.writeScreen(r.out, f)
+	}
+}
+
+// shutdown stops the traffic, then the balancer, then the fleet, each
+// after the one in front of it has finished, and prints the totals. The
+// balancer's error wins over the fleet's.
+func (r *demoRun) shutdown(stopServer, stopFleet context.CancelFunc) error {
+	fmt.Fprintln(r.out, "\nstopping: letting in-flight requests finish...")
+	r.stopTraffic()
+	<-r.trafficDone
 	stopServer()
-	err = <-serverDone
+	err := <-r.serverDone
 	stopFleet()
-	if ferr := fleet.Wait(); err == nil {
+	if ferr := r.fleet.Wait(); err == nil {
 		err = ferr
 	}
-	s := gen.Stats().Snapshot()
-	fmt.Fprintf(out, "done: %d requests, %d ok, %d failed%s; logs in %s\n", s.Requests, s.OK, s.Failed, failureNote(s), logFile.Name())
+	s := r.gen.Stats().Snapshot()
+	fmt.Fprintf(r.out, "done: %d requests, %d ok, %d failed%s; logs in %s\n", s.Requests, s.OK, s.Failed, failureNote(s), r.logPath)
 	return err
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // hugeTokenIDs is a /v1/completions body whose prompt is n token ids
-// (issue 10, item 5: 15M ids in 30 MB).
+// (15M ids are 30 MB).
 func hugeTokenIDs(n int) []byte {
 	var b bytes.Buffer
 	b.Grow(2*n + 64)
@@ -26,7 +26,7 @@ func hugeTokenIDs(n int) []byte {
 
 // BenchmarkParseHugeTokenIDs: the cost of profiling one 15M-token-id
 // completions request, the work three such clients used to take from all
-// others (issue 10, item 5). Compare ns/op and B/op with BenchmarkParse.
+// others. Compare ns/op and B/op with BenchmarkParse.
 func BenchmarkParseHugeTokenIDs(b *testing.B) {
 	body := hugeTokenIDs(15_000_000)
 	for _, blocks := range []bool{false, true} {
@@ -44,10 +44,10 @@ func BenchmarkParseHugeTokenIDs(b *testing.B) {
 	}
 }
 
-// TestHugeTokenIDsBoundedAllocations (issue 10, item 5): profiling a 30 MB
-// completions body of 15M token ids allocates a small fraction of the body
-// (the token count is exact, the text hashed for prefix and blocks is
-// capped), instead of ~1 GB.
+// TestHugeTokenIDsBoundedAllocations: profiling a 30 MB completions body
+// of 15M token ids allocates a small fraction of the body (the token count
+// is exact, the text hashed for prefix and blocks is capped), instead of
+// ~1 GB.
 func TestHugeTokenIDsBoundedAllocations(t *testing.T) {
 	const ids = 15_000_000
 	body := hugeTokenIDs(ids)

@@ -1,6 +1,6 @@
 // Package request is what routing knows about one request (Profile) and how
-// that is read from an OpenAI-compatible request (Parse, SPEC s2.1). The
-// benchmark builds Profiles directly from its workloads.
+// that is read from an OpenAI-compatible request (Parse). The benchmark
+// builds Profiles directly from its workloads.
 package request
 
 // Profile is what routing needs to know about one request.
