@@ -1,0 +1,159 @@
+package flowcontrol
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the flow_control section: plain data with defaults. Keys named
+// in the field comments are those of the YAML file.
+type Config struct {
+	// Enabled turns the queue on (enabled, default true). Disabled, Admit
+	// dispatches everything at once and applies no limits.
+	Enabled bool
+	// MaxQueued bounds the number of queued requests (max_queued, 10,000).
+	MaxQueued int
+	// MaxQueuedBytes bounds the request bodies held in the queue
+	// (max_queued_bytes, 256 MiB). The queue's own bookkeeping adds
+	// EntryBytes per queued request on top.
+	MaxQueuedBytes int64
+	// MaxQueueTime is the longest a request waits before Expire hands it
+	// back for a 429 (max_queue_time, 60s).
+	MaxQueueTime time.Duration
+	// MaxTenants bounds the tenants remembered at once (max_tenants, 10,000);
+	// requests of further tenants share one overflow tenant (OverflowTenant).
+	MaxTenants int
+	// Tenant holds the limits every tenant gets unless Tenants names it
+	// (tenant_max_concurrent, tenant_tokens_per_minute; 0 = none).
+	Tenant TenantLimits
+	// Tenants overrides the limits of named tenants (tenants.<name>.*).
+	Tenants map[string]TenantLimits
+	// PriorityRules set a request's priority; the first match wins and beats
+	// the header (priority_rules).
+	PriorityRules []PriorityRule
+	// DefaultPriority is the priority of a request no rule or header sets
+	// (default_priority, 0).
+	DefaultPriority int
+	// PriorityHeader lets clients set their priority with X-LLMLB-Priority
+	// when no rule matches (priority_header, default true).
+	PriorityHeader bool
+}
+
+// TenantLimits are the limits of one tenant; zero means no limit.
+type TenantLimits struct {
+	// MaxConcurrent bounds the tenant's requests admitted and not yet
+	// finished, queued or running (max_concurrent).
+	MaxConcurrent int
+	// TokensPerMinute bounds the tenant's estimated tokens (prompt plus
+	// output) admitted per minute, with a burst of one minute's worth
+	// (tokens_per_minute).
+	TokensPerMinute int
+}
+
+// PriorityRule gives Priority to requests matching every non-empty field.
+type PriorityRule struct {
+	Model    string // model (exact)
+	Tenant   string // tenant (exact)
+	APIKey   string // api_key (exact)
+	Priority int    // priority; below zero is sheddable
+}
+
+// Defaults of the flow_control section.
+const (
+	DefaultMaxQueued      = 10_000
+	DefaultMaxQueuedBytes = 256 << 20
+	DefaultMaxQueueTime   = 60 * time.Second
+	DefaultMaxTenants     = 10_000
+)
+
+// DefaultConfig returns the defaults: on, bounded, no tenant limits.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:        true,
+		MaxQueued:      DefaultMaxQueued,
+		MaxQueuedBytes: DefaultMaxQueuedBytes,
+		MaxQueueTime:   DefaultMaxQueueTime,
+		MaxTenants:     DefaultMaxTenants,
+		PriorityHeader: true,
+	}
+}
+
+// Validate reports every invalid setting, naming its key under flow_control.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("flowcontrol: flow_control."+format, args...))
+	}
+	if c.MaxQueued < 1 {
+		bad("max_queued: must be >= 1, got %d", c.MaxQueued)
+	}
+	if c.MaxQueuedBytes < 1 {
+		bad("max_queued_bytes: must be >= 1, got %d", c.MaxQueuedBytes)
+	}
+	if c.MaxQueueTime <= 0 {
+		bad("max_queue_time: must be > 0, got %s", c.MaxQueueTime)
+	}
+	if c.MaxTenants < 1 {
+		bad("max_tenants: must be >= 1, got %d", c.MaxTenants)
+	}
+	checkLimits := func(prefix string, l TenantLimits) {
+		if l.MaxConcurrent < 0 {
+			bad("%smax_concurrent: must be >= 0, got %d", prefix, l.MaxConcurrent)
+		}
+		if l.TokensPerMinute < 0 {
+			bad("%stokens_per_minute: must be >= 0, got %d", prefix, l.TokensPerMinute)
+		}
+	}
+	checkLimits("tenant_", c.Tenant)
+	names := make([]string, 0, len(c.Tenants))
+	for name := range c.Tenants {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		checkLimits("tenants."+name+".", c.Tenants[name])
+	}
+	for i, r := range c.PriorityRules {
+		if r.Model == "" && r.Tenant == "" && r.APIKey == "" {
+			bad("priority_rules[%d]: needs model, tenant or api_key", i)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// limitsFor returns the limits of the named tenant.
+func (c Config) limitsFor(name string) TenantLimits {
+	if l, ok := c.Tenants[name]; ok {
+		return l
+	}
+	return c.Tenant
+}
+
+// ErrBadPriority reports an X-LLMLB-Priority header that is not an integer.
+var ErrBadPriority = errors.New("flowcontrol: priority header is not an integer")
+
+// Priority returns a request's priority: the first matching rule, else the
+// header (when PriorityHeader allows it and it is set), else DefaultPriority.
+// A malformed header returns ErrBadPriority with the priority the request
+// would have had without it, so the shell may refuse it or go on.
+func (c Config) Priority(model, tenant, apiKey, header string) (int, error) {
+	for _, r := range c.PriorityRules {
+		if (r.Model == "" || r.Model == model) && (r.Tenant == "" || r.Tenant == tenant) &&
+			(r.APIKey == "" || r.APIKey == apiKey) {
+			return r.Priority, nil
+		}
+	}
+	header = strings.TrimSpace(header)
+	if !c.PriorityHeader || header == "" {
+		return c.DefaultPriority, nil
+	}
+	p, err := strconv.Atoi(header)
+	if err != nil {
+		return c.DefaultPriority, fmt.Errorf("%w: %q", ErrBadPriority, header)
+	}
+	return p, nil
+}
