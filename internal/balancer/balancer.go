@@ -102,6 +102,13 @@ type ReplicaStatus struct {
 	PrefillRate       float64 `json:"prefill_tokens_per_second"`
 	DecodeStepSeconds float64 `json:"decode_step_seconds"`
 	PendingPrefill    float64 `json:"pending_prefill_tokens"`
+
+	// Flow control's view (SaturationConfig): the running-slot limit,
+	// configured or learned (0: not known yet), the requests the replica
+	// holds (running and waiting), and whether that makes it full.
+	MaxRunning float64 `json:"max_running"`
+	Occupancy  float64 `json:"occupancy"`
+	Full       bool    `json:"full"`
 }
 
 // Alert is one alert of SPEC s5.
@@ -157,6 +164,8 @@ type replica struct {
 	pendingRequests  int
 	prefillBusyUntil time.Time
 	rates            learnedRates
+
+	cap capacity // running-slot limit and occupancy (capacity.go)
 }
 
 // effective returns the effective load of SPEC s2.2 (incident 2: the WLC
@@ -344,6 +353,12 @@ func (b *Balancer) Models() []string {
 // Health changes with time only through Tick, ObserveScrape and Release.
 // p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
+	return b.choose(p, now, exclude, false)
+}
+
+// choose is Select; roomOnly offers the policy only replicas that are not
+// full (Dispatch), or all of them when every one is.
+func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly bool) (*Reservation, error) {
 	if p == nil {
 		return nil, errors.New("balancer: nil request profile")
 	}
@@ -355,7 +370,10 @@ func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reserv
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
 	// probing.max_in_flight). EJECTED replicas get no traffic.
-	known, err := b.pool(p.Model, exclude, now)
+	known, err := b.pool(p.Model, exclude, now, roomOnly)
+	if err == nil && roomOnly && len(b.cands) == 0 {
+		known, err = b.pool(p.Model, exclude, now, false)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +426,7 @@ func (b *Balancer) explain(c *policy.Choice) {
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
 // how many known replicas serve the model and may be tried at all.
-func (b *Balancer) pool(model string, exclude []string, now time.Time) (known int, err error) {
+func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly bool) (known int, err error) {
 	b.cands, b.candReps = b.cands[:0], b.candReps[:0]
 	servedBy := 0
 	// The fleet's learned values, once for all candidates.
@@ -427,6 +445,9 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time) (known in
 		known++
 		state := r.health.State()
 		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
+			continue
+		}
+		if roomOnly && b.full(r) {
 			continue
 		}
 		running, waiting := r.effective()
@@ -555,6 +576,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		KVCacheTokens: min(sane(snap.KVCacheTokens), maxKVCacheTokens)}
+	r.cap.observe(r.snap, r.inFlight+r.peerInFlight)
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }
@@ -612,6 +634,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
+			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

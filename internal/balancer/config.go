@@ -26,6 +26,9 @@ type Config struct {
 	Health  health.Config
 	Probing ProbingConfig
 	Alerts  AlertsConfig
+	// Saturation says when a pool is saturated (routing.saturation.*),
+	// flow control's signal to hold requests.
+	Saturation SaturationConfig
 
 	// Seed seeds the random pick of step 5 (fallback) so that a benchmark
 	// run is deterministic (seed: 0 means a fixed default seed).
@@ -59,11 +62,12 @@ type AlertsConfig struct {
 // policy (policy.DefaultName).
 func DefaultConfig() Config {
 	return Config{
-		Policy:   policy.DefaultName,
-		Settings: policy.DefaultSettings(),
-		Load:     LoadConfig{TokenUnit: 1000, MinWeight: 1},
-		Health:   health.Default(),
-		Probing:  ProbingConfig{MaxInFlight: 2},
+		Policy:     policy.DefaultName,
+		Settings:   policy.DefaultSettings(),
+		Load:       LoadConfig{TokenUnit: 1000, MinWeight: 1},
+		Health:     health.Default(),
+		Probing:    ProbingConfig{MaxInFlight: 2},
+		Saturation: DefaultSaturationConfig(),
 		Alerts: AlertsConfig{
 			ImbalanceIndex: 3,
 			ImbalanceFor:   5 * time.Minute,
@@ -94,6 +98,9 @@ func (c Config) Validate() error {
 		bad("load.min_weight", "> 0", c.Load.MinWeight)
 	}
 	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Saturation.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Probing.MaxInFlight < 1 {

@@ -1,0 +1,132 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fleet returns a balancer over replicas a and b serving model m, each seen
+// running 2 with 1 waiting on two scrapes: their limit is learned as 2 and
+// with one request of headroom they are full.
+func fleet(t *testing.T) *balancer.Balancer {
+	t.Helper()
+	b, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := b.AddReplica(balancer.ReplicaSpec{Name: name, URL: "http://" + name, Models: []string{"m"}}, t0); err != nil {
+			t.Fatal(err)
+		}
+		b.ObserveScrape(name, balancer.Snapshot{Running: 2, Waiting: 1}, nil, t0)
+		b.ObserveScrape(name, balancer.Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(time.Second))
+	}
+	return b
+}
+
+func TestGateHoldsAtSaturationAndDispatchesLate(t *testing.T) {
+	b := fleet(t)
+	if !b.Saturated("m", t0) {
+		t.Fatal("a pool of full replicas is not saturated")
+	}
+	g := New(b, flowcontrol.DefaultConfig())
+	now := t0.Add(2 * time.Second)
+	reqs := []*Request{
+		{ID: 1, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "x"},
+		{ID: 2, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "x", Priority: 5},
+		{ID: 3, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "y", Priority: -1},
+	}
+	for i, r := range reqs {
+		d, err := g.Admit(r, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := flowcontrol.Queued
+		if i == 2 {
+			want = flowcontrol.Refused // sheddable at saturation
+		}
+		if d.Outcome != want {
+			t.Fatalf("request %d: %v, want %v", r.ID, d.Outcome, want)
+		}
+	}
+	if got := g.Pump(now); len(got) != 0 {
+		t.Fatalf("pumped %d with every replica full", len(got))
+	}
+	// b's scrape shows its queue gone: it has room for one.
+	later := now.Add(300 * time.Millisecond)
+	b.ObserveScrape("b", balancer.Snapshot{Running: 2}, nil, later)
+	got := g.Pump(later)
+	if len(got) != 1 || got[0].Request.ID != 2 || got[0].Err != nil || got[0].Res.Replica != "b" {
+		t.Fatalf("pump = %+v, want the priority-5 request on b", got)
+	}
+	if got[0].Waited != 300*time.Millisecond {
+		t.Errorf("waited %v, want 300ms", got[0].Waited)
+	}
+	if len(g.Pump(later)) != 0 {
+		t.Fatal("b took a second request beyond its room")
+	}
+	// The other waiter's client goes away: it leaves at once.
+	if !g.Remove(reqs[0]) || g.Len() != 0 {
+		t.Fatalf("Remove failed or %d still waiting", g.Len())
+	}
+	b.Release(got[0].Res, balancer.OutcomeOK, later)
+	g.Done(got[0].Request, later)
+}
+
+func TestGateUnsaturatedDispatchesAtOnce(t *testing.T) {
+	b, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveScrape("a", balancer.Snapshot{Running: 40}, nil, t0) // limit not known: never full
+	g := New(b, flowcontrol.DefaultConfig())
+	for i := range 100 {
+		d, err := g.Admit(&Request{ID: uint64(i), Profile: &balancer.Profile{Model: "m"}, Priority: -1}, t0)
+		if err != nil || d.Outcome != flowcontrol.Dispatch {
+			t.Fatalf("request %d: %v %v, want dispatch", i, d, err)
+		}
+	}
+}
+
+func TestGateExpiresAndDrains(t *testing.T) {
+	b := fleet(t)
+	cfg := flowcontrol.DefaultConfig()
+	cfg.MaxQueueTime = time.Second
+	g := New(b, cfg)
+	for i := range 3 {
+		if d, _ := g.Admit(&Request{ID: uint64(i), Profile: &balancer.Profile{Model: "m"}}, t0.Add(time.Duration(i)*time.Second)); d.Outcome != flowcontrol.Queued {
+			t.Fatalf("request %d: %v", i, d.Outcome)
+		}
+	}
+	if got := g.Expire(t0.Add(2 * time.Second)); len(got) != 2 {
+		t.Fatalf("expired %d, want the 2 that waited 1s", len(got))
+	}
+	if got := g.Drain(); len(got) != 1 || g.Len() != 0 {
+		t.Fatalf("drained %d, %d left", len(got), g.Len())
+	}
+}
+
+func TestGateBoundsQueuesByModel(t *testing.T) {
+	b, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a"}, t0); err != nil { // serves any model
+		t.Fatal(err)
+	}
+	g := New(b, flowcontrol.DefaultConfig())
+	for i := range maxQueues + 50 {
+		g.Admit(&Request{ID: uint64(i), Profile: &balancer.Profile{Model: string(rune('a'+i%26)) + string(rune(i))}}, t0)
+	}
+	if n := len(g.Stats(t0)); n > maxQueues {
+		t.Fatalf("%d queues, want at most %d", n, maxQueues)
+	}
+}

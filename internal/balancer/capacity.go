@@ -1,0 +1,157 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/health"
+)
+
+// SaturationConfig says when a replica is full and a pool of replicas is
+// saturated: the signal flow control holds requests on (package
+// flowcontrol). A replica is full when the requests it holds (running plus
+// waiting in its own queue, as last scraped and kept current with this
+// balancer's own sends and ends since) reach its running-slot limit plus a
+// little headroom; a pool is saturated when every replica that could take
+// the request is full.
+type SaturationConfig struct {
+	// MaxRunning is every replica's running-slot limit (vLLM's
+	// --max-num-seqs) when the operator knows it: saturation.max_running,
+	// 0 (the default) learns each replica's own from its scrapes: the
+	// number running while requests wait in its queue for two scrapes in a
+	// row, raised whenever more run with none waiting.
+	MaxRunning int
+	// Headroom is how far beyond its limit a replica's own queue may grow
+	// before the balancer holds further requests, as a fraction of the
+	// limit, at least one request (saturation.headroom, 0.125). A request
+	// waiting in the engine starts the moment a slot frees; one more lets a
+	// limit learned too low (a plateau set by a full KV cache) grow back.
+	Headroom float64
+}
+
+// DefaultSaturationConfig returns the defaults: limits learned, headroom
+// an eighth of the limit.
+func DefaultSaturationConfig() SaturationConfig {
+	return SaturationConfig{Headroom: 0.125}
+}
+
+// Validate names the bad key relative to the routing section.
+func (c SaturationConfig) Validate() error {
+	var errs []error
+	if c.MaxRunning < 0 {
+		errs = append(errs, fmt.Errorf("saturation.max_running: must be >= 0 (0 learns it), got %d", c.MaxRunning))
+	}
+	if !(c.Headroom >= 0 && c.Headroom <= 4) {
+		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-4 (a fraction of the running limit), got %v", c.Headroom))
+	}
+	return errors.Join(errs...)
+}
+
+// capacity is what the balancer learns of a replica's running-slot limit
+// and how many requests it holds, guarded by the balancer's lock.
+type capacity struct {
+	learned    float64 // running-slot limit learned from scrapes (0: not yet)
+	waitStreak int     // consecutive scrapes with requests waiting
+	atScrape   int     // own + peer in-flight requests at the last scrape
+}
+
+// observe learns from a successful scrape; sent is the replica's own plus
+// peers' in-flight requests at that moment.
+func (c *capacity) observe(snap Snapshot, sent int) {
+	c.atScrape = sent
+	if snap.Waiting >= 1 {
+		// Requests wait although some run: the engine runs all it can.
+		// One scrape may catch a request between arrival and the next
+		// engine step, so the plateau counts from the second in a row.
+		c.waitStreak++
+		if c.waitStreak >= 2 && snap.Running >= 1 {
+			c.learned = snap.Running
+		}
+		return
+	}
+	c.waitStreak = 0
+	if c.learned > 0 && snap.Running > c.learned {
+		c.learned = snap.Running // more ran with none waiting: the limit is higher
+	}
+}
+
+// limit returns the replica's running-slot limit: configured, else
+// learned, else 0 (not known: the replica is never full).
+func (b *Balancer) limit(r *replica) float64 {
+	if b.cfg.Saturation.MaxRunning > 0 {
+		return float64(b.cfg.Saturation.MaxRunning)
+	}
+	return r.cap.learned
+}
+
+// occupancy is the requests the replica holds now, running or waiting in
+// its own queue: the last scrape's, moved by what this balancer and its
+// peers sent and saw end since, and never below their own in-flight.
+func (r *replica) occupancy() float64 {
+	sent := r.inFlight + r.peerInFlight
+	scraped := r.snap.Running + r.snap.Waiting + float64(sent-r.cap.atScrape)
+	return max(float64(sent), scraped)
+}
+
+// full reports whether the replica holds as many requests as it can run
+// plus the headroom of its own queue.
+func (b *Balancer) full(r *replica) bool {
+	limit := b.limit(r)
+	if limit <= 0 {
+		return false
+	}
+	return r.occupancy() >= limit+max(1, math.Floor(limit*b.cfg.Saturation.Headroom))
+}
+
+// routable reports whether step 1 of Select would offer the replica for
+// model (exclusions aside).
+func (b *Balancer) routable(r *replica, model string) bool {
+	if !r.serves(model) || r.draining || !r.fallbackOK() {
+		return false
+	}
+	st := r.health.State()
+	return st == health.Live || (st == health.Probing && r.inFlight < b.cfg.Probing.MaxInFlight)
+}
+
+// Saturated reports whether every replica that could take a request for
+// model is full (SaturationConfig). A pool with no routable replica is not
+// saturated: such a request fails (or falls back) at once instead of
+// waiting for a fleet that may not come back.
+func (b *Balancer) Saturated(model string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refreshPeers(now)
+	some := false
+	for _, r := range b.replicas {
+		if !b.routable(r, model) {
+			continue
+		}
+		if !b.full(r) {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
+// Dispatch is Select for a request flow control held: the policy chooses
+// among the replicas that have room only (late binding: the first replica
+// that frees up takes the request). With none, it chooses as Select does.
+func (b *Balancer) Dispatch(p *Profile, now time.Time) (*Reservation, error) {
+	return b.choose(p, now, nil, true)
+}
+
+// Serves reports whether some replica serves model (one whose models are
+// not known yet serves every model).
+func (b *Balancer) Serves(model string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.replicas {
+		if r.serves(model) {
+			return true
+		}
+	}
+	return false
+}
