@@ -53,6 +53,7 @@ func (c SaturationConfig) Validate() error {
 // and how many requests it holds, guarded by the balancer's lock.
 type capacity struct {
 	learned    float64 // running-slot limit learned from scrapes (0: not yet)
+	free       float64 // the most seen running with none waiting
 	waitStreak int     // consecutive scrapes with requests waiting
 	atScrape   int     // own + peer in-flight requests at the last scrape
 }
@@ -64,14 +65,18 @@ func (c *capacity) observe(snap Snapshot, sent int) {
 	if snap.Waiting >= 1 {
 		// Requests wait although some run: the engine runs all it can.
 		// One scrape may catch a request between arrival and the next
-		// engine step, so the plateau counts from the second in a row.
+		// engine step (or behind a step's token budget), so the plateau
+		// counts from the second in a row, and never below what the
+		// replica has run with none waiting: a lower plateau is a full KV
+		// cache or a transient, not the slot limit.
 		c.waitStreak++
 		if c.waitStreak >= 2 && snap.Running >= 1 {
-			c.learned = snap.Running
+			c.learned = max(snap.Running, c.free)
 		}
 		return
 	}
 	c.waitStreak = 0
+	c.free = max(c.free, snap.Running)
 	if c.learned > 0 && snap.Running > c.learned {
 		c.learned = snap.Running // more ran with none waiting: the limit is higher
 	}

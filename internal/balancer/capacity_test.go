@@ -28,6 +28,13 @@ func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 	if limit() != 6 {
 		t.Fatalf("limit %v after 6 ran with none waiting, want 6", limit())
 	}
+	// A lower plateau (a full KV cache) does not lower it below what ran
+	// with none waiting.
+	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 4}, nil, at(6))
+	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 4}, nil, at(7))
+	if limit() != 6 {
+		t.Fatalf("limit %v after a plateau of 3 below a free 6, want 6", limit())
+	}
 
 	cfg := b.Config()
 	cfg.Saturation.MaxRunning = 16
