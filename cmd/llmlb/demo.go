@@ -16,6 +16,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/policy"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/server"
 	"github.com/llmlb/llmlb/internal/simreplica"
 	"github.com/llmlb/llmlb/internal/traffic"
@@ -195,7 +196,7 @@ func (o demoOptions) config() (config.Config, error) {
 	// mutations are open so that curl can add, drain and remove replicas;
 	// elsewhere they stay disabled (config.Admin).
 	cfg.AdminListen = o.adminListen
-	cfg.Admin.AllowUnauthenticatedMutations = config.IsLoopback(o.adminListen)
+	cfg.Admin.AllowUnauthenticatedMutations = replicaurl.IsLoopback(o.adminListen)
 	if o.policy != "" {
 		cfg.Routing.Policy = o.policy
 		if err := cfg.Routing.Validate(); err != nil {

@@ -26,8 +26,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/openai"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 )
 
 // Fleet performs the fleet mutations; the server implements it so that an
@@ -113,7 +113,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	opts.PinsLimit = min(opts.PinsLimit, MaxPinsPage)
 	h := &Handler{opts: opts, log: opts.Logger, now: opts.Now, cop: http.NewCrossOriginProtection(),
-		loopback: config.IsLoopback(opts.Listen)}
+		loopback: replicaurl.IsLoopback(opts.Listen)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -373,9 +373,9 @@ func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("replica %q already exists", spec.Name))
 		return
 	}
-	key := config.ReplicaURLKey(spec.URL)
+	key := replicaurl.Key(spec.URL)
 	for _, other := range h.opts.Balancer.Replicas(h.now()) {
-		if config.ReplicaURLKey(other.URL) == key {
+		if replicaurl.Key(other.URL) == key {
 			writeError(w, http.StatusConflict, fmt.Sprintf("url %q is already replica %q; list each server once", spec.URL, other.Name))
 			return
 		}
@@ -396,7 +396,7 @@ func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
 // name charset, a root http(s) URL without credentials, query or fragment);
 // the name defaults to the URL's host:port.
 func specOf(req addRequest) (balancer.ReplicaSpec, error) {
-	if problems := config.CheckReplicaURL(req.URL); len(problems) > 0 {
+	if problems := replicaurl.Check(req.URL); len(problems) > 0 {
 		return balancer.ReplicaSpec{}, fmt.Errorf("admin: url: %s", strings.Join(problems, "; "))
 	}
 	name := req.Name
@@ -404,7 +404,7 @@ func specOf(req addRequest) (balancer.ReplicaSpec, error) {
 		u, _ := url.Parse(req.URL)
 		name = u.Host
 	}
-	if err := config.CheckReplicaName(name); err != nil {
+	if err := replicaurl.CheckName(name); err != nil {
 		return balancer.ReplicaSpec{}, fmt.Errorf("admin: name: %w", err)
 	}
 	for i, m := range req.Models {

@@ -1,16 +1,22 @@
 // Package config is llmlb's YAML configuration: plain data with the seeds'
 // values as defaults, strict parsing (an unknown key is an error naming the key
-// and its line) and a Validate that explains every error.
+// and its line) and a Validate that explains every error. A section that
+// belongs to one subsystem (routing, request, discovery, proxy, state) is
+// that package's Config type, with its defaults and validation; this
+// package assembles the sections, reads and writes the file and reports
+// the errors, and the packages below the server do not import it.
 package config
 
 import (
 	"log/slog"
-	"net/http"
 	"net/url"
 	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/discovery"
+	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 )
@@ -22,13 +28,13 @@ type Config struct {
 	AdminToken  string // admin_token: bearer token for admin mutations and /admin/pins ("" = none); admin_token_env names an env var
 	Admin       Admin  // admin: allowed_hosts, allow_unauthenticated_mutations
 
-	Replicas  []Replica // replicas
-	Discovery Discovery // discovery: where else replicas come from (static, kubernetes, dns, gpustack)
+	Replicas  []Replica        // replicas
+	Discovery discovery.Config // discovery: where else replicas come from (static, kubernetes, dns, gpustack)
 
 	Routing balancer.Config // routing: policy, load, affinity, health, probing, alerts
 	Request request.Config  // request: session_headers, session_body_fields, tenant_headers, prefix_chars, default_output_tokens
 	Scrape  Scrape          // scrape
-	Proxy   Proxy           // proxy
+	Proxy   proxy.Config    // proxy
 	Server  Server          // server
 	Log     Log             // log
 
@@ -89,22 +95,6 @@ type Scrape struct {
 	Metrics string
 }
 
-// Proxy configures request handling.
-type Proxy struct {
-	MaxBodyBytes      int64         // proxy.max_body_bytes (32 MiB)
-	MaxAttempts       int           // proxy.max_attempts: tries before the first byte, on distinct replicas (3)
-	RouteHeaders      bool          // proxy.route_headers: X-LLMLB-Replica / X-LLMLB-Route (true)
-	ConnectTimeout    time.Duration // proxy.connect_timeout (5s)
-	FirstByteTimeout  time.Duration // proxy.first_byte_timeout: response headers deadline (10m; 504 after)
-	PassAuthorization bool          // proxy.pass_authorization: forward the client's Authorization when the replica has no api_key (true)
-	StreamIdleTimeout time.Duration // proxy.stream_idle_timeout: longest silence of a replica during a stream, and before the answer to a streaming request (60s)
-	// RetryStatuses are the replica answers tried again on another replica
-	// (within max_attempts) instead of passed to the client: a replica that
-	// is busy or unavailable answers them before computing anything
-	// (proxy.retry_statuses: 429, 502, 503).
-	RetryStatuses []int
-}
-
 // Server configures the listeners' lifecycle.
 type Server struct {
 	ReadHeaderTimeout time.Duration // server.read_header_timeout (10s)
@@ -129,7 +119,7 @@ func Default() Config {
 		Listen:      ":8080",
 		AdminListen: "127.0.0.1:9090",
 		Admin:       Admin{AllowedHosts: []string{}},
-		Discovery:   DefaultDiscovery(),
+		Discovery:   discovery.DefaultConfig(),
 		Routing:     routing,
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{
@@ -140,16 +130,7 @@ func Default() Config {
 			ModelsInterval: 30 * time.Second,
 			Metrics:        MetricsAuto,
 		},
-		Proxy: Proxy{
-			MaxBodyBytes:      32 << 20,
-			MaxAttempts:       3,
-			RouteHeaders:      true,
-			ConnectTimeout:    5 * time.Second,
-			FirstByteTimeout:  10 * time.Minute,
-			PassAuthorization: true,
-			StreamIdleTimeout: 60 * time.Second,
-			RetryStatuses:     []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable},
-		},
+		Proxy: proxy.DefaultConfig(),
 		Server: Server{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadBodyTimeout:   60 * time.Second,
@@ -187,7 +168,7 @@ func redactPassword(raw string) string {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return redactURL(raw)
+		return replicaurl.Redact(raw)
 	}
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), redacted)

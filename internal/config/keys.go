@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/keyname"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 )
@@ -18,8 +19,8 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 	configType   = reflect.TypeFor[Config]()
 	replicaType  = reflect.TypeFor[Replica]()
-	discoType    = reflect.TypeFor[Discovery]()
-	gpustackType = reflect.TypeFor[Gpustack]()
+	discoType    = reflect.TypeFor[discovery.Config]()
+	gpustackType = reflect.TypeFor[discovery.GPUStackConfig]()
 	stateType    = reflect.TypeFor[sharedstate.Config]()
 )
 
@@ -121,45 +122,4 @@ func join(prefix, key string) string {
 		return key
 	}
 	return prefix + "." + key
-}
-
-// suggest returns the closest of candidates to key, or "" when none is
-// close enough to be a likely typo.
-func suggest(key string, candidates []string) string {
-	maxD := min(max(len(key)/3, 1), 3)
-	best, bestD := "", maxD+1
-	for _, c := range candidates {
-		if d := distance(key, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// distance is the Levenshtein distance (with adjacent transpositions).
-func distance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 1 << 30
-	}
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/llmlb/llmlb/internal/keyname"
 	"gopkg.in/yaml.v3"
 )
 
@@ -358,7 +359,7 @@ func (d *decoder) merge(n *yaml.Node, v reflect.Value, path string) {
 // hint suggests the likely intended key: a close sibling, or the same key
 // at another place ("session_ttl" at the top -> routing.affinity.session_ttl).
 func (d *decoder) hint(key string, siblings []string, path string) string {
-	if s := suggest(key, siblings); s != "" {
+	if s := keyname.Suggest(key, siblings); s != "" {
 		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	var elsewhere []string

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/keyname"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 )
 
 // Validate reports every problem of the configuration at once
@@ -22,7 +25,7 @@ func (c Config) Validate() error {
 		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
 	}
 	v.replicas(c.Replicas)
-	v.discovery(c.Discovery)
+	v.section(c.Discovery.Validate())
 	v.secret("admin_token", c.AdminToken)
 	v.admin(c)
 
@@ -36,17 +39,7 @@ func (c Config) Validate() error {
 	v.positive("scrape.models_interval", s.ModelsInterval)
 	v.oneOf("scrape.metrics", s.Metrics, MetricsModes...)
 
-	p := c.Proxy
-	v.positiveInt("proxy.max_body_bytes", p.MaxBodyBytes)
-	v.positiveInt("proxy.max_attempts", int64(p.MaxAttempts))
-	v.positive("proxy.connect_timeout", p.ConnectTimeout)
-	v.positive("proxy.first_byte_timeout", p.FirstByteTimeout)
-	v.positive("proxy.stream_idle_timeout", p.StreamIdleTimeout)
-	for i, s := range p.RetryStatuses {
-		if s < 400 || s > 599 {
-			v.add(fmt.Sprintf("proxy.retry_statuses[%d]", i), "%d is not an error status (400-599): only a replica's refusal is tried elsewhere", s)
-		}
-	}
+	v.section(c.Proxy.Validate())
 
 	sv := c.Server
 	v.positive("server.read_header_timeout", sv.ReadHeaderTimeout)
@@ -101,6 +94,20 @@ func (v *validator) add(key, format string, args ...any) {
 	v.errs = append(v.errs, &Error{Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
+// section reports the problems a package found in the section it owns
+// (discovery, proxy): each *keyname.Error as an *Error under its key, like
+// the problems found here.
+func (v *validator) section(err error) {
+	for _, e := range leaves(err) {
+		var ke *keyname.Error
+		if errors.As(e, &ke) {
+			v.add(ke.Key, "%s", ke.Msg)
+		} else {
+			v.errs = append(v.errs, fmt.Errorf("config: %w", e))
+		}
+	}
+}
+
 func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.add(key, "must be > 0, got %s", d)
@@ -122,7 +129,7 @@ func (v *validator) oneOf(key, val string, allowed ...string) {
 		}
 	}
 	hint := ""
-	if s := suggest(val, allowed); s != "" {
+	if s := keyname.Suggest(val, allowed); s != "" {
 		hint = fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	v.add(key, "%q is not one of %s%s", val, strings.Join(allowed, ", "), hint)
@@ -145,7 +152,7 @@ func (v *validator) address(key, addr string) {
 	}
 }
 
-// replicas checks names (CheckReplicaName), URLs (CheckReplicaURL), that
+// replicas checks names (replicaurl.CheckName), URLs (replicaurl.Check), that
 // no two replicas share a name or a URL, model lists and metrics modes.
 func (v *validator) replicas(rs []Replica) {
 	seen := make(map[string]int, len(rs))
@@ -156,7 +163,7 @@ func (v *validator) replicas(rs []Replica) {
 		case r.Name == "" && r.URL != "" && defaultName(r.URL) == "":
 			// the name would come from the URL, which is reported below
 		default:
-			if err := CheckReplicaName(r.Name); err != nil {
+			if err := replicaurl.CheckName(r.Name); err != nil {
 				v.add(key+".name", "%s", err)
 			}
 		}
@@ -165,15 +172,15 @@ func (v *validator) replicas(rs []Replica) {
 		} else {
 			seen[r.Name] = i
 		}
-		problems := CheckReplicaURL(r.URL)
+		problems := replicaurl.Check(r.URL)
 		for _, p := range problems {
 			v.add(key+".url", "%s", p)
 		}
 		if len(problems) == 0 {
-			if first, dup := urls[ReplicaURLKey(r.URL)]; dup {
+			if first, dup := urls[replicaurl.Key(r.URL)]; dup {
 				v.add(key+".url", "%q is also the URL of replicas[%d] (%q); list each server once", r.URL, first, rs[first].Name)
 			} else {
-				urls[ReplicaURLKey(r.URL)] = i
+				urls[replicaurl.Key(r.URL)] = i
 			}
 		}
 		v.secret(key+".api_key", r.APIKey)
@@ -196,7 +203,7 @@ func (v *validator) replicas(rs []Replica) {
 // admin checks the admin section: host names without scheme, path or
 // spaces, and the unauthenticated opt-in only on a loopback listener.
 func (v *validator) admin(c Config) {
-	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken == "" && c.AdminListen != "" && !IsLoopback(c.AdminListen) {
+	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken == "" && c.AdminListen != "" && !replicaurl.IsLoopback(c.AdminListen) {
 		v.add("admin.allow_unauthenticated_mutations", "only allowed with admin_listen on a loopback address "+
 			"(127.0.0.1, ::1, localhost), got %q: anyone on the network could add a replica and receive clients' keys; set admin_token", c.AdminListen)
 	}

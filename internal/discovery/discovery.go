@@ -20,12 +20,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 )
 
 // Target is one replica a source wants in the fleet.
 type Target struct {
-	Name   string   // replica name (CheckReplicaName's charset)
+	Name   string   // replica name (replicaurl.CheckName's charset)
 	URL    string   // server root, http(s)://host:port
 	Models []string // served models; empty: learned from /v1/models
 }
@@ -238,7 +238,7 @@ func sameTarget(a, b Target) bool {
 }
 
 // New builds the source configured in d (nil for static).
-func New(d config.Discovery, logger *slog.Logger) (Source, error) {
+func New(d Config, logger *slog.Logger) (Source, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -259,7 +259,7 @@ func New(d config.Discovery, logger *slog.Logger) (Source, error) {
 // valid name and unique enough (a pod or instance name reads better in
 // metrics than an address).
 func targetName(preferred, host string, port int) string {
-	if preferred != "" && config.CheckReplicaName(preferred) == nil {
+	if preferred != "" && replicaurl.CheckName(preferred) == nil {
 		return preferred
 	}
 	return net.JoinHostPort(host, strconv.Itoa(port))

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // Resolver is the part of *net.Resolver the DNS source uses (tests inject a fake).
@@ -21,13 +19,13 @@ type Resolver interface {
 // DNS discovers replicas from the A/AAAA or SRV records of a headless
 // service, resolved again every interval.
 type DNS struct {
-	cfg      config.DNS
+	cfg      DNSConfig
 	resolver Resolver
 	log      *slog.Logger
 }
 
 // NewDNS returns a DNS source for cfg using resolver.
-func NewDNS(cfg config.DNS, resolver Resolver, logger *slog.Logger) *DNS {
+func NewDNS(cfg DNSConfig, resolver Resolver, logger *slog.Logger) *DNS {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // fakeResolver answers from fields the test changes between resolutions.
@@ -55,13 +53,13 @@ func (r *fakeResolver) set(ips []string, err error) {
 func TestDNSResolve(t *testing.T) {
 	cases := []struct {
 		name string
-		cfg  config.DNS
+		cfg  DNSConfig
 		res  *fakeResolver
 		want []Target
 	}{
 		{
 			name: "A and AAAA records at the configured port",
-			cfg:  config.DNS{Name: "vllm.ns.svc", Record: "a", Port: 8000, Scheme: "http", Models: []string{"m"}},
+			cfg:  DNSConfig{Name: "vllm.ns.svc", Record: "a", Port: 8000, Scheme: "http", Models: []string{"m"}},
 			res:  &fakeResolver{ips: []string{"10.0.0.2", "10.0.0.1", "fd00::1", "10.0.0.1"}},
 			want: []Target{
 				{Name: "10.0.0.1:8000", URL: "http://10.0.0.1:8000", Models: []string{"m"}},
@@ -71,7 +69,7 @@ func TestDNSResolve(t *testing.T) {
 		},
 		{
 			name: "SRV records carry host and port",
-			cfg:  config.DNS{Name: "_http._tcp.vllm.ns.svc", Record: "srv", Scheme: "https"},
+			cfg:  DNSConfig{Name: "_http._tcp.vllm.ns.svc", Record: "srv", Scheme: "https"},
 			res: &fakeResolver{srvs: []*net.SRV{
 				{Target: "vllm-1.vllm.ns.svc.", Port: 8001},
 				{Target: "vllm-0.vllm.ns.svc.", Port: 8000},
@@ -100,7 +98,7 @@ func TestDNSResolve(t *testing.T) {
 // changes, and keeps the last set through a failed resolution.
 func TestDNSRunReresolves(t *testing.T) {
 	res := &fakeResolver{ips: []string{"10.0.0.1", "10.0.0.2"}}
-	src := NewDNS(config.DNS{Name: "vllm", Record: "a", Port: 8000, Scheme: "http", Interval: time.Millisecond}, res, nil)
+	src := NewDNS(DNSConfig{Name: "vllm", Record: "a", Port: 8000, Scheme: "http", Interval: time.Millisecond}, res, nil)
 	sets := make(chan []Target)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // errNotFound marks an API version the GPUStack server does not have.
@@ -27,14 +25,14 @@ var errNotFound = errors.New("discovery: gpustack: API not found")
 // the served model name). It asks API v2 (GPUStack 2.x) first and falls
 // back to v1 when the server answers 404 there.
 type GPUStack struct {
-	cfg    config.Gpustack
+	cfg    GPUStackConfig
 	client *http.Client
 	log    *slog.Logger
 	v1     atomic.Bool // the server has no v2 API
 }
 
 // NewGPUStack returns a GPUStack source; client nil uses a client with cfg.Timeout.
-func NewGPUStack(cfg config.Gpustack, client *http.Client, logger *slog.Logger) *GPUStack {
+func NewGPUStack(cfg GPUStackConfig, client *http.Client, logger *slog.Logger) *GPUStack {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

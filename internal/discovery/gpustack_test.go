@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // fakeGPUStack serves /v2/model-instances (or only /v1 when v1only), two
@@ -78,7 +76,7 @@ func TestGPUStackPoll(t *testing.T) {
 			fake := &fakeGPUStack{v1only: c.v1only, instances: instances}
 			srv := httptest.NewServer(fake)
 			defer srv.Close()
-			src := NewGPUStack(config.Gpustack{URL: srv.URL + "/", APIKey: "gpustack-key", Scheme: "http", Models: c.models}, srv.Client(), nil)
+			src := NewGPUStack(GPUStackConfig{URL: srv.URL + "/", APIKey: "gpustack-key", Scheme: "http", Models: c.models}, srv.Client(), nil)
 			got, err := src.Poll(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -104,7 +102,7 @@ func TestGPUStackPoll(t *testing.T) {
 func TestGPUStackBadKeyNamesTheKey(t *testing.T) {
 	srv := httptest.NewServer(&fakeGPUStack{})
 	defer srv.Close()
-	_, err := NewGPUStack(config.Gpustack{URL: srv.URL, APIKey: "wrong", Scheme: "http"}, srv.Client(), nil).Poll(context.Background())
+	_, err := NewGPUStack(GPUStackConfig{URL: srv.URL, APIKey: "wrong", Scheme: "http"}, srv.Client(), nil).Poll(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "discovery.gpustack.api_key") {
 		t.Fatalf("err = %v, want one naming discovery.gpustack.api_key", err)
 	}

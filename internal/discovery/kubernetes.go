@@ -23,8 +23,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // KubeClients are the typed clients the Kubernetes source uses. Only the
@@ -42,7 +40,7 @@ type KubeClients struct {
 // endpoints of a Service's EndpointSlices, or the ready pods matching a
 // label selector, at the port named (or numbered) in the config.
 type Kubernetes struct {
-	cfg       config.Kubernetes
+	cfg       KubernetesConfig
 	namespace string
 	clients   KubeClients
 	selector  labels.Selector
@@ -55,7 +53,7 @@ const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namesp
 // NewKubernetes connects with cfg.Kubeconfig, or in-cluster when it is
 // empty. The namespace is cfg.Namespace, else the kubeconfig context's,
 // else the pod's own.
-func NewKubernetes(cfg config.Kubernetes, logger *slog.Logger) (*Kubernetes, error) {
+func NewKubernetes(cfg KubernetesConfig, logger *slog.Logger) (*Kubernetes, error) {
 	if logger != nil {
 		// client-go reports watch failures and retries through klog: send
 		// them to llmlb's structured log instead of bare lines on stderr.
@@ -102,7 +100,7 @@ func NewKubernetes(cfg config.Kubernetes, logger *slog.Logger) (*Kubernetes, err
 }
 
 // NewKubernetesWith builds the source on given clients (tests: a fake clientset).
-func NewKubernetesWith(cfg config.Kubernetes, namespace string, clients KubeClients, logger *slog.Logger) *Kubernetes {
+func NewKubernetesWith(cfg KubernetesConfig, namespace string, clients KubeClients, logger *slog.Logger) *Kubernetes {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -12,8 +12,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -89,7 +87,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 		slice("vllm-abc", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil}, ep{"vllm-1", "10.1.0.11", ptr(true)}, ep{"vllm-2", "10.1.0.12", ptr(false)}),
 		slice("other-xyz", "other", "http", 8000, ep{"other-0", "10.1.0.99", nil}),
 	)
-	src := NewKubernetesWith(config.Kubernetes{Service: "vllm", Port: "http"}, "inference",
+	src := NewKubernetesWith(KubernetesConfig{Service: "vllm", Port: "http"}, "inference",
 		KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil)
 	get := watchSets(t, src)
 	next(t, get, "vllm-0=http://10.1.0.10:8000", "vllm-1=http://10.1.0.11:8000")
@@ -133,7 +131,7 @@ func pod(name, ip string, ready bool, lbl string) *corev1.Pod {
 func TestKubernetesPods(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset(pod("vllm-0", "10.2.0.10", true, "vllm"), pod("vllm-1", "10.2.0.11", false, "vllm"), pod("web-0", "10.2.0.50", true, "web"))
-	src := NewKubernetesWith(config.Kubernetes{LabelSelector: "app=vllm", Port: "http", Scheme: "http", Models: []string{"m"}}, "inference",
+	src := NewKubernetesWith(KubernetesConfig{LabelSelector: "app=vllm", Port: "http", Scheme: "http", Models: []string{"m"}}, "inference",
 		KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil)
 	get := watchSets(t, src)
 	next(t, get, "vllm-0=http://10.2.0.10:8000")
@@ -171,18 +169,18 @@ current-context: ctx
 	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k, err := NewKubernetes(config.Kubernetes{Kubeconfig: path, Service: "vllm", Port: "http"}, nil)
+	k, err := NewKubernetes(KubernetesConfig{Kubeconfig: path, Service: "vllm", Port: "http"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k.namespace != "inference" {
 		t.Errorf("namespace %q, want the context's", k.namespace)
 	}
-	k, err = NewKubernetes(config.Kubernetes{Kubeconfig: path, Namespace: "other", Service: "vllm", Port: "http"}, nil)
+	k, err = NewKubernetes(KubernetesConfig{Kubeconfig: path, Namespace: "other", Service: "vllm", Port: "http"}, nil)
 	if err != nil || k.namespace != "other" {
 		t.Errorf("explicit namespace: %v, %v", k, err)
 	}
-	_, err = NewKubernetes(config.Kubernetes{Kubeconfig: filepath.Join(t.TempDir(), "missing"), Service: "vllm"}, nil)
+	_, err = NewKubernetes(KubernetesConfig{Kubeconfig: filepath.Join(t.TempDir(), "missing"), Service: "vllm"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kubeconfig") {
 		t.Errorf("missing kubeconfig: %v", err)
 	}

@@ -9,8 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/llmlb/llmlb/internal/config"
 )
 
 // TestSourcesDriveTheFleet runs each fake source through a Syncer into a
@@ -28,7 +26,7 @@ func TestSourcesDriveTheFleet(t *testing.T) {
 		"kubernetes": func(t *testing.T) fixture {
 			cs := fake.NewClientset(slice("vllm-abc", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil}, ep{"vllm-1", "10.1.0.11", nil}))
 			return fixture{
-				src:    NewKubernetesWith(config.Kubernetes{Service: "vllm", Port: "http"}, "inference", KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil),
+				src:    NewKubernetesWith(KubernetesConfig{Service: "vllm", Port: "http"}, "inference", KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil),
 				first:  []string{"vllm-0", "vllm-1"},
 				leaves: "vllm-0",
 				remove: func() {
@@ -42,7 +40,7 @@ func TestSourcesDriveTheFleet(t *testing.T) {
 		"dns": func(t *testing.T) fixture {
 			res := &fakeResolver{ips: []string{"10.0.0.1", "10.0.0.2"}}
 			return fixture{
-				src:    NewDNS(config.DNS{Name: "vllm", Record: "a", Port: 8000, Scheme: "http", Interval: time.Millisecond}, res, nil),
+				src:    NewDNS(DNSConfig{Name: "vllm", Record: "a", Port: 8000, Scheme: "http", Interval: time.Millisecond}, res, nil),
 				first:  []string{"10.0.0.1:8000", "10.0.0.2:8000"},
 				leaves: "10.0.0.1:8000",
 				remove: func() { res.set([]string{"10.0.0.2"}, nil) },
@@ -56,7 +54,7 @@ func TestSourcesDriveTheFleet(t *testing.T) {
 			srv := httptest.NewServer(gs)
 			t.Cleanup(srv.Close)
 			return fixture{
-				src:    NewGPUStack(config.Gpustack{URL: srv.URL, APIKey: "gpustack-key", Scheme: "http", Interval: time.Millisecond}, srv.Client(), nil),
+				src:    NewGPUStack(GPUStackConfig{URL: srv.URL, APIKey: "gpustack-key", Scheme: "http", Interval: time.Millisecond}, srv.Client(), nil),
 				first:  []string{"qwen-a", "qwen-b"},
 				leaves: "qwen-a",
 				remove: func() {

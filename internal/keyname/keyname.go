@@ -1,6 +1,8 @@
 // Package keyname derives configuration key names from Go field names, so
 // the YAML keys (package config) and policy parameters (package policy) are
-// spelled the same way.
+// spelled the same way. It also gives the packages that own a section of
+// the configuration what they share with package config when they validate
+// it: problems named by their key (Error) and typo suggestions (Suggest).
 package keyname
 
 import (

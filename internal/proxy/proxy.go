@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/request"
 )
@@ -45,7 +44,7 @@ var (
 	routeKey   = http.CanonicalHeaderKey(HeaderRoute)
 )
 
-// Defaults used when the corresponding config.Proxy field is zero.
+// Defaults used when the corresponding Config field is zero.
 const (
 	DefaultMaxBodyBytes     = 32 << 20
 	DefaultMaxAttempts      = 3
@@ -89,7 +88,7 @@ type Recorder interface {
 type Options struct {
 	Balancer *balancer.Balancer
 	Request  request.Config
-	Proxy    config.Proxy
+	Proxy    Config
 	// APIKey returns the replica's api key ("" = none); nil means none.
 	APIKey func(replica string) string
 	// Transport reaches the replicas; nil means NewTransport(Proxy).
@@ -114,7 +113,7 @@ type Options struct {
 type Proxy struct {
 	bal         *balancer.Balancer
 	reqCfg      request.Config
-	cfg         config.Proxy
+	cfg         Config
 	apiKey      func(string) string
 	metrics     Recorder
 	transitions func([]balancer.Transition)
@@ -243,7 +242,7 @@ func New(opts Options) (*Proxy, error) {
 // NewTransport returns the transport to the replicas: a dial timeout of
 // cfg.ConnectTimeout, a response header deadline of cfg.FirstByteTimeout
 // (504 after it), no HTTP/2 and no transparent compression.
-func NewTransport(cfg config.Proxy) *http.Transport {
+func NewTransport(cfg Config) *http.Transport {
 	connect := cfg.ConnectTimeout
 	if connect <= 0 {
 		connect = DefaultConnectTimeout

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/request"
@@ -62,7 +61,7 @@ type fixture struct {
 	rec *recorder
 }
 
-func newFixture(t *testing.T, cfg config.Proxy, reps ...replica) *fixture {
+func newFixture(t *testing.T, cfg Config, reps ...replica) *fixture {
 	t.Helper()
 	bal, err := balancer.New(balancer.DefaultConfig())
 	if err != nil {
@@ -114,8 +113,8 @@ func (f *fixture) inFlight(t *testing.T) int {
 	return n
 }
 
-func defaultProxyConfig() config.Proxy {
-	return config.Proxy{MaxBodyBytes: 1 << 20, MaxAttempts: 3, RouteHeaders: true, PassAuthorization: true,
+func defaultProxyConfig() Config {
+	return Config{MaxBodyBytes: 1 << 20, MaxAttempts: 3, RouteHeaders: true, PassAuthorization: true,
 		ConnectTimeout: time.Second, FirstByteTimeout: 5 * time.Second}
 }
 

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/llmlb/llmlb/internal/balancer"
-	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 )
 
 // WithDiscovery replaces the discovery source built from the config's
@@ -37,10 +37,10 @@ type discoveryFleet struct{ s *Server }
 // adds the replica with the discovery api key, scraped as scrape.metrics
 // says.
 func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
-	if err := config.CheckReplicaName(t.Name); err != nil {
+	if err := replicaurl.CheckName(t.Name); err != nil {
 		return fmt.Errorf("server: discovered replica: %w", err)
 	}
-	if probs := config.CheckReplicaURL(t.URL); len(probs) > 0 {
+	if probs := replicaurl.Check(t.URL); len(probs) > 0 {
 		return fmt.Errorf("server: discovered replica %s: %s", t.Name, probs[0])
 	}
 	f.s.reloadMu.Lock()

@@ -1,4 +1,9 @@
-package config
+// Package replicaurl holds the rules for the names and addresses llmlb is
+// given: a replica's name and URL are checked the same way wherever the
+// replica comes from (the configuration file, --replica, POST
+// /admin/replicas, discovery), two URLs naming the same server are
+// recognised, and a listen address binding only loopback is told apart.
+package replicaurl
 
 import (
 	"errors"
@@ -25,32 +30,17 @@ func IsLoopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Warnings lists what is valid but risky in c, one sentence each; `llmlb
-// validate` prints them and `llmlb serve` logs them at WARN at start.
-func (c Config) Warnings() []string {
-	var out []string
-	if c.AdminToken == "" && !IsLoopback(c.AdminListen) {
-		out = append(out, fmt.Sprintf("admin_listen %q is reachable from the network and admin_token is not set: "+
-			"/admin/replicas, /admin/pins (session ids) and /metrics are readable by anyone who can connect "+
-			"(mutations stay disabled); set admin_token or listen on 127.0.0.1", c.AdminListen))
-	}
-	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken != "" {
-		out = append(out, "admin.allow_unauthenticated_mutations has no effect: admin_token is set, mutations need it")
-	}
-	return out
-}
-
-// MaxReplicaNameLen bounds a replica name: it is a metrics label value, a
+// MaxNameLen bounds a replica name: it is a metrics label value, a
 // response header (X-LLMLB-Replica) and a path segment of the admin API.
-const MaxReplicaNameLen = 63
+const MaxNameLen = 63
 
-// CheckReplicaName reports why name cannot name a replica, or nil. Names are
+// CheckName reports why name cannot name a replica, or nil. Names are
 // ASCII letters, digits and . _ : - (plus [ ] for a default name taken from
-// an IPv6 URL), at most MaxReplicaNameLen bytes: no spaces, slashes, quotes,
+// an IPv6 URL), at most MaxNameLen bytes: no spaces, slashes, quotes,
 // control characters or invalid UTF-8 (issue 10, attack 11: a name with
 // byte 0xff passed validation and panicked the metrics on the first scrape).
-// The admin API applies the same rule to POST /admin/replicas.
-func CheckReplicaName(name string) error {
+// The configuration and the admin API's POST /admin/replicas apply it alike.
+func CheckName(name string) error {
 	if name == "" {
 		return errors.New("empty name")
 	}
@@ -59,8 +49,8 @@ func CheckReplicaName(name string) error {
 			return fmt.Errorf("%q has a forbidden character at byte %d: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)", name, i)
 		}
 	}
-	if len(name) > MaxReplicaNameLen {
-		return fmt.Errorf("%q is longer than %d characters", name, MaxReplicaNameLen)
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%q is longer than %d characters", name, MaxNameLen)
 	}
 	return nil
 }
@@ -73,17 +63,17 @@ func nameByte(c byte) bool {
 	return strings.IndexByte("._:-[]", c) >= 0
 }
 
-// CheckReplicaURL returns every reason raw is not the root URL of an
+// Check returns every reason raw is not the root URL of an
 // OpenAI-compatible server: it must be absolute http(s), without
 // credentials (they would show in logs and /admin/replicas; use api_key),
 // query, fragment or a /v1 suffix, with a valid port.
-func CheckReplicaURL(raw string) []string {
+func Check(raw string) []string {
 	if raw == "" {
 		return []string{"empty URL (write e.g. http://10.0.0.5:8000)"}
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return []string{fmt.Sprintf("%q is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)", redactURL(raw))}
+		return []string{fmt.Sprintf("%q is not an absolute http(s) URL (write e.g. http://10.0.0.5:8000)", Redact(raw))}
 	}
 	var out []string
 	if u.User != nil {
@@ -105,8 +95,9 @@ func CheckReplicaURL(raw string) []string {
 	return out
 }
 
-// redactURL hides the password of a URL that url.Parse rejects as a whole.
-func redactURL(raw string) string {
+// Redact hides the password of a URL that url.Parse rejects as a whole, so
+// an error message can quote it (url.URL.Redacted needs a parsed URL).
+func Redact(raw string) string {
 	if at := strings.LastIndexByte(raw, '@'); at >= 0 {
 		if scheme := strings.Index(raw, "://"); scheme >= 0 && scheme < at {
 			return raw[:scheme+3] + "xxxxx" + raw[at:]
@@ -115,11 +106,11 @@ func redactURL(raw string) string {
 	return raw
 }
 
-// ReplicaURLKey returns the identity of a replica URL for duplicate
-// detection: scheme, lower-case host, explicit port (80/443 by default) and
-// the path without trailing slashes. Two replicas with the same key would be
-// one server counted twice (its load split, its health judged twice).
-func ReplicaURLKey(raw string) string {
+// Key returns the identity of a replica URL for duplicate detection:
+// scheme, lower-case host, explicit port (80/443 by default) and the path
+// without trailing slashes. Two replicas with the same key would be one
+// server counted twice (its load split, its health judged twice).
+func Key(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return raw

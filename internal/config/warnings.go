@@ -1,0 +1,22 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/llmlb/llmlb/internal/replicaurl"
+)
+
+// Warnings lists what is valid but risky in c, one sentence each; `llmlb
+// validate` prints them and `llmlb serve` logs them at WARN at start.
+func (c Config) Warnings() []string {
+	var out []string
+	if c.AdminToken == "" && !replicaurl.IsLoopback(c.AdminListen) {
+		out = append(out, fmt.Sprintf("admin_listen %q is reachable from the network and admin_token is not set: "+
+			"/admin/replicas, /admin/pins (session ids) and /metrics are readable by anyone who can connect "+
+			"(mutations stay disabled); set admin_token or listen on 127.0.0.1", c.AdminListen))
+	}
+	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken != "" {
+		out = append(out, "admin.allow_unauthenticated_mutations has no effect: admin_token is set, mutations need it")
+	}
+	return out
+}
