@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/policy"
+	"github.com/llmlb/llmlb/internal/testutil/pinview"
 )
 
 // coreFleet is a Fleet straight on the balancer (the server adds scraping).
@@ -440,7 +441,7 @@ func (p *lockProbe) Write(b []byte) (int, error) {
 	if !p.probed {
 		p.probed = true
 		got := make(chan struct{})
-		go func() { p.bal.PinCounts(); close(got) }()
+		go func() { pinview.Counts(p.bal); close(got) }()
 		select {
 		case <-got:
 		case <-time.After(time.Minute): // a deadlock, not a slow machine
@@ -470,7 +471,7 @@ func TestPinsArePagedAndBounded(t *testing.T) {
 		}
 		bal.Release(res, balancer.OutcomeOK, now)
 	}
-	if s, _ := bal.PinCounts(); s != n {
+	if s, _ := pinview.Counts(bal); s != n {
 		t.Fatalf("%d session pins, want %d", s, n)
 	}
 	if got := do(h, "GET", "/admin/pins?limit=0", "", "").Code; got != 401 {

@@ -651,29 +651,6 @@ func (b *Balancer) Inspect(f func(p policy.Policy)) {
 	f(b.policy)
 }
 
-// Pins copies at most limit of the policy's pins (0: all); nil when the
-// policy keeps none (see policy.PinTable).
-func (b *Balancer) Pins(now time.Time, limit int) []policy.PinStatus {
-	var out []policy.PinStatus
-	b.Inspect(func(p policy.Policy) {
-		if t, ok := p.(policy.PinTable); ok {
-			out = t.PinList(now, limit)
-		}
-	})
-	return out
-}
-
-// PinCounts returns the policy's number of session and prefix pins (zero
-// when it keeps none).
-func (b *Balancer) PinCounts() (session, prefix int) {
-	b.Inspect(func(p policy.Policy) {
-		if t, ok := p.(policy.PinTable); ok {
-			session, prefix = t.PinCounts()
-		}
-	})
-	return session, prefix
-}
-
 // Counters returns the monotonic totals.
 func (b *Balancer) Counters() Counters {
 	b.mu.Lock()

@@ -151,10 +151,33 @@ func statusOf(t testing.TB, b *Balancer, name string, now time.Time) ReplicaStat
 
 // pinOf returns the replica a key is pinned to ("" = none).
 func pinOf(b *Balancer, kind, key string, now time.Time) string {
-	for _, p := range b.Pins(now, 0) {
+	for _, p := range pinsOf(b, now) {
 		if p.Kind == kind && p.Key == key {
 			return p.Replica
 		}
 	}
 	return ""
+}
+
+// pinsOf copies the policy's pins (none when it keeps none).
+func pinsOf(b *Balancer, now time.Time) []policy.PinStatus {
+	var out []policy.PinStatus
+	b.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			out = t.PinList(now, 0)
+		}
+	})
+	return out
+}
+
+// pinCount returns the policy's number of pins, session and prefix.
+func pinCount(b *Balancer) int {
+	n := 0
+	b.Inspect(func(p policy.Policy) {
+		if t, ok := p.(policy.PinTable); ok {
+			s, pr := t.PinCounts()
+			n = s + pr
+		}
+	})
+	return n
 }

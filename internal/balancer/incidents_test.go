@@ -114,7 +114,7 @@ func TestIncident1NoCrystallization(t *testing.T) {
 		}
 	}
 	perReplica := map[string]int{}
-	for _, p := range s.b.Pins(t0.Add(time.Hour), 0) {
+	for _, p := range pinsOf(s.b, t0.Add(time.Hour)) {
 		if p.Kind == "session" {
 			perReplica[p.Replica]++
 		}
@@ -258,7 +258,7 @@ func TestIncident4Flapping(t *testing.T) {
 			s.send(p, now, time.Duration(1+rng.IntN(5))*time.Second)
 		}
 		if sec%10 == 0 {
-			for _, p := range s.b.Pins(now, 0) {
+			for _, p := range pinsOf(s.b, now) {
 				if p.Replica == "a" {
 					t.Fatalf("+%s: %s pin %s on the flapping replica", now.Sub(t0), p.Kind, p.Key)
 				}

@@ -27,7 +27,7 @@ func TestReconfigure(t *testing.T) {
 		t.Fatalf("one 5xx after request_failures_to_eject 1: transitions %+v", tr)
 	}
 	// The new session TTL applies to the pin made above.
-	if len(b.Pins(t0.Add(2*time.Second), 0)) != 0 {
+	if len(pinsOf(b, t0.Add(2*time.Second))) != 0 {
 		t.Fatal("a session pin outlived the reloaded 1 s TTL")
 	}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/simreplica"
+	"github.com/llmlb/llmlb/internal/testutil/pinview"
 	"github.com/llmlb/llmlb/internal/testutil/redisserver"
 )
 
@@ -43,7 +44,7 @@ func (e *env) waitPin(session, want string) string {
 	e.t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
-		for _, p := range e.srv.Balancer().Pins(time.Now(), 0) {
+		for _, p := range pinview.List(e.srv.Balancer(), time.Now(), 0) {
 			if p.Kind == "session" && p.Key == session && (want == "" || p.Replica == want) {
 				return p.Replica
 			}

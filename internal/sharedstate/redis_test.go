@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/testutil/pinview"
 	"github.com/llmlb/llmlb/internal/testutil/redisserver"
 )
 
@@ -75,7 +76,7 @@ func instance(t *testing.T, url, id string, c *balancer.Balancer) *Redis {
 }
 
 func pinOf(b *balancer.Balancer, kind, key string) string {
-	for _, p := range b.Pins(time.Now(), 0) {
+	for _, p := range pinview.List(b, time.Now(), 0) {
 		if p.Kind == kind && p.Key == key {
 			return p.Replica
 		}
