@@ -147,14 +147,17 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 	for i := range models {
 		model := models[(start+i)%len(models)]
 		q := g.existing(model)
-		for q.Len() > 0 && !g.bal.Saturated(model, now) {
+		room := q.Len() > 0 && !g.bal.Saturated(model, now)
+		for room && q.Len() > 0 {
 			it, ok := q.Next(now)
 			if !ok {
 				break
 			}
 			r := it.Payload.(*Request)
-			res, err := g.bal.Dispatch(r.Profile, now)
-			out = append(out, Ticket{Request: r, Res: res, Err: err, Waited: now.Sub(r.enqueued)})
+			var t Ticket
+			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now)
+			t.Request, t.Waited = r, now.Sub(r.enqueued)
+			out = append(out, t)
 		}
 	}
 	return out

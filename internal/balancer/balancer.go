@@ -353,14 +353,16 @@ func (b *Balancer) Models() []string {
 // Health changes with time only through Tick, ObserveScrape and Release.
 // p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
-	return b.choose(p, now, exclude, false)
+	res, _, err := b.choose(p, now, exclude, false)
+	return res, err
 }
 
 // choose is Select; roomOnly offers the policy only replicas that are not
-// full (Dispatch), or all of them when every one is.
-func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly bool) (*Reservation, error) {
+// full (Dispatch), or all of them when every one is, and then reports
+// whether some replica still has room after the reservation.
+func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly bool) (_ *Reservation, roomLeft bool, _ error) {
 	if p == nil {
-		return nil, errors.New("balancer: nil request profile")
+		return nil, false, errors.New("balancer: nil request profile")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -371,11 +373,12 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 	// model (not draining, not already tried; PROBING ones only below
 	// probing.max_in_flight). EJECTED replicas get no traffic.
 	known, err := b.pool(p.Model, exclude, now, roomOnly)
-	if err == nil && roomOnly && len(b.cands) == 0 {
+	withRoom := len(b.cands)
+	if err == nil && roomOnly && withRoom == 0 {
 		known, err = b.pool(p.Model, exclude, now, false)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 
 	// Step 5. Fallback: no replica is LIVE or PROBING but some are known:
@@ -386,18 +389,18 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 	// once (SPEC s13).
 	if len(b.cands) == 0 {
 		if known == 0 {
-			return nil, ErrNoHealthyInstances
+			return nil, false, ErrNoHealthyInstances
 		}
 		b.expl.CandidateSet = "fallback"
 		b.counters.Fallbacks++
-		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), nil // changes no affinity
+		return b.reserve(b.fallback(p.Model, exclude, known), ReasonFallback, p, now), false, nil // changes no affinity
 	}
 
 	// Steps 2-4. The policy's choice among step 1's pool (package policy;
 	// for llmlb: no-wait, least-loaded, then pins).
 	c := b.policy.Choose(p, b.cands, now)
 	if c.Index < 0 || c.Index >= len(b.cands) {
-		return nil, fmt.Errorf("balancer: policy %s chose candidate %d of %d", b.cfg.Policy, c.Index, len(b.cands))
+		return nil, false, fmt.Errorf("balancer: policy %s chose candidate %d of %d", b.cfg.Policy, c.Index, len(b.cands))
 	}
 	b.explain(&c)
 	reason := ReasonLoad
@@ -410,7 +413,10 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}
 	b.policy.Routed(res.Replica, p, c, now)
-	return res, nil
+	if roomOnly {
+		roomLeft = withRoom > 1 || (withRoom == 1 && !b.full(res.rep))
+	}
+	return res, roomLeft, nil
 }
 
 // explain copies what the policy says of its choice into the explanation.

@@ -128,15 +128,21 @@ func (b *Balancer) Saturated(model string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refreshPeers(now)
+	return b.saturated(model)
+}
+
+// saturated is Saturated under the lock. The cheap test goes first: at
+// saturation every replica is full, and only one needs to be routable.
+func (b *Balancer) saturated(model string) bool {
 	some := false
 	for _, r := range b.replicas {
-		if !b.routable(r, model) {
+		if b.full(r) {
+			some = some || b.routable(r, model)
 			continue
 		}
-		if !b.full(r) {
+		if b.routable(r, model) {
 			return false
 		}
-		some = true
 	}
 	return some
 }
@@ -144,7 +150,9 @@ func (b *Balancer) Saturated(model string, now time.Time) bool {
 // Dispatch is Select for a request flow control held: the policy chooses
 // among the replicas that have room only (late binding: the first replica
 // that frees up takes the request). With none, it chooses as Select does.
-func (b *Balancer) Dispatch(p *Profile, now time.Time) (*Reservation, error) {
+// roomLeft reports whether some replica still has room after this
+// reservation (false after a choice among full ones).
+func (b *Balancer) Dispatch(p *Profile, now time.Time) (res *Reservation, roomLeft bool, err error) {
 	return b.choose(p, now, nil, true)
 }
 

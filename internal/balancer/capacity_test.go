@@ -80,7 +80,7 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 	}
 	freed := held[0].Replica
 	for range 4 { // Select's policy may pick any; Dispatch only the one with room
-		d, err := b.Dispatch(&Profile{}, t0)
+		d, _, err := b.Dispatch(&Profile{}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
