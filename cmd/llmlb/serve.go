@@ -133,11 +133,13 @@ func parseLevel(s string) slog.Level {
 	return level
 }
 
-// reload re-reads the file (and flags) and applies the replica list and the
-// admin access (admin_token, admin.allowed_hosts,
+// reload re-reads the file (and flags) and applies the replica list, the
+// routing section (all but its policy and seed), log.level and the admin
+// access (admin_token, admin.allowed_hosts,
 // admin.allow_unauthenticated_mutations; issue 10, attack 13: a token added
 // by SIGHUP used to be ignored). An invalid file is logged at ERROR and
-// changes nothing. Each reload is counted in llmlb_config_reloads_total.
+// changes nothing; a changed flow_control is refused with an ERROR (it needs
+// a restart). Each reload is counted once in llmlb_config_reloads_total.
 func reload(args []string, srv *server.Server, logger *slog.Logger) {
 	reloadWith(serveFlags, args, srv, logger)
 }
@@ -163,14 +165,19 @@ func reloadWith(parse flagParser, args []string, srv *server.Server, logger *slo
 		return
 	}
 	logger.Info("reload: replicas applied", attrs...)
+	result := "applied"
 	if err := srv.ReloadRouting(cfg); err != nil {
-		srv.Metrics().Reload("partial")
+		result = "partial"
 		logger.Error("reload: routing settings not applied", slog.String("error", err.Error()))
 	} else {
 		logger.Info("reload: routing settings applied")
 	}
+	if err := srv.ReloadFlowControl(cfg); err != nil {
+		result = "partial"
+		logger.Error("reload: flow_control not applied", slog.String("error", err.Error()))
+	}
 	logLevel.Set(parseLevel(cfg.Log.Level))
-	srv.Metrics().Reload("applied")
+	srv.Metrics().Reload(result)
 	if changed := needRestart(srv.Config(), cfg); len(changed) > 0 {
 		logger.Warn("reload: changed settings not applied; they need a restart", slog.Any("sections", changed))
 	}

@@ -158,3 +158,41 @@ func newReloadServer(t *testing.T, body string) reloadServer {
 	}
 	return rs
 }
+
+// TestReloadRefusesFlowControlChanges: flow_control is read at start; a
+// reload that changes it is refused with an error naming it and counted as
+// partial, while the rest of the file applies.
+func TestReloadRefusesFlowControlChanges(t *testing.T) {
+	rs := newReloadServer(t, "flow_control:\n  max_queued: 100\n")
+	rs.write("flow_control:\n  max_queued: 100\nrouting:\n  affinity:\n    session_ttl: 7m\n")
+	reload(rs.args, rs.srv, rs.logger)
+	if strings.Contains(rs.logs.String(), "flow_control") {
+		t.Fatalf("an unchanged flow_control was refused:\n%s", rs.logs.String())
+	}
+	rs.write("flow_control:\n  max_queued: 5\nrouting:\n  affinity:\n    session_ttl: 9m\n")
+	reload(rs.args, rs.srv, rs.logger)
+	if !strings.Contains(rs.logs.String(), "flow_control not applied") || !strings.Contains(rs.logs.String(), "needs a restart") {
+		t.Fatalf("the changed flow_control is not refused:\n%s", rs.logs.String())
+	}
+	if got := rs.srv.Gate().Config().MaxQueued; got != 100 {
+		t.Errorf("max_queued %d after the refused reload, want 100", got)
+	}
+	if got := rs.srv.Balancer().Config().Affinity.SessionTTL; got != 9*time.Minute {
+		t.Errorf("session_ttl %v: the rest of the reload did not apply", got)
+	}
+	mfs, err := rs.srv.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "llmlb_config_reloads_total" {
+			for _, m := range mf.GetMetric() {
+				counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if counts["applied"] != 1 || counts["partial"] != 1 {
+		t.Errorf("reloads counted %v, want one applied and one partial", counts)
+	}
+}

@@ -41,6 +41,10 @@ type Metrics struct {
 	tokens   *prometheus.CounterVec
 	bal      *balancer.Balancer
 	known    sync.Map // model name -> true: its series exist
+	now      func() time.Time
+
+	// queueWait is flow control's waits by priority (flowmetrics.go).
+	queueWait *prometheus.HistogramVec
 }
 
 // Route reasons and token kinds the client-facing series are created for
@@ -105,7 +109,13 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Name: "llmlb_tokens_total",
 			Help: "Tokens reported in the usage of responses, by model and kind: prompt, cached (prompt tokens the replica took from its prefix cache) and completion.",
 		}, []string{"model", "kind"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmlb_flow_queue_wait_seconds",
+			Help:    "How long requests waited in flow control before a replica had room, by priority (beyond ±10 counted at ±10); requests never held are not observed.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16), // 5 ms .. ~2.7 min
+		}, []string{"priority"}),
 		bal: bal,
+		now: now,
 	}
 	info := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -115,7 +125,7 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 	})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads,
-		buildInfo,
+		m.queueWait, buildInfo,
 		&modelSeries{m: m, cs: []prometheus.Collector{m.ttft, m.duration, m.tokens}},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),

@@ -124,10 +124,13 @@ func (g *Gate) Admit(r *Request, now time.Time) (flowcontrol.Decision, error) {
 	}
 	saturated := g.cfg.Enabled && g.bal.Saturated(model, now)
 	tokens := int64(max(0, r.Profile.PromptTokens)) + int64(max(0, r.Profile.OutputTokens))
+	// Set before the queue holds r: Pump, Expire and Drain, on other
+	// goroutines, read it once they take r out under the queue's lock.
+	r.enqueued = now
 	d, err := q.Admit(flowcontrol.Item{ID: r.ID, Priority: r.Priority, Tenant: r.Tenant,
 		Tokens: tokens, Bytes: r.Bytes, Payload: r}, saturated, now)
-	if err == nil && d.Outcome == flowcontrol.Queued {
-		r.enqueued = now
+	if err != nil || d.Outcome != flowcontrol.Queued {
+		r.enqueued = time.Time{} // never queued: no other goroutine has r
 	}
 	return d, err
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -129,4 +130,32 @@ func TestGateBoundsQueuesByModel(t *testing.T) {
 	if n := len(g.Stats(t0)); n > maxQueues {
 		t.Fatalf("%d queues, want at most %d", n, maxQueues)
 	}
+}
+
+// A request's enqueue time is written before its queue holds it, so the
+// goroutine that takes it out (Pump, Expire, Drain) reads it without a race
+// (run with -race).
+func TestGateEnqueuedReadsAcrossGoroutines(t *testing.T) {
+	g := New(fleet(t), flowcontrol.DefaultConfig())
+	now := t0.Add(2 * time.Second)
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, err := g.Admit(&Request{ID: uint64(i), Profile: &balancer.Profile{Model: "m"}}, now); err != nil || d.Outcome != flowcontrol.Queued {
+				t.Errorf("request %d: %v %v", i, d.Outcome, err)
+			}
+		}()
+	}
+	for drained := 0; drained < n; {
+		for _, r := range g.Drain() {
+			if !r.Enqueued().Equal(now) {
+				t.Errorf("request %d enqueued at %v", r.ID, r.Enqueued())
+			}
+			drained++
+		}
+	}
+	wg.Wait()
 }

@@ -67,6 +67,11 @@ type Explanation struct {
 	CachedTokens  int
 	PrefillTokens int
 	Detail        string
+
+	// Queued is how long flow control held the request before this
+	// decision (0: not held); the shell sets it on the reservation it got
+	// from a late dispatch.
+	Queued time.Duration
 }
 
 // ReplicaStatus is a copy of one replica's state for /admin/replicas and metrics.

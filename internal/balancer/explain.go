@@ -25,6 +25,9 @@ func (e Explanation) LogAttrs() []slog.Attr {
 			slog.Int("cached_tokens", e.CachedTokens),
 			slog.Int("prefill_tokens", e.PrefillTokens))
 	}
+	if e.Queued > 0 {
+		attrs = append(attrs, slog.Int64("queue_wait_ms", e.Queued.Milliseconds()))
+	}
 	if e.Detail != "" {
 		attrs = append(attrs, slog.String("candidates_detail", e.Detail))
 	}

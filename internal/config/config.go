@@ -38,6 +38,11 @@ type Config struct {
 	Server  Server          // server
 	Log     Log             // log
 
+	// FlowControl holds requests inside llmlb while every replica of their
+	// model is full and dispatches them late, by priority and fairly between
+	// tenants (flow_control; docs/FLOW_CONTROL.md). On by default.
+	FlowControl FlowControl
+
 	// State shares pins and the KV block index with other llmlb instances
 	// through Redis (state.redis_url; docs/SHARED_STATE.md). Off by default.
 	State sharedstate.Config
@@ -138,16 +143,18 @@ func Default() Config {
 			MaxConnections:    10000,
 			ShutdownTimeout:   60 * time.Second,
 		},
-		Log:   Log{Level: "info", Format: "text", Access: true},
-		State: sharedstate.DefaultConfig(),
+		Log:         Log{Level: "info", Format: "text", Access: true},
+		FlowControl: DefaultFlowControl(),
+		State:       sharedstate.DefaultConfig(),
 	}
 }
 
 // redacted replaces a secret in printed configurations.
 const redacted = "<redacted>"
 
-// Redacted returns a deep copy safe to print or log: the admin token and
-// every replica's api_key are replaced by "<redacted>" when set.
+// Redacted returns a deep copy safe to print or log: the admin token,
+// every replica's api_key and the api_key of flow control's priority rules
+// are replaced by "<redacted>" when set.
 func (c Config) Redacted() Config {
 	c.Replicas = slices.Clone(c.Replicas)
 	for i := range c.Replicas {
@@ -158,6 +165,13 @@ func (c Config) Redacted() Config {
 	}
 	c.Discovery = c.Discovery.Redacted()
 	c.State.RedisURL = redactPassword(c.State.RedisURL)
+	c.FlowControl.PriorityRules = slices.Clone(c.FlowControl.PriorityRules)
+	for i := range c.FlowControl.PriorityRules {
+		if c.FlowControl.PriorityRules[i].APIKey != "" {
+			c.FlowControl.PriorityRules[i].APIKey = redacted
+		}
+	}
+	c.FlowControl.Tenants = slices.Clone(c.FlowControl.Tenants)
 	return c
 }
 

@@ -50,6 +50,8 @@ func (c Config) Validate() error {
 		v.add("server.shutdown_timeout", "must be >= 0, got %s", sv.ShutdownTimeout)
 	}
 
+	v.flowControl(c.FlowControl)
+
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 

@@ -28,9 +28,10 @@ type Config struct {
 	// requests of further tenants share one overflow tenant (OverflowTenant).
 	MaxTenants int
 	// Tenant holds the limits every tenant gets unless Tenants names it
-	// (tenant_max_concurrent, tenant_tokens_per_minute; 0 = none).
+	// (tenant.max_concurrent, tenant.tokens_per_minute; 0 = none).
 	Tenant TenantLimits
-	// Tenants overrides the limits of named tenants (tenants.<name>.*).
+	// Tenants overrides the limits of named tenants (package config fills
+	// it from the list flow_control.tenants[]; a map is no YAML key).
 	Tenants map[string]TenantLimits
 	// PriorityRules set a request's priority; the first match wins and beats
 	// the header (priority_rules).
@@ -108,7 +109,7 @@ func (c Config) Validate() error {
 			bad("%stokens_per_minute: must be >= 0, got %d", prefix, l.TokensPerMinute)
 		}
 	}
-	checkLimits("tenant_", c.Tenant)
+	checkLimits("tenant.", c.Tenant)
 	names := make([]string, 0, len(c.Tenants))
 	for name := range c.Tenants {
 		names = append(names, name)

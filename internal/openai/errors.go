@@ -3,8 +3,11 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Error types of the errors the balancer itself produces.
@@ -17,6 +20,9 @@ const (
 	TypeUnavailable = "service_unavailable_error"
 	// TypeTimeout says a replica did not answer in time.
 	TypeTimeout = "timeout_error"
+	// TypeRateLimit says the request was turned away for now (429): retry
+	// after the answer's Retry-After.
+	TypeRateLimit = "rate_limit_error"
 )
 
 // Error codes of the errors the balancer itself produces.
@@ -43,7 +49,33 @@ const (
 	CodeStreamBroken = "upstream_stream_broken"
 	// CodeInternal is the balancer's own failure.
 	CodeInternal = "internal_error"
+
+	// Flow control's answers (429 with Retry-After, but CodeShuttingDown:
+	// 503) and its one client error (400).
+
+	// CodeQueueFull: the model's queue holds flow_control.max_queued
+	// requests or max_queued_bytes of bodies.
+	CodeQueueFull = "queue_full"
+	// CodeShed: a sheddable request (priority below 0) while every replica
+	// of its model is full.
+	CodeShed = "shed"
+	// CodeTenantLimit: the tenant is at its concurrency or tokens-per-minute
+	// limit.
+	CodeTenantLimit = "tenant_limit"
+	// CodeQueueTimeout: no replica had room within flow_control.max_queue_time.
+	CodeQueueTimeout = "queue_timeout"
+	// CodeShuttingDown: the balancer stopped while the request waited.
+	CodeShuttingDown = "shutting_down"
+	// CodeInvalidPriority: an X-LLMLB-Priority header that is not an integer.
+	CodeInvalidPriority = "invalid_priority"
 )
+
+// RetryAfter is the Retry-After header's value for a wait of d: whole
+// seconds, rounded up, at least 1.
+func RetryAfter(d time.Duration) string {
+	s := int64(math.Ceil(d.Seconds()))
+	return strconv.FormatInt(max(s, 1), 10)
+}
 
 // ErrorBody is OpenAI's error shape: {"error":{"message","type","code"}}.
 type ErrorBody struct {

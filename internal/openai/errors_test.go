@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestErrorJSON(t *testing.T) {
@@ -115,5 +116,16 @@ func TestReplicaError(t *testing.T) {
 	want := `{"error":{"message":"no such model","type":"NotFoundError","param":null,"code":404}}` + "\n"
 	if got != want {
 		t.Errorf("NewReplicaError encodes as %s, want %s", got, want)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "1", -time.Second: "1", time.Millisecond: "1", time.Second: "1",
+		1001 * time.Millisecond: "2", 59*time.Second + time.Nanosecond: "60", time.Hour: "3600",
+	} {
+		if got := RetryAfter(d); got != want {
+			t.Errorf("RetryAfter(%v) = %s, want %s", d, got, want)
+		}
 	}
 }

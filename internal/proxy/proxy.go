@@ -21,9 +21,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/request"
 )
@@ -40,8 +43,9 @@ const (
 
 // The route headers' names as keys of an http.Header (canonical form).
 var (
-	replicaKey = http.CanonicalHeaderKey(HeaderReplica)
-	routeKey   = http.CanonicalHeaderKey(HeaderRoute)
+	replicaKey   = http.CanonicalHeaderKey(HeaderReplica)
+	routeKey     = http.CanonicalHeaderKey(HeaderRoute)
+	queueWaitKey = http.CanonicalHeaderKey(HeaderQueueWait)
 )
 
 // Defaults used when the corresponding Config field is zero.
@@ -107,6 +111,14 @@ type Options struct {
 	// ReadBodyTimeout bounds reading a request body (slow clients get 408);
 	// 0 means DefaultReadBodyTimeout. It is a wall-clock I/O deadline.
 	ReadBodyTimeout time.Duration
+	// Gate holds inference requests while every replica of their model is
+	// full (flow control, package admission); nil routes every request at
+	// once. Its owner calls Pump, Expire and Shutdown.
+	Gate *admission.Gate
+	// TenantFromAPIKey names a request's tenant after its API key
+	// (request.KeyTenant) instead of request.tenant_headers
+	// (flow_control.tenant_from: api_key).
+	TenantFromAPIKey bool
 }
 
 // Proxy is the http.Handler of the proxy listener.
@@ -125,6 +137,16 @@ type Proxy struct {
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
 	retryStatus map[int]bool
+
+	// Flow control (flow.go); gate is nil without it.
+	gate      *admission.Gate
+	flowCfg   flowcontrol.Config
+	keyTenant bool
+	qrec      QueueRecorder // nil: the Recorder observes no waits
+	ids       atomic.Uint64 // admission.Request ids
+	waiters   atomic.Int64  // requests in or about to be in the queue
+	stopping  chan struct{} // closed by Shutdown
+	stopOnce  sync.Once
 }
 
 // outBody is the request body the attempts send, read whole.
@@ -199,6 +221,15 @@ func New(opts Options) (*Proxy, error) {
 		now:         opts.Now,
 		bodyTimeout: opts.ReadBodyTimeout,
 		retryStatus: retryStatus,
+		gate:        opts.Gate,
+		keyTenant:   opts.TenantFromAPIKey,
+		stopping:    make(chan struct{}),
+	}
+	if p.gate != nil {
+		p.flowCfg = p.gate.Config()
+		if !p.flowCfg.Enabled {
+			p.gate = nil
+		}
 	}
 	if p.bodyTimeout <= 0 {
 		p.bodyTimeout = DefaultReadBodyTimeout
@@ -209,6 +240,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.metrics == nil {
 		p.metrics = nopRecorder{}
 	}
+	p.qrec, _ = p.metrics.(QueueRecorder)
 	if p.transitions == nil {
 		p.transitions = func([]balancer.Transition) {}
 	}
@@ -452,12 +484,27 @@ func (p *Proxy) answerWith(w http.ResponseWriter, a openai.Answer) {
 // MaxAttempts distinct replicas, and never once a byte reached the client.
 // A replica's refusal (proxy.retry_statuses) is tried elsewhere too, but
 // given to the client as the replica sent it when no other is left.
+// Flow control comes first (admit): a request that waited and was
+// dispatched late makes its first attempt on the replica reserved for it.
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) {
+	h, ok := p.admit(w, r, body, prof)
+	if !ok {
+		return
+	}
+	if h != nil {
+		defer func() { p.gate.Done(h.req, p.now()) }()
+	}
 	ctx := r.Context()
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
-		res, err := p.bal.Select(prof, p.now(), tried...)
+		var res *balancer.Reservation
+		var err error
+		if n == 0 && h != nil && h.res != nil {
+			res = h.res
+		} else if res, err = p.bal.Select(prof, p.now(), tried...); err == nil && h != nil {
+			res.Explanation.Queued = h.waited
+		}
 		if err != nil {
 			p.selectFailed(w, err, prof, last)
 			return
@@ -565,9 +612,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		case o == balancer.OutcomeCanceled:
 			p.metrics.Request(res.Replica, res.Reason, StatusClientClosed)
 		}
-		if ts := p.bal.Release(res, o, p.now()); len(ts) > 0 {
-			p.transitions(ts)
-		}
+		p.release(res, o)
 	}()
 	target, err := p.targets.parse(res.URL)
 	if err != nil {
@@ -653,6 +698,9 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		// Add to one cannot overwrite the other.
 		v := []string{a.res.Replica, string(a.res.Reason)}
 		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
+		if q := a.res.Explanation.Queued; q > 0 {
+			res.Header[queueWaitKey] = []string{queueWaitValue(q)}
+		}
 	}
 	a.status = res.StatusCode
 	if (res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden) && p.apiKey(a.res.Replica) != "" {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/request"
@@ -16,6 +17,13 @@ type Trace struct {
 	Replica  string          // replica of the last attempt ("" when none was chosen)
 	Reason   balancer.Reason // its route reason
 	Attempts int             // replicas tried
+	// Queued is set when flow control held the request, QueueWait how long.
+	Queued    bool
+	QueueWait time.Duration
+	// Flow is the code of flow control's own answer to the request
+	// (queue_full, shed, tenant_limit, queue_timeout, shutting_down); ""
+	// when it let the request through.
+	Flow string
 	// UsageAsked is set when the proxy added stream_options.include_usage
 	// to a streamed request that did not ask for usage (askUsage): the
 	// wrapper must then remove the usage chunk from what the client sees.
@@ -27,6 +35,15 @@ type traceKey struct{}
 // WithTrace returns a context that makes the proxy fill t.
 func WithTrace(ctx context.Context, t *Trace) context.Context {
 	return context.WithValue(ctx, traceKey{}, t)
+}
+
+// noteFlow records flow control's part in the request's Trace, if any.
+func noteFlow(ctx context.Context, prof *request.Profile, code string, waited time.Duration, queued bool) {
+	t, ok := ctx.Value(traceKey{}).(*Trace)
+	if !ok {
+		return
+	}
+	t.Model, t.Flow, t.QueueWait, t.Queued = prof.Model, code, waited, queued
 }
 
 // noteDecision records a routing decision in the request's Trace, if any.

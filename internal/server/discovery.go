@@ -50,7 +50,9 @@ func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
 
 // SetDraining stops or resumes new traffic to a replica.
 func (f discoveryFleet) SetDraining(name string, draining bool) bool {
-	return f.s.bal.SetDraining(name, draining)
+	ok := f.s.bal.SetDraining(name, draining)
+	f.s.proxy.Pump()
+	return ok
 }
 
 // InFlight is the replica's in-flight request count.

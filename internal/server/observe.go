@@ -79,6 +79,12 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tr.Replica != "" {
 		attrs = append(attrs, slog.String("replica", tr.Replica), slog.String("route", string(tr.Reason)), slog.Int("attempts", tr.Attempts))
 	}
+	if tr.Queued {
+		attrs = append(attrs, slog.Int64("queue_wait_ms", tr.QueueWait.Milliseconds()))
+	}
+	if tr.Flow != "" {
+		attrs = append(attrs, slog.String("flow", tr.Flow))
+	}
 	if ttft >= 0 {
 		attrs = append(attrs, slog.Duration("ttft", ttft))
 	}

@@ -34,3 +34,13 @@ func (rs recorders) Failover(replica string) {
 		r.Failover(replica)
 	}
 }
+
+// QueueWait hands a flow control wait to the recorders that observe them
+// (proxy.QueueRecorder).
+func (rs recorders) QueueWait(priority int, waited time.Duration) {
+	for _, r := range rs {
+		if q, ok := r.(proxy.QueueRecorder); ok {
+			q.QueueWait(priority, waited)
+		}
+	}
+}

@@ -12,12 +12,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
@@ -39,6 +41,11 @@ const (
 	DefaultMaxConnections    = 10000
 	// TickInterval is how often balancer.Tick runs (PROBING -> LIVE, pin expiry).
 	TickInterval = time.Second
+	// FlowInterval is how often flow control expires requests that waited
+	// flow_control.max_queue_time and dispatches waiting ones to replicas
+	// that got room without a request of this instance ending (a scrape
+	// or a peer instance shows it too, at once).
+	FlowInterval = 100 * time.Millisecond
 )
 
 // Option adjusts a Server (tests, the demo).
@@ -66,6 +73,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	bal     *balancer.Balancer
+	gate    *admission.Gate // flow control's queues in front of bal
 	metrics *admin.Metrics
 	proxy   *proxy.Proxy
 	handler http.Handler // the proxy with request ids, access log and latency metrics
@@ -111,15 +119,19 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	}
 	// Debug logs explain every decision, with each candidate's estimate.
 	bal.SetExplain(logger.Enabled(context.Background(), slog.LevelDebug))
+	// Flow control (docs/FLOW_CONTROL.md): one queue per model in front of
+	// the core; the proxy admits, the server pumps, expires and drains.
+	gate := admission.New(bal, cfg.FlowControl.Queue())
 	s := &Server{
 		cfg:     cfg,
 		log:     logger,
 		now:     o.now,
 		bal:     bal,
+		gate:    gate,
 		metrics: admin.NewMetrics(bal, o.now),
 		keys:    make(map[string]string),
 		dash: ui.New(ui.Options{Balancer: bal, Token: cfg.AdminToken, OpenMutations: cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations,
-			Logger: logger, Now: o.now}),
+			Queue: gate.Stats, Logger: logger, Now: o.now}),
 
 		configured: make(map[string]config.Replica),
 	}
@@ -142,10 +154,14 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Now:         o.now,
 
 		ReadBodyTimeout: cfg.Server.ReadBodyTimeout,
+
+		Gate:             gate,
+		TenantFromAPIKey: cfg.FlowControl.TenantFrom == config.TenantFromAPIKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.metrics.RegisterQueue(gate)
 	s.handler = &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access}
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
 	// changes to Redis and applies its peers'; Run runs the client.
@@ -186,10 +202,13 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Interval:       cfg.Scrape.Interval,
 		ModelsInterval: cfg.Scrape.ModelsInterval,
 		OnTransitions:  s.onTransitions,
-		OnScrape:       func(name string, err error, _ time.Duration) { s.metrics.Scrape(name, err == nil) },
-		OnResult:       s.dash.ScrapeResult,
-		Logger:         logger,
-		Now:            o.now,
+		OnScrape: func(name string, err error, _ time.Duration) {
+			s.metrics.Scrape(name, err == nil)
+			s.proxy.Pump() // the replica may have room now
+		},
+		OnResult: s.dash.ScrapeResult,
+		Logger:   logger,
+		Now:      o.now,
 	})
 	for _, r := range cfg.Replicas {
 		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}
@@ -277,9 +296,22 @@ func defaultName(raw string) string {
 
 // ReloadRouting applies a reloaded configuration's routing section to the
 // running core (balancer.Reconfigure): everything but the policy and the
-// seed, which need a restart and are refused with an error.
+// seed, which need a restart and are refused with an error. Waiting
+// requests may fit the new saturation settings: they are pumped.
 func (s *Server) ReloadRouting(cfg config.Config) error {
-	return s.bal.Reconfigure(cfg.Routing)
+	err := s.bal.Reconfigure(cfg.Routing)
+	s.proxy.Pump()
+	return err
+}
+
+// ReloadFlowControl refuses a reloaded configuration whose flow_control
+// differs from the running one: the queues hold their tenants, fair shares
+// and limits, so the section is read at start only.
+func (s *Server) ReloadFlowControl(cfg config.Config) error {
+	if reflect.DeepEqual(s.cfg.FlowControl, cfg.FlowControl) {
+		return nil
+	}
+	return errors.New("server: flow_control changed; it needs a restart (the queues keep their tenants and limits), the running settings stay")
 }
 
 // Frontend serves the proxy listener in place of the HTTP proxy: `llmlb
@@ -325,6 +357,9 @@ func (s *Server) Config() config.Config { return s.cfg }
 
 // Balancer returns the routing core (for the demo's summary and tests).
 func (s *Server) Balancer() *balancer.Balancer { return s.bal }
+
+// Gate returns flow control's queues (tests, the demo).
+func (s *Server) Gate() *admission.Gate { return s.gate }
 
 // Dashboard returns the live dashboard (the demo's screen reads its snapshots).
 func (s *Server) Dashboard() *ui.Dashboard { return s.dash }
@@ -423,7 +458,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(4)
+	bg.Add(5)
 	if s.shared != nil {
 		bg.Add(1)
 		go func() {
@@ -451,6 +486,10 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		defer bg.Done()
 		s.runDiscovery(bgCtx)
+	}()
+	go func() {
+		defer bg.Done()
+		s.flowTick(bgCtx)
 	}()
 
 	serveErr := make(chan error, 2)
@@ -491,7 +530,10 @@ func (s *Server) Run(ctx context.Context) error {
 	// server.shutdown_timeout 0 means no drain: connections close at once.
 	s.draining.Store(true)
 	timeout := s.cfg.Server.ShutdownTimeout
-	s.log.Info("llmlb draining", slog.Duration("deadline", timeout))
+	s.log.Info("llmlb draining", slog.Duration("deadline", timeout), slog.Int("queued", s.gate.Len()))
+	// Requests waiting in flow control's queues go to a replica with room
+	// or get 503 now: none waits for the deadline, none is lost.
+	s.proxy.Shutdown()
 	shCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	shutdown := func(srv *http.Server, what string) {
@@ -546,8 +588,26 @@ func (s *Server) tick(ctx context.Context) {
 	}
 }
 
+// flowTick expires requests that waited flow_control.max_queue_time and
+// dispatches waiting ones every FlowInterval until ctx ends.
+func (s *Server) flowTick(ctx context.Context) {
+	t := time.NewTicker(FlowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.proxy.Expire()
+			s.proxy.Pump()
+		}
+	}
+}
+
 // onTransitions logs every health transition once, at info, and counts it.
+// Waiting requests are pumped: a replica back to LIVE may take them.
 func (s *Server) onTransitions(ts []balancer.Transition) {
+	defer s.proxy.Pump()
 	s.metrics.Transitions(ts)
 	s.dash.Transitions(ts)
 	for _, t := range ts {
@@ -595,6 +655,7 @@ func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey, metrics string) e
 	s.keys[spec.Name] = apiKey
 	s.keysMu.Unlock()
 	s.metrics.InitReplica(spec.Name)
+	s.proxy.Pump()
 	return nil
 }
 
@@ -640,12 +701,17 @@ func (s *Server) removeReplica(name string) bool {
 	delete(s.keys, name)
 	s.keysMu.Unlock()
 	s.metrics.ForgetReplica(name)
+	// Requests waiting for its model stay queued for the other replicas;
+	// with none left they are answered as without flow control.
+	s.proxy.Pump()
 	return scraped || removed
 }
 
 // SetDraining stops or resumes new traffic to a replica.
 func (f fleet) SetDraining(name string, draining bool) bool {
-	return f.s.bal.SetDraining(name, draining)
+	ok := f.s.bal.SetDraining(name, draining)
+	f.s.proxy.Pump()
+	return ok
 }
 
 func orDefault[T comparable](v, def T) T {

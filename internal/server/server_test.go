@@ -112,15 +112,24 @@ func start(t *testing.T, n int, tweak func(*config.Config), opts ...Option) *env
 // share one).
 func startOn(t *testing.T, fleet *simreplica.Fleet, tweak func(*config.Config), opts ...Option) *env {
 	t.Helper()
-	n := len(fleet.URLs())
-	cfg := testConfig(fleet.URLs()...)
+	e := startURLs(t, fleet.URLs(), testLogger(), tweak, opts...)
+	e.fleet = fleet
+	return e
+}
+
+// startURLs runs llmlb in front of the replicas at urls (named sim-1,
+// sim-2, ...), logging to logger.
+func startURLs(t *testing.T, urls []string, logger *slog.Logger, tweak func(*config.Config), opts ...Option) *env {
+	t.Helper()
+	n := len(urls)
+	cfg := testConfig(urls...)
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, testLogger(), opts...)
+	srv, err := New(cfg, logger, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +137,7 @@ func startOn(t *testing.T, fleet *simreplica.Fleet, tweak func(*config.Config), 
 	// ":0" addresses, so they are bound here rather than configured).
 	srv.UseListeners(listen(t), listen(t))
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, fleet: fleet, srv: srv, stop: cancel, done: make(chan error, 1),
+	e := &env{t: t, srv: srv, stop: cancel, done: make(chan error, 1),
 		proxy: "http://" + srv.ProxyAddr(), admin: "http://" + srv.AdminAddr(),
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	go func() { e.done <- srv.Run(ctx) }()

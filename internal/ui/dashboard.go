@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
 )
@@ -40,6 +41,7 @@ const (
 	maxTransitions       = 50
 	hitRateWindow        = time.Minute
 	topSessions          = 5
+	topQueueTenants      = 5
 )
 
 // Options configures a Dashboard. Balancer is required.
@@ -66,8 +68,11 @@ type Options struct {
 	// 30 buckets of 10 s).
 	ShareBucket  time.Duration
 	ShareBuckets int
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// Queue returns flow control's queues at now, by model (the server's
+	// admission.Gate.Stats); nil shows no queue.
+	Queue  func(now time.Time) map[string]flowcontrol.Stats
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Dashboard records what the page shows and serves it. Its recording

@@ -209,6 +209,9 @@ func TestExplain(t *testing.T) {
 		{"retry under another policy", balancer.ReasonLoad, 2,
 			balancer.Explanation{Policy: "rr", Candidates: 4, CandidateSet: "routable"},
 			"least loaded of 4 (routable), min running 0.0; a had running 0.0, waiting 0.0; attempt 2 after a failure before the first byte [policy rr]"},
+		{"held by flow control", balancer.ReasonLoad, 1,
+			balancer.Explanation{Policy: "cost", Candidates: 1, CandidateSet: "routable", EffectiveRunning: 3, Queued: 1250 * time.Millisecond},
+			"least loaded of 1 (routable), min running 0.0; a had running 3.0, waiting 0.0; queued 1250 ms (every replica was full) [policy cost]"},
 		{"fallback", balancer.ReasonFallback, 1, balancer.Explanation{Policy: "llmlb", CandidateSet: "fallback"},
 			"fallback: no LIVE or PROBING replica, picked at random; a had running 0.0, waiting 0.0 [policy llmlb]"},
 	}

@@ -32,6 +32,43 @@ type Snapshot struct {
 	Transitions []Transition     `json:"transitions"` // newest first
 	Decisions   []Decision       `json:"decisions"`   // newest first
 	Pins        Pins             `json:"pins"`
+	// Queue is flow control's queue of every model that has had one, by
+	// model name.
+	Queue []ModelQueue `json:"queue"`
+}
+
+// ModelQueue is flow control's queue of one model: requests wait there
+// while every replica serving the model is full.
+type ModelQueue struct {
+	Model             string  `json:"model"`
+	Queued            int     `json:"queued"`
+	Bytes             int64   `json:"bytes"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+	// Classes has one row per priority with requests waiting, highest first.
+	Classes []QueueClass `json:"classes"`
+	// Tenants are the tenants with the most requests waiting (then running),
+	// at most topQueueTenants.
+	Tenants []QueueTenant `json:"tenants"`
+	// Counters since the start.
+	Dispatched uint64            `json:"dispatched"`
+	Expired    uint64            `json:"expired"`
+	Removed    uint64            `json:"removed"`
+	Refused    map[string]uint64 `json:"refused"` // by reason
+}
+
+// QueueClass is the waiting requests of one priority.
+type QueueClass struct {
+	Priority          int     `json:"priority"`
+	Queued            int     `json:"queued"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+}
+
+// QueueTenant is one tenant's requests.
+type QueueTenant struct {
+	Tenant            string  `json:"tenant"`
+	Queued            int     `json:"queued"`
+	InFlight          int     `json:"in_flight"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 }
 
 // Fleet is the fleet-wide summary.
@@ -286,7 +323,38 @@ func (d *Dashboard) Snapshot(now time.Time) *Snapshot {
 		rs.Top = rs.Top[:min(len(rs.Top), topSessions)]
 		s.Pins.ByReplica = append(s.Pins.ByReplica, rs)
 	}
+	s.Queue = d.queue(now)
 	return s
+}
+
+// queue copies flow control's statistics for the page, models by name.
+func (d *Dashboard) queue(now time.Time) []ModelQueue {
+	out := []ModelQueue{}
+	if d.opts.Queue == nil {
+		return out
+	}
+	for model, st := range d.opts.Queue(now) {
+		mq := ModelQueue{Model: model, Queued: st.Queued, Bytes: st.Bytes, OldestWaitSeconds: st.OldestWait.Seconds(),
+			Classes: make([]QueueClass, 0, len(st.Classes)), Tenants: []QueueTenant{},
+			Dispatched: st.Dispatched, Expired: st.Expired, Removed: st.Removed, Refused: map[string]uint64{}}
+		for _, c := range st.Classes {
+			mq.Classes = append(mq.Classes, QueueClass{Priority: c.Priority, Queued: c.Queued, OldestWaitSeconds: c.OldestWait.Seconds()})
+		}
+		for _, t := range st.ByTenant {
+			mq.Tenants = append(mq.Tenants, QueueTenant{Tenant: t.Tenant, Queued: t.Queued, InFlight: t.InFlight,
+				OldestWaitSeconds: t.OldestWait.Seconds()})
+		}
+		slices.SortFunc(mq.Tenants, func(a, b QueueTenant) int {
+			return cmp.Or(cmp.Compare(b.Queued, a.Queued), cmp.Compare(b.InFlight, a.InFlight), strings.Compare(a.Tenant, b.Tenant))
+		})
+		mq.Tenants = mq.Tenants[:min(len(mq.Tenants), topQueueTenants)]
+		for r, n := range st.Refused {
+			mq.Refused[r.String()] = n
+		}
+		out = append(out, mq)
+	}
+	slices.SortFunc(out, func(a, b ModelQueue) int { return strings.Compare(a.Model, b.Model) })
+	return out
 }
 
 // quantile is the nearest-rank quantile of sorted durations.
@@ -311,7 +379,8 @@ func hitRate(s []hitSample) *float64 {
 }
 
 // Explain puts a routing decision into words: why the replica was chosen,
-// from how many candidates, at what load, and what happened to a pin.
+// from how many candidates, at what load, what happened to a pin, and how
+// long flow control held the request.
 func Explain(reason balancer.Reason, attempt int, replica string, e balancer.Explanation) string {
 	var b strings.Builder
 	switch reason {
@@ -333,6 +402,9 @@ func Explain(reason balancer.Reason, attempt int, replica string, e balancer.Exp
 			fmt.Fprintf(&b, " on %s", e.PinReplica)
 		}
 		fmt.Fprintf(&b, ": %s", e.PinDecision)
+	}
+	if e.Queued > 0 {
+		fmt.Fprintf(&b, "; queued %d ms (every replica was full)", e.Queued.Milliseconds())
 	}
 	if attempt > 1 {
 		fmt.Fprintf(&b, "; attempt %d after a failure before the first byte", attempt)

@@ -185,6 +185,32 @@ function renderSessions(p) {
       ${r.top.length ? '<ol>' + r.top.map((t) => `<li>${esc(t.session)} <span class="muted">\u00d7${t.requests}</span></li>`).join('') + '</ol>' : ''}</div>`).join('');
 }
 
+// renderQueue shows flow control's queue of every model: what waits, for how
+// long, by priority and by tenant, and what was refused.
+function renderQueue(q) {
+  q = q || [];
+  const waiting = q.reduce((n, m) => n + m.queued, 0);
+  const oldest = Math.max(0, ...q.map((m) => m.oldest_wait_seconds));
+  $('k-queued').textContent = waiting;
+  $('k-oldest').textContent = waiting ? 'oldest ' + fmtSec(oldest) : 'none waiting';
+  $('queue').querySelector('tbody').innerHTML = q.map((m) => {
+    const classes = m.classes.map((c) => `<span class="qcell">p${c.priority}: ${c.queued} <span class="muted">${fmtSec(c.oldest_wait_seconds)}</span></span>`).join('') ||
+      '<span class="muted">-</span>';
+    const tenants = m.tenants.map((t) => `<span class="qcell">${t.tenant ? esc(t.tenant) : '<i>none</i>'} ${t.queued} <span class="muted">\u00b7 ${t.in_flight}</span></span>`).join('') ||
+      '<span class="muted">-</span>';
+    const refused = Object.entries(m.refused).map(([r, n]) => `${esc(r)} ${n}`).join(', ') || '<span class="muted">none</span>';
+    return `<tr data-model="${esc(m.model)}"${m.queued ? ' class="row-waiting"' : ''}>
+      <td class="name">${esc(m.model)}</td>
+      <td class="num">${m.queued}</td>
+      <td class="num">${m.queued ? fmtSec(m.oldest_wait_seconds) : '-'}</td>
+      <td>${classes}</td>
+      <td>${tenants}</td>
+      <td class="num">${m.dispatched}</td>
+      <td class="num">${m.expired}</td>
+      <td>${refused}</td></tr>`;
+  }).join('') || '<tr><td colspan="8" class="empty">no request yet</td></tr>';
+}
+
 function render(s) {
   snap = s;
   renderHeader(s);
@@ -195,6 +221,7 @@ function render(s) {
   renderDecisions();
   renderEvents(s.transitions);
   renderSessions(s.pins);
+  renderQueue(s.queue);
 }
 
 function setConn(cls, text) {
