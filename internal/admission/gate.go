@@ -124,10 +124,13 @@ func (g *Gate) Admit(r *Request, now time.Time) (flowcontrol.Decision, error) {
 	}
 	saturated := g.cfg.Enabled && g.bal.Saturated(model, now)
 	tokens := int64(max(0, r.Profile.PromptTokens)) + int64(max(0, r.Profile.OutputTokens))
+	// Set before the queue holds r: a concurrent Pump may dispatch it (and
+	// read enqueued) as soon as Admit queues it.
+	r.enqueued = now
 	d, err := q.Admit(flowcontrol.Item{ID: r.ID, Priority: r.Priority, Tenant: r.Tenant,
 		Tokens: tokens, Bytes: r.Bytes, Payload: r}, saturated, now)
-	if err == nil && d.Outcome == flowcontrol.Queued {
-		r.enqueued = now
+	if err != nil || d.Outcome != flowcontrol.Queued {
+		r.enqueued = time.Time{} // never queued: nothing else holds r
 	}
 	return d, err
 }
