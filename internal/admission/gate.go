@@ -33,6 +33,11 @@ type Request struct {
 	Priority int    // higher first; below zero is sheddable
 	Tenant   string // fair shares and limits are per tenant
 	Bytes    int64  // body bytes held while it waits
+	// Exclude names replicas the request must not be dispatched to (as
+	// Balancer.Select's exclude; `llmlb epp`'s gateway subset). Saturation
+	// stays the model's: a request whose allowed replicas are all full may
+	// be dispatched to one of them while another has room.
+	Exclude []string
 	// Payload is the shell's own (what wakes the waiting request).
 	Payload any
 
@@ -156,7 +161,7 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 				break
 			}
 			r := it.Payload.(*Request)
-			res, err := g.bal.Dispatch(r.Profile, now)
+			res, err := g.bal.Dispatch(r.Profile, now, r.Exclude...)
 			out = append(out, Ticket{Request: r, Res: res, Err: err, Waited: now.Sub(r.enqueued)})
 		}
 	}

@@ -139,8 +139,10 @@ func (b *Balancer) Saturated(model string, now time.Time) bool {
 // Dispatch is Select for a request flow control held: the policy chooses
 // among the replicas that have room only (late binding: the first replica
 // that frees up takes the request). With none, it chooses as Select does.
-func (b *Balancer) Dispatch(p *Profile, now time.Time) (*Reservation, error) {
-	return b.choose(p, now, nil, true)
+// exclude is Select's: replicas the request must not go to (the gateway's
+// subset, in `llmlb epp`).
+func (b *Balancer) Dispatch(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
+	return b.choose(p, now, exclude, true)
 }
 
 // Serves reports whether some replica serves model (one whose models are
