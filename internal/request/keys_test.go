@@ -122,3 +122,27 @@ func TestParsePrefixKey(t *testing.T) {
 		})
 	}
 }
+
+func TestTenantAndAPIKey(t *testing.T) {
+	h := http.Header{}
+	h.Set("X-Project-Id", " team-a ")
+	h.Set("Authorization", "Bearer  sk-vip ")
+	if got := Tenant(DefaultConfig(), h); got != "team-a" {
+		t.Errorf("Tenant = %q, want team-a", got)
+	}
+	if got := APIKey(h); got != "sk-vip" {
+		t.Errorf("APIKey = %q, want sk-vip", got)
+	}
+	h = http.Header{}
+	h.Set("X-Api-Key", "sk-ant")
+	if got := APIKey(h); got != "sk-ant" {
+		t.Errorf("APIKey from x-api-key = %q", got)
+	}
+	h.Set("Authorization", "Basic abc")
+	if got := APIKey(h); got != "sk-ant" {
+		t.Errorf("APIKey with a Basic Authorization = %q, want x-api-key's", got)
+	}
+	if Tenant(DefaultConfig(), http.Header{}) != "" || APIKey(http.Header{}) != "" {
+		t.Error("no headers: want no tenant and no key")
+	}
+}
