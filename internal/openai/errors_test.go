@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestErrorJSON(t *testing.T) {
@@ -115,5 +116,22 @@ func TestReplicaError(t *testing.T) {
 	want := `{"error":{"message":"no such model","type":"NotFoundError","param":null,"code":404}}` + "\n"
 	if got != want {
 		t.Errorf("NewReplicaError encodes as %s, want %s", got, want)
+	}
+}
+
+func TestRefusal(t *testing.T) {
+	for _, code := range []string{CodeQueueFull, CodeShed, CodeTenantLimit, CodeQueueTimeout} {
+		a := Refusal(code)
+		if a.Status != 429 || a.Type != TypeRateLimit || a.Code != code || a.Message == "" {
+			t.Errorf("Refusal(%s) = %+v", code, a)
+		}
+	}
+	if a := ShuttingDown(); a.Status != 503 || a.Code != CodeShuttingDown {
+		t.Errorf("ShuttingDown() = %+v", a)
+	}
+	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1500 * time.Millisecond: "2", time.Minute: "60"} {
+		if got := RetryAfter(d); got != want {
+			t.Errorf("RetryAfter(%v) = %s, want %s", d, got, want)
+		}
 	}
 }
