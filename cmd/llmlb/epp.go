@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/epp"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/server"
 )
 
@@ -26,7 +27,8 @@ func runEPP(ctx context.Context, args []string) error {
 }
 
 // newEPPFrontend builds the ext_proc server on srv's routing core, with
-// serve's request parsing, body limit, metrics and dashboard.
+// serve's request parsing, body limit, metrics and dashboard, and flow
+// control's defaults (queue at saturation, priorities from X-LLMLB-Priority).
 func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 	cfg := srv.Config()
 	return epp.New(epp.Options{
@@ -35,6 +37,7 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
 		MaxStreams:   cfg.Server.MaxConnections,
 		RouteHeaders: cfg.Proxy.RouteHeaders,
+		FlowControl:  flowcontrol.DefaultConfig(),
 		Metrics:      srv.Recorder(),
 		Completion:   srv.Metrics().Completion,
 		Decisions:    srv.Dashboard().Decision,
