@@ -26,7 +26,8 @@ func runEPP(ctx context.Context, args []string) error {
 }
 
 // newEPPFrontend builds the ext_proc server on srv's routing core, with
-// serve's request parsing, body limit, metrics and dashboard.
+// serve's request parsing, body limit, metrics and dashboard, and flow
+// control as the flow_control section configures it (epp's own queue).
 func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 	cfg := srv.Config()
 	return epp.New(epp.Options{
@@ -35,6 +36,7 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
 		MaxStreams:   cfg.Server.MaxConnections,
 		RouteHeaders: cfg.Proxy.RouteHeaders,
+		FlowControl:  cfg.FlowControl.Queue(),
 		Metrics:      srv.Recorder(),
 		Completion:   srv.Metrics().Completion,
 		Decisions:    srv.Dashboard().Decision,

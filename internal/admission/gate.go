@@ -33,6 +33,11 @@ type Request struct {
 	Priority int    // higher first; below zero is sheddable
 	Tenant   string // fair shares and limits are per tenant
 	Bytes    int64  // body bytes held while it waits
+	// Exclude names replicas the request must not be dispatched to (as
+	// Balancer.Select's exclude; `llmlb epp`'s gateway subset). Saturation
+	// stays the model's: a request whose allowed replicas are all full may
+	// be dispatched to one of them while another has room.
+	Exclude []string
 	// Payload is the shell's own (what wakes the waiting request).
 	Payload any
 
@@ -158,7 +163,7 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 			}
 			r := it.Payload.(*Request)
 			var t Ticket
-			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now)
+			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now, r.Exclude...)
 			t.Request, t.Waited = r, now.Sub(r.enqueued)
 			out = append(out, t)
 		}

@@ -159,3 +159,23 @@ func TestGateEnqueuedReadsAcrossGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestGateDispatchHonoursExclude: a held request is dispatched only to a
+// replica it allows (Request.Exclude, epp's gateway subset), even when the
+// replica that freed is one it excludes.
+func TestGateDispatchHonoursExclude(t *testing.T) {
+	b := fleet(t)
+	g := New(b, flowcontrol.DefaultConfig())
+	now := t0.Add(2 * time.Second)
+	r := &Request{ID: 1, Profile: &balancer.Profile{Model: "m"}, Exclude: []string{"b"}}
+	if d, _ := g.Admit(r, now); d.Outcome != flowcontrol.Queued {
+		t.Fatalf("%v, want queued", d.Outcome)
+	}
+	b.ObserveScrape("b", balancer.Snapshot{Running: 2}, nil, now) // b has room, a none
+	got := g.Pump(now)
+	if len(got) != 1 || got[0].Err != nil || got[0].Res.Replica != "a" {
+		t.Fatalf("pump = %+v, want the request on a (b is excluded)", got)
+	}
+	b.Release(got[0].Res, balancer.OutcomeOK, now)
+	g.Done(r, now)
+}

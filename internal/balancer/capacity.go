@@ -151,9 +151,11 @@ func (b *Balancer) saturated(model string) bool {
 // among the replicas that have room only (late binding: the first replica
 // that frees up takes the request). With none, it chooses as Select does.
 // roomLeft reports whether some replica still has room after this
-// reservation (false after a choice among full ones).
-func (b *Balancer) Dispatch(p *Profile, now time.Time) (res *Reservation, roomLeft bool, err error) {
-	return b.choose(p, now, nil, true)
+// reservation (false after a choice among full ones). exclude is Select's:
+// replicas the request must not go to (the gateway's subset, in `llmlb
+// epp`).
+func (b *Balancer) Dispatch(p *Profile, now time.Time, exclude ...string) (res *Reservation, roomLeft bool, err error) {
+	return b.choose(p, now, exclude, true)
 }
 
 // Serves reports whether some replica serves model (one whose models are

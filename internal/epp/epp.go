@@ -6,7 +6,10 @@
 // does, selects through the same balancer, and answers with the
 // x-gateway-destination-endpoint header and envoy.lb dynamic metadata. It
 // then watches the response (status, first chunk, usage, end) to release
-// the reservation once and feed health, as the proxy does. See docs/EPP.md.
+// the reservation once and feed health, as the proxy does. While every
+// replica of the request's model is saturated, flow control (package
+// admission) holds the exchange, its answer unsent, until a replica frees
+// up, or refuses it with a 429. See docs/EPP.md.
 package epp
 
 import (
@@ -15,7 +18,9 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -23,7 +28,9 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
@@ -59,6 +66,17 @@ const (
 // replicas' states.
 const HealthInterval = time.Second
 
+// FlowInterval is how often held requests are dispatched to replicas that
+// got room without a request of this picker ending (a scrape showed room,
+// a replica came back) and those that waited flow_control.max_queue_time
+// are answered 429. A request that ends here dispatches at once.
+const FlowInterval = 100 * time.Millisecond
+
+// HeaderPriority is the request header a client sets its priority with
+// (flow_control.priority_header): an integer, higher first, below zero
+// sheddable.
+const HeaderPriority = "X-LLMLB-Priority"
+
 // bodyChunk is the largest body chunk sent back to the gateway in one
 // streamed body response (some Envoy builds cap a chunk at 64 KiB).
 const bodyChunk = 62000
@@ -76,6 +94,11 @@ type Options struct {
 	// serve's clients: each may buffer a body up to MaxBodyBytes. 0 means
 	// DefaultMaxStreams.
 	MaxStreams int
+	// FlowControl holds requests while every replica of their model is
+	// saturated (balancer saturation), with priorities, fair tenant shares
+	// and limits (package flowcontrol); the zero Config means
+	// flowcontrol.DefaultConfig(). Serve's flow_control section.
+	FlowControl flowcontrol.Config
 	// RouteHeaders adds X-LLMLB-Replica and X-LLMLB-Route to the response,
 	// as serve does (proxy.route_headers).
 	RouteHeaders bool
@@ -108,6 +131,11 @@ type Server struct {
 	log         *slog.Logger
 	now         func() time.Time
 
+	gate     *admission.Gate // flow control: holds requests at saturation
+	flow     flowcontrol.Config
+	ids      atomic.Uint64 // admission.Request IDs
+	draining atomic.Bool   // Shutdown drained the gate: nothing may wait any more
+
 	grpc   *grpc.Server
 	health *grpchealth.Server
 
@@ -124,6 +152,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Balancer == nil {
 		return nil, errors.New("epp: balancer is required")
 	}
+	flow := opts.FlowControl
+	if reflect.ValueOf(flow).IsZero() {
+		flow = flowcontrol.DefaultConfig()
+	}
+	if err := flow.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		bal:         opts.Balancer,
 		reqCfg:      opts.Request,
@@ -135,6 +170,8 @@ func New(opts Options) (*Server, error) {
 		transitions: opts.Transitions,
 		log:         opts.Logger,
 		now:         opts.Now,
+		gate:        admission.New(opts.Balancer, flow),
+		flow:        flow,
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = proxy.DefaultMaxBodyBytes
@@ -169,7 +206,8 @@ func New(opts Options) (*Server, error) {
 }
 
 // Serve serves the ext_proc and health services on ln until Shutdown,
-// keeping the health status in step with the replicas meanwhile.
+// keeping the health status in step with the replicas and dispatching and
+// expiring held requests (FlowInterval) meanwhile.
 func (s *Server) Serve(ln net.Listener) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
@@ -177,6 +215,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watchHealth(ctx) })
+	wg.Go(func() { s.watchQueue(ctx) })
 	err := s.grpc.Serve(ln)
 	cancel()
 	wg.Wait()
@@ -186,9 +225,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown reports NOT_SERVING, stops accepting and waits for the open
-// ext_proc streams (requests still streaming) to end; when ctx ends first
-// it closes them (their reservations are released as cancelled).
+// Shutdown reports NOT_SERVING, answers the requests flow control holds
+// 503 (and any that would be held from now on), stops accepting and waits
+// for the open ext_proc streams (requests still streaming) to end; when
+// ctx ends first it closes them (their reservations are released as
+// cancelled).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
 	s.mu.Lock()
@@ -196,6 +237,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.stop()
 	}
 	s.mu.Unlock()
+	s.drain()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -222,6 +264,60 @@ func (s *Server) watchHealth(ctx context.Context) {
 		case <-t.C:
 			s.updateHealth()
 		}
+	}
+}
+
+// Gate returns the flow control gate (its queues' statistics).
+func (s *Server) Gate() *admission.Gate { return s.gate }
+
+// errExpired and errShutdown are the tickets of held requests that no
+// replica will take: they waited max_queue_time, or the picker shuts down.
+var (
+	errExpired  = errors.New("epp: waited flow_control.max_queue_time")
+	errShutdown = errors.New("epp: shutting down")
+)
+
+// deliver hands a held request its ticket: its exchange waits on the
+// channel (size 1) in its Payload. The gate hands out one ticket per held
+// request (dispatched by Pump, expired or drained), so this never blocks.
+func deliver(t admission.Ticket) {
+	t.Request.Payload.(chan admission.Ticket) <- t
+}
+
+// pump dispatches held requests while their replicas have room; it runs
+// after every release and every FlowInterval.
+func (s *Server) pump() {
+	for _, t := range s.gate.Pump(s.now()) {
+		deliver(t)
+	}
+}
+
+// watchQueue answers the requests that waited max_queue_time and
+// dispatches held ones every FlowInterval until ctx ends.
+func (s *Server) watchQueue(ctx context.Context) {
+	t := time.NewTicker(FlowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, r := range s.gate.Expire(s.now()) {
+				deliver(admission.Ticket{Request: r, Err: errExpired})
+			}
+			s.pump()
+		}
+	}
+}
+
+// drain takes every held request out of the queue and answers it 503.
+// draining is set first: an exchange admitted to the queue afterwards sees
+// it and leaves by itself (exchange.wait), so none waits for a dispatch
+// that will not come.
+func (s *Server) drain() {
+	s.draining.Store(true)
+	for _, r := range s.gate.Drain() {
+		deliver(admission.Ticket{Request: r, Err: errShutdown})
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
@@ -24,7 +26,8 @@ import (
 
 // exchange is one ext_proc stream: one HTTP request and its response. It
 // runs on the stream's own goroutine only (Recv, decide, Send in turn), so
-// it needs no lock and leaves nothing running when the stream ends.
+// it needs no lock and leaves nothing running when the stream ends. A
+// request flow control holds waits on that goroutine too (exchange.wait).
 type exchange struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
@@ -42,6 +45,10 @@ type exchange struct {
 	partial      bool // BUFFERED_PARTIAL sent only the start of the body
 	decided      bool // the request phase was answered (endpoint or immediate response)
 	immediate    bool // an immediate response ended the exchange
+	gone         bool // the stream ended while flow control held the request
+
+	slot   *admission.Request // admitted: holds its tenant's slot until gate.Done
+	waited time.Duration      // how long flow control held the request
 
 	prof     request.Profile
 	res      *balancer.Reservation
@@ -77,11 +84,15 @@ func (x *exchange) run() error {
 		if err := x.handle(req); err != nil {
 			return err
 		}
-		if x.immediate {
+		if x.over() {
 			return nil
 		}
 	}
 }
+
+// over reports whether the exchange ended without a response to watch: an
+// immediate response answered it, or the stream ended while it was held.
+func (x *exchange) over() bool { return x.immediate || x.gone }
 
 // handle answers one message of the stream.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) error {
@@ -210,7 +221,7 @@ func (x *exchange) requestTrailers() error {
 			"the gateway sent request trailers before the headers")
 	}
 	if !x.decided {
-		if err := x.decide(false); err != nil || x.immediate {
+		if err := x.decide(false); err != nil || x.over() {
 			return err
 		}
 	}
@@ -245,13 +256,15 @@ func (x *exchange) decide(headersOnly bool) error {
 		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"no replica of the gateway's endpoint subset is known to the picker")
 	}
-	res, err := x.s.bal.Select(&x.prof, now, exclude...)
-	if err != nil {
-		return x.selectFailed(err)
+	res, err := x.reserve(exclude, now)
+	if err != nil || res == nil {
+		return err // answered (refused, failed), or the stream ended while held
 	}
+	now = x.s.now() // picked now: a held request waited since
 	ep, err := hostPort(res.URL)
 	if err != nil {
 		x.s.bal.Release(res, balancer.OutcomeCanceled, x.s.now())
+		x.s.pump()
 		x.s.log.Error("epp: replica has no usable address", slog.String("replica", res.Replica), slog.String("error", err.Error()))
 		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"the chosen replica has no ip:port address")
@@ -262,6 +275,112 @@ func (x *exchange) decide(headersOnly bool) error {
 		x.s.decisions(now, res, &x.prof, 1)
 	}
 	return x.answerPicked(ep, headersOnly)
+}
+
+// reserve reserves a replica for the request through flow control
+// (package admission): at once with Select, exactly as without flow
+// control, while its model's replicas have room; late while every one is
+// saturated: the exchange then waits with its answer unsent until the
+// gate dispatches it to the first replica that frees up. It returns nil
+// when it answered the gateway itself (refused, routing failed) or the
+// stream ended while the request was held.
+func (x *exchange) reserve(exclude []string, now time.Time) (*balancer.Reservation, error) {
+	s := x.s
+	tenant := request.Tenant(s.reqCfg, x.header)
+	prio, err := s.flow.Priority(x.prof.Model, tenant, request.APIKey(x.header), x.header.Get(HeaderPriority))
+	if err != nil && s.flow.Enabled { // disabled, the header means nothing
+		return nil, x.reject(http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON,
+			HeaderPriority+" must be an integer")
+	}
+	r := &admission.Request{ID: s.ids.Add(1), Profile: &x.prof, Priority: prio, Tenant: tenant,
+		Bytes: int64(len(x.body)), Exclude: exclude, Payload: make(chan admission.Ticket, 1)}
+	d, err := s.gate.Admit(r, now)
+	switch {
+	case err != nil:
+		// Not expected (ids are unique, sizes not negative): route it
+		// unqueued rather than fail it.
+		s.log.Error("epp: flow control", slog.String("error", err.Error()))
+	case d.Outcome == flowcontrol.Refused:
+		return nil, x.refuse(openai.Refusal(d.Reason.Code()), d.RetryAfter)
+	case d.Outcome == flowcontrol.Queued:
+		return x.wait(r, now)
+	default:
+		x.slot = r
+	}
+	res, err := s.bal.Select(&x.prof, now, exclude...)
+	if err != nil {
+		return nil, x.selectFailed(err)
+	}
+	return res, nil
+}
+
+// wait holds the request until the gate hands it its ticket: a
+// reservation on the replica that freed up (or why none could be made), or
+// that it waited max_queue_time (429 queue_timeout) or the picker shuts
+// down (503). If the stream ends first (the client went away), the request
+// leaves the queue and nothing is reserved; if it was dispatched meanwhile,
+// its reservation is released as cancelled when the exchange ends.
+func (x *exchange) wait(r *admission.Request, since time.Time) (*balancer.Reservation, error) {
+	s := x.s
+	ch := r.Payload.(chan admission.Ticket)
+	if s.draining.Load() && s.gate.Remove(r) {
+		// Queued after Shutdown drained the gate: nothing would dispatch it.
+		a := openai.ShuttingDown()
+		return nil, x.reject(a.Status, a.Type, a.Code, a.Message)
+	}
+	var t admission.Ticket
+	select {
+	case t = <-ch:
+	case <-x.stream.Context().Done():
+		x.gone = true
+		if s.gate.Remove(r) {
+			return nil, nil
+		}
+		t = <-ch // dispatched, expired or drained meanwhile: the ticket is on its way
+	}
+	if x.stream.Context().Err() != nil {
+		x.gone = true // it ended as the ticket came: answer no dead stream
+	}
+	x.waited = s.now().Sub(since)
+	switch {
+	case errors.Is(t.Err, errExpired):
+		if x.gone {
+			return nil, nil
+		}
+		return nil, x.refuse(openai.Refusal(openai.CodeQueueTimeout), flowcontrol.DefaultRetryAfter)
+	case errors.Is(t.Err, errShutdown):
+		if x.gone {
+			return nil, nil
+		}
+		a := openai.ShuttingDown()
+		return nil, x.reject(a.Status, a.Type, a.Code, a.Message)
+	}
+	x.slot = r // dispatched: it holds its tenant slot until Done
+	switch {
+	case x.gone:
+		x.res = t.Res // released as cancelled by end (nil: nothing reserved)
+		return nil, nil
+	case t.Err != nil:
+		return nil, x.selectFailed(t.Err)
+	}
+	if ep, err := hostPort(t.Res.URL); err == nil && x.subset != nil && !x.subset[ep] {
+		// A replica that joined while the request waited, outside the
+		// gateway's subset: choose again among those the subset allows.
+		now := s.now()
+		s.bal.Release(t.Res, balancer.OutcomeCanceled, now)
+		s.pump()
+		exclude, ok := x.outsideSubset(now)
+		if !ok {
+			return nil, x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
+				"no replica of the gateway's endpoint subset is known to the picker")
+		}
+		res, err := s.bal.Select(&x.prof, now, exclude...)
+		if err != nil {
+			return nil, x.selectFailed(err)
+		}
+		return res, nil
+	}
+	return t.Res, nil
 }
 
 // answerPicked sends the endpoint in the answer the gateway routes on.
@@ -333,6 +452,13 @@ func (x *exchange) reject(code int, typ, errCode, msg string) error {
 	x.decided, x.immediate = true, true
 	x.s.metrics.Request("", "", code)
 	return x.send(immediateError(code, typ, errCode, msg))
+}
+
+// refuse ends the exchange with flow control's 429 and its Retry-After.
+func (x *exchange) refuse(a openai.Answer, after time.Duration) error {
+	x.decided, x.immediate = true, true
+	x.s.metrics.Request("", "", a.Status)
+	return x.send(immediateRefusal(a, after))
 }
 
 // models answers GET /v1/models or /v1/models/{id} itself, as the proxy
@@ -429,6 +555,7 @@ func (x *exchange) finish() {
 // releases its reservation as cancelled, which says nothing about the
 // replica, unless the replica had already answered 5xx.
 func (x *exchange) end() {
+	defer x.leave()
 	if x.done || x.res == nil {
 		return
 	}
@@ -457,6 +584,16 @@ func (x *exchange) release(o balancer.Outcome, code int) {
 	if ts := x.s.bal.Release(x.res, o, x.s.now()); len(ts) > 0 {
 		x.s.transitions(ts)
 	}
+	x.leave()
+	x.s.pump() // the replica has room: a held request may take it
+}
+
+// leave releases the tenant slot of an admitted request (once).
+func (x *exchange) leave() {
+	if x.slot != nil {
+		x.s.gate.Done(x.slot, x.s.now())
+		x.slot = nil
+	}
 }
 
 // send answers the gateway; a failed send ends the stream.
@@ -483,6 +620,7 @@ func (x *exchange) logDecision(ep string) {
 		slog.Bool("prefix", x.prof.PrefixKey != ""),
 		slog.Int("prompt_tokens", x.prof.PromptTokens),
 		slog.Bool("subset", x.subset != nil),
+		slog.Duration("queued", x.waited),
 	}, x.res.Explanation.LogAttrs()...)
 	x.s.log.LogAttrs(ctx, slog.LevelDebug, "route", attrs...)
 }

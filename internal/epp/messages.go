@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -144,14 +145,25 @@ func immediateError(code int, typ, errCode, msg string) *extprocv3.ProcessingRes
 	return immediateJSON(code, openai.ErrorJSON(typ, errCode, msg))
 }
 
-func immediateJSON(code int, body []byte) *extprocv3.ProcessingResponse {
+// immediateRefusal is flow control's answer: 429 in OpenAI's error shape
+// with Retry-After.
+func immediateRefusal(a openai.Answer, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	return immediateJSON(a.Status, openai.ErrorJSON(a.Type, a.Code, a.Message),
+		&corev3.HeaderValue{Key: "retry-after", RawValue: []byte(openai.RetryAfter(retryAfter))})
+}
+
+func immediateJSON(code int, body []byte, extra ...*corev3.HeaderValue) *extprocv3.ProcessingResponse {
+	headers := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	for _, h := range extra {
+		headers = append(headers, &corev3.HeaderValueOption{Header: h, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-				Header:       &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")},
-				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-			}}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: headers},
 			Body:    body,
 			Details: http.StatusText(code),
 		},

@@ -129,3 +129,15 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusal(t *testing.T) {
+	for _, code := range []string{CodeQueueFull, CodeShed, CodeTenantLimit, CodeQueueTimeout} {
+		a := Refusal(code)
+		if a.Status != 429 || a.Type != TypeRateLimit || a.Code != code || a.Message == "" {
+			t.Errorf("Refusal(%s) = %+v", code, a)
+		}
+	}
+	if a := ShuttingDown(); a.Status != 503 || a.Code != CodeShuttingDown {
+		t.Errorf("ShuttingDown() = %+v", a)
+	}
+}
