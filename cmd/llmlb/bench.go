@@ -6,15 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/bench"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/workload"
 )
@@ -67,6 +70,11 @@ type benchOptions struct {
 	flaps       []bench.Flap
 	slow        []bench.Slow
 
+	speed       float64
+	priorityMix string
+	flowControl string
+	queue       flowcontrol.Config
+
 	// routing starts as the balancer's defaults; the llmlb policies'
 	// tunables are set on it directly by their flags.
 	routing balancer.Config
@@ -100,6 +108,17 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.shareLoad, "share-load", true, "--balancers: shared state includes in-flight loads (serve's state.share_load)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fs.Float64Var(&o.speed, "speed", 1, "overload: multiplies the arrival rate (--rate or the workload's default) or a trace's replay speed (on top of --trace-speed); 2 offers twice the load")
+	fs.StringVar(&o.priorityMix, "priority-mix", "", "`HIGH,SHED`: give that share of requests priority 1 and that share priority -1 (sheddable), the rest 0; a session's requests share one class, e.g. 0.1,0.2")
+
+	o.queue = flowcontrol.DefaultConfig()
+	fs.StringVar(&o.flowControl, "flow-control", "off", "on: every policy runs behind flow control (serve's flow_control: requests wait in the balancer while every replica is full); off: none, except policies named NAME+fc in --policies")
+	fs.DurationVar(&o.queue.MaxQueueTime, "max-queue-time", o.queue.MaxQueueTime, "flow control: longest wait in the queue before a 429 queue_timeout (flow_control.max_queue_time)")
+	fs.IntVar(&o.queue.MaxQueued, "max-queued", o.queue.MaxQueued, "flow control: most requests queued (flow_control.max_queued)")
+	fs.IntVar(&o.queue.Tenant.MaxConcurrent, "tenant-max-concurrent", 0, "flow control: each tenant's requests queued or running at once, 0 = no limit (flow_control.tenant_max_concurrent)")
+	fs.IntVar(&o.queue.Tenant.TokensPerMinute, "tenant-tokens-per-minute", 0, "flow control: each tenant's estimated tokens a minute, 0 = no limit (flow_control.tenant_tokens_per_minute)")
+	fs.IntVar(&o.routing.Saturation.MaxRunning, "max-running", def.Saturation.MaxRunning, "flow control: every replica's running-slot limit (routing.saturation.max_running); 0 learns each replica's from its scrapes")
+	fs.Float64Var(&o.routing.Saturation.Headroom, "headroom", def.Saturation.Headroom, "flow control: a replica is full at its limit plus this fraction of it, at least one request (routing.saturation.headroom)")
 
 	fs.DurationVar(&o.routing.Affinity.SessionTTL, "session-ttl", def.Affinity.SessionTTL, "llmlb: idle TTL of session pins")
 	fs.DurationVar(&o.routing.Affinity.PrefixTTL, "prefix-ttl", def.Affinity.PrefixTTL, "llmlb: idle TTL of prefix pins")
@@ -151,7 +170,35 @@ func (o *benchOptions) validate() error {
 	if len(benchSplitList(o.policies)) == 0 {
 		return errors.New("--policies: name at least one policy")
 	}
-	return nil
+	if !(o.speed > 0) || math.IsInf(o.speed, 0) {
+		return fmt.Errorf("--speed %v: must be a number > 0", o.speed)
+	}
+	if o.flowControl != "on" && o.flowControl != "off" {
+		return fmt.Errorf("--flow-control %q: on or off", o.flowControl)
+	}
+	if _, _, err := o.mix(); err != nil {
+		return err
+	}
+	return o.queue.Validate()
+}
+
+// mix parses --priority-mix: the shares of high-priority and sheddable
+// requests (0, 0 when unset).
+func (o *benchOptions) mix() (high, shed float64, err error) {
+	if o.priorityMix == "" {
+		return 0, 0, nil
+	}
+	h, s, ok := strings.Cut(o.priorityMix, ",")
+	if ok {
+		high, err = strconv.ParseFloat(strings.TrimSpace(h), 64)
+		if err == nil {
+			shed, err = strconv.ParseFloat(strings.TrimSpace(s), 64)
+		}
+	}
+	if !ok || err != nil || !(high >= 0 && shed >= 0 && high+shed <= 1) {
+		return 0, 0, fmt.Errorf("--priority-mix %q: want HIGH,SHED, two shares >= 0 summing to at most 1, e.g. 0.1,0.2", o.priorityMix)
+	}
+	return high, shed, nil
 }
 
 // runOptions builds the run the flags describe: the engine profile, the
@@ -182,6 +229,9 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 		Balancers:   o.balancers,
 		ShareDelay:  o.shareDelay,
 		NoShareLoad: !o.shareLoad,
+
+		FlowControl: o.flowControl == "on",
+		Queue:       &o.queue,
 	}
 	if !o.quiet {
 		opts.Progress = stderr
@@ -194,13 +244,23 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 	if err != nil {
 		return bench.Options{}, err
 	}
+	if high, shed, _ := o.mix(); high > 0 || shed > 0 {
+		inner := opts.NewWorkload
+		opts.NewWorkload = func() (workload.Workload, error) {
+			w, err := inner()
+			if err != nil {
+				return nil, err
+			}
+			return workload.WithPriorities(w, o.seed, high, shed)
+		}
+	}
 	return opts, nil
 }
 
 // traceWorkload sets opts to replay the trace of --trace, read once here.
 func (o *benchOptions) traceWorkload(opts *bench.Options, stderr io.Writer) error {
 	path, format := o.trace, o.traceFormat
-	topt := workload.TraceOptions{Speed: o.traceSpeed, Limit: o.traceLimit}
+	topt := workload.TraceOptions{Speed: o.traceSpeed * o.speed, Limit: o.traceLimit}
 	if o.durationSet {
 		topt.Duration = o.duration
 	}
@@ -249,7 +309,7 @@ func (o *benchOptions) syntheticWorkload(opts *bench.Options) error {
 	if name == "" {
 		name = "agentic"
 	}
-	p := workload.Params{Seed: o.seed, Duration: o.duration, Rate: o.rate, Users: o.users, Replicas: o.replicas}
+	p := workload.Params{Seed: o.seed, Duration: o.duration, Rate: o.rate, Users: o.users, Replicas: o.replicas, Speed: o.speed}
 	if _, err := workload.New(name, p); err != nil {
 		return err
 	}
@@ -282,6 +342,10 @@ func (o *benchOptions) run(ctx context.Context, opts bench.Options, stdout io.Wr
 	if err != nil {
 		return err
 	}
+	if o.speed != 1 {
+		rep.Speed = o.speed
+	}
+	rep.PriorityMix = o.priorityMix
 	if err := finishOutput(requestsFile, rep.WriteRequestsCSV); err != nil {
 		return err
 	}

@@ -38,6 +38,13 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"negative trace limit", []string{"--trace", "../../traces/azure_llm_inference_2023_code.csv", "--trace-limit", "-1"}, "negative limit -1"},
 		{"unwritable report", []string{"--html", "/nonexistent/dir/r.html", "--duration", "1m"}, "no such file"},
 		{"unwritable request log", []string{"--requests", "/nonexistent/dir/r.csv", "--duration", "1m"}, "no such file"},
+		{"bad flow control", []string{"--flow-control", "maybe"}, "--flow-control \"maybe\": on or off"},
+		{"no speed", []string{"--speed", "0"}, "--speed 0: must be a number > 0"},
+		{"priority mix past 1", []string{"--priority-mix", "0.8,0.5"}, "--priority-mix \"0.8,0.5\""},
+		{"priority mix of one share", []string{"--priority-mix", "0.1"}, "want HIGH,SHED"},
+		{"no queue time", []string{"--max-queue-time", "0s"}, "max_queue_time"},
+		{"speed and users", []string{"--workload", "chat", "--users", "5", "--speed", "2"}, "no rate to speed up"},
+		{"unknown +fc policy", []string{"--policies", "magic+fc", "--duration", "1m"}, "magic"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,5 +195,63 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	if got := bytes.Count(log, []byte("\n")); got != want || !bytes.HasPrefix(log, []byte("policy,request,session,")) {
 		t.Fatalf("request log: %d lines, want %d; starts %q", got, want, log[:min(len(log), 60)])
+	}
+}
+
+// TestBenchFlowControlEndToEnd: the flood workload with a priority mix at
+// 1.5x, with and without flow control: the report says the speed and the
+// mix, and has the per-tenant, per-priority and flow-control figures.
+func TestBenchFlowControlEndToEnd(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"--workload", "flood", "--replicas", "2", "--duration", "2m", "--policies", "cost,cost+fc",
+		"--priority-mix", "0.2,0.2", "--speed", "1.5", "--json", "--quiet"}
+	if err := benchMain(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	rep, err := bench.ReadJSON(&stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Speed != 1.5 || rep.PriorityMix != "0.2,0.2" || len(rep.Results) != 2 {
+		t.Fatalf("speed %v, mix %q, %d results", rep.Speed, rep.PriorityMix, len(rep.Results))
+	}
+	plain, fc := rep.Results[0], rep.Results[1]
+	if plain.FlowControl != nil || fc.FlowControl == nil || fc.FlowControl.Queued == 0 {
+		t.Errorf("flow control: without %+v, with %+v", plain.FlowControl, fc.FlowControl)
+	}
+	for _, r := range rep.Results {
+		if len(r.Tenants) != 4 || len(r.Priorities) != 3 || r.TenantFairness <= 0 {
+			t.Errorf("%s: tenants %+v, priorities %+v, fairness %v", r.Policy, r.Tenants, r.Priorities, r.TenantFairness)
+		}
+	}
+}
+
+// TestBenchSpeedMultipliesTraceSpeed: --speed compresses a trace on top of
+// --trace-speed.
+func TestBenchSpeedMultipliesTraceSpeed(t *testing.T) {
+	run := func(args ...string) *bench.Report {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"--trace", "../../traces/azure_llm_inference_2023_code.csv", "--trace-limit", "300",
+			"--policies", "rr", "--json", "--quiet"}, args...)
+		if err := benchMain(context.Background(), args, &stdout, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := bench.ReadJSON(&stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Results[0].WallSeconds, rep.Results[0].SimulatedSecPerWall = 0, 0
+		return rep
+	}
+	a, b := run("--trace-speed", "2", "--speed", "1.5"), run("--trace-speed", "3")
+	if a.Speed != 1.5 || b.Speed != 0 {
+		t.Fatalf("speeds %v and %v", a.Speed, b.Speed)
+	}
+	a.Speed = 0
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if !bytes.Equal(ja, jb) {
+		t.Errorf("--trace-speed 2 --speed 1.5 differs from --trace-speed 3")
 	}
 }

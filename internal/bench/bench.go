@@ -24,6 +24,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/workload"
 )
@@ -147,6 +148,16 @@ type Options struct {
 	// KeepRequests records every routed request in Result.RequestLog
 	// (llmlb bench --requests): memory grows with the run's requests.
 	KeepRequests bool
+	// FlowControl runs every policy behind flow control, as `serve` with
+	// flow_control enabled: each request is admitted by package
+	// admission's Gate (one per routing core) and, while every replica is
+	// full, waits in its queue and is dispatched late. A policy spec
+	// ending its name in "+fc" ("cost+fc", "cost+fc:bounded_load=2") runs
+	// that policy alone with it. Unsaturated, results are those without.
+	FlowControl bool
+	// Queue configures flow control's queue (flow_control.*); nil is
+	// flowcontrol.DefaultConfig(). Enabled is implied.
+	Queue *flowcontrol.Config
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }
@@ -214,6 +225,11 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("bench: share delay must be >= 0, load interval and TTL > 0"))
 	}
 	seen := map[string]bool{}
+	if o.Queue != nil {
+		if err := o.Queue.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("bench: %w", err))
+		}
+	}
 	for _, p := range o.Policies {
 		if seen[p] {
 			errs = append(errs, fmt.Errorf("bench: policy %q listed twice", p))
@@ -248,6 +264,7 @@ func (o *Options) validate() error {
 // "name:key=value,..."): opts.Routing with the spec's parameters applied.
 func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	cfg := o.Routing
+	spec, _ = cutFlowControl(spec)
 	name, params, err := policy.ParseSpec(spec)
 	if err != nil {
 		return cfg, err
@@ -263,6 +280,31 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	}
 	cfg.Policy, cfg.Settings = name, set
 	return cfg, nil
+}
+
+// FlowControlSuffix ends a policy's name in a spec to run it behind flow
+// control: "cost+fc", "cost+fc:bounded_load=2".
+const FlowControlSuffix = "+fc"
+
+// cutFlowControl returns spec without FlowControlSuffix and whether it had
+// it.
+func cutFlowControl(spec string) (string, bool) {
+	name, params, hasParams := strings.Cut(strings.TrimSpace(spec), ":")
+	name, fc := strings.CutSuffix(name, FlowControlSuffix)
+	if hasParams {
+		name += ":" + params
+	}
+	return name, fc
+}
+
+// queueConfig is flow control's configuration for the runs that use it.
+func (o *Options) queueConfig() flowcontrol.Config {
+	cfg := flowcontrol.DefaultConfig()
+	if o.Queue != nil {
+		cfg = *o.Queue
+	}
+	cfg.Enabled = true
+	return cfg
 }
 
 // replicaName is the name of engine i (0-based): replica-1, replica-2, ...

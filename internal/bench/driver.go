@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/engine"
 	"github.com/llmlb/llmlb/internal/policy"
@@ -25,6 +26,7 @@ type run struct {
 	policy string
 	label  string // the policy, and with several balancers how they share state
 	shared bool   // several balancers share state through bus
+	flow   bool   // the policy runs behind flow control (Options.FlowControl, "+fc")
 
 	// scrapeEvery is Options.ScrapeInterval, or the policy's own metrics
 	// refresh where its original polls faster (llm-d: every 50 ms).
@@ -44,10 +46,11 @@ type run struct {
 	now      time.Duration // current virtual offset
 	flights  map[uint64]*flight
 	nextID   uint64
-	arrivals bool // the arrival source is still open
+	arrivals bool  // the arrival source is still open
+	fc       *flow // flow control's gates and held requests; nil without
 
 	// Source indices in the heap; their order breaks ties at one instant.
-	srcMark, srcScrape0, srcTick, srcArrival, srcBus, srcLoad int
+	srcMark, srcScrape0, srcTick, srcArrival, srcBus, srcLoad, srcExpire int
 
 	acc accumulator
 }
@@ -68,8 +71,9 @@ type flight struct {
 	replica    int
 	core       int // the balancer that routed it
 	arrived    time.Duration
-	firstToken time.Duration // -1 until the first token
-	cached     int           // prompt tokens found cached, from the first token
+	firstToken time.Duration      // -1 until the first token
+	cached     int                // prompt tokens found cached, from the first token
+	admitted   *admission.Request // flow control's: Done when it ends; nil without
 }
 
 func (r *run) setup() error {
@@ -78,6 +82,8 @@ func (r *run) setup() error {
 	if err != nil {
 		return err
 	}
+	_, fc := cutFlowControl(r.policy)
+	r.flow = fc || o.FlowControl
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(o.Seed)
 	}
@@ -141,14 +147,18 @@ func (r *run) setup() error {
 		}
 	}
 	// Sources: engines 0..n-1, mark, scrapes, tick, arrival, shared-state
-	// deliveries and load publication.
+	// deliveries, load publication and flow control's queue timeouts.
 	r.srcMark = n
 	r.srcScrape0 = n + 1
 	r.srcTick = 2*n + 1
 	r.srcArrival = 2*n + 2
 	r.srcBus = 2*n + 3
 	r.srcLoad = 2*n + 4
-	r.h = newEventHeap(2*n + 5)
+	r.srcExpire = 2*n + 5
+	r.h = newEventHeap(2*n + 6)
+	if r.flow {
+		r.fc = newFlow(o.queueConfig(), r.bals, o.Profile, o.Duration)
+	}
 	r.h.set(r.srcBus, never)
 	r.h.set(r.srcLoad, never)
 	if r.shared && !o.NoShareLoad {
@@ -206,7 +216,9 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 			}
 			r.h.set(r.srcTick, r.nextAfterDuration(key+int64(r.opts.TickInterval)))
 		case src == r.srcArrival:
-			r.arrival()
+			if err := r.arrival(); err != nil {
+				return Result{}, err
+			}
 		case src == r.srcBus:
 			r.bus.Deliver(r.at())
 		case src == r.srcLoad:
@@ -214,6 +226,12 @@ func (r *run) execute(ctx context.Context) (Result, error) {
 				r.bus.PublishLoad(i, r.at())
 			}
 			r.h.set(r.srcLoad, r.nextAfterDuration(key+int64(r.opts.LoadInterval)))
+		case src == r.srcExpire:
+			r.expire()
+		}
+		if r.fc != nil && r.fc.holding() {
+			// Anything may have made room: an end, a scrape, a tick.
+			r.pump()
 		}
 		if r.bus != nil {
 			r.rekeyBus()
@@ -248,9 +266,11 @@ func (r *run) rekeyBus() {
 func (r *run) at() time.Time { return Epoch.Add(r.now) }
 
 // nextAfterDuration keeps periodic sources (scrapes, tick) alive only while
-// requests may still arrive: in the drain nothing is routed any more.
+// requests may still arrive: in the drain nothing is routed any more, but
+// for the requests flow control still holds (none arrive any more, so once
+// it holds none it never will again).
 func (r *run) nextAfterDuration(key int64) int64 {
-	if time.Duration(key) >= r.opts.Duration {
+	if time.Duration(key) >= r.opts.Duration && (r.fc == nil || !r.fc.holding()) {
 		return never
 	}
 	return key
@@ -321,6 +341,9 @@ func (r *run) scrape(i int) {
 		for _, b := range r.bals {
 			b.ObserveScrape(r.names[i], snap, nil, now)
 		}
+		if r.fc != nil {
+			r.fc.sample(r.names[i], snap, r.now)
+		}
 		r.rekeyArrival()
 	}
 	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.scrapeEvery)))
@@ -341,10 +364,11 @@ func (r *run) mark() {
 // arrival routes the workload's next request: Select with its reservation,
 // then Add to the chosen engine. A refusing replica (flap) is reported as a
 // transport error and the request retried elsewhere, as the proxy does.
-func (r *run) arrival() {
+// Behind flow control the gate admits it first: it may wait (a later pump
+// routes it) or be refused.
+func (r *run) arrival() error {
 	req := r.wl.Pop()
-	now := r.at()
-	r.acc.arrived++
+	r.acc.arrive(req)
 	if req.Turn >= 2 {
 		r.acc.turn2Arrived++
 	}
@@ -354,12 +378,31 @@ func (r *run) arrival() {
 	if len(r.bals) > 1 {
 		core = r.pick.IntN(len(r.bals))
 	}
+	var admitted *admission.Request
+	if r.fc != nil {
+		var err error
+		if admitted, err = r.admit(req, core); err != nil || admitted == nil {
+			r.rekeyArrival()
+			return err
+		}
+	}
+	r.route(req, core, nil, r.now, admitted)
+	return nil
+}
+
+// route sends req, which arrived at arrived, to a replica: res is the
+// reservation flow control made for it (a held request's dispatch), or nil
+// to Select one now. admitted is flow control's record of it, nil without.
+func (r *run) route(req *workload.Request, core int, res *balancer.Reservation, arrived time.Duration, admitted *admission.Request) {
+	now := r.at()
 	bal := r.bals[core]
 	var exclude []string
 	for range r.opts.MaxAttempts {
-		res, err := bal.Select(&req.Profile, now, exclude...)
-		if err != nil {
-			break
+		if res == nil {
+			var err error
+			if res, err = bal.Select(&req.Profile, now, exclude...); err != nil {
+				break
+			}
 		}
 		i, ok := r.index[res.Replica]
 		if !ok {
@@ -370,6 +413,7 @@ func (r *run) arrival() {
 			bal.Release(res, balancer.OutcomeTransportError, now)
 			r.acc.refused++
 			exclude = append(exclude, res.Replica)
+			res = nil
 			continue
 		}
 		e := r.eng[i]
@@ -381,20 +425,30 @@ func (r *run) arrival() {
 			// and it computed nothing.
 			bal.Release(res, balancer.OutcomeRejected, now)
 			r.acc.rejected++
+			r.ended(core, admitted)
 			r.wl.Complete(req, r.now)
 			r.rekeyEngine(i)
 			r.rekeyArrival()
 			return
 		}
-		r.flights[id] = &flight{req: req, res: res, replica: i, core: core, arrived: r.now, firstToken: -1}
+		r.flights[id] = &flight{req: req, res: res, replica: i, core: core, arrived: arrived, firstToken: -1, admitted: admitted}
 		r.acc.routed(i, r.now, req, res)
 		r.rekeyEngine(i)
 		r.rekeyArrival()
 		return
 	}
 	r.acc.failed++
+	r.ended(core, admitted)
 	r.wl.Complete(req, r.now)
 	r.rekeyArrival()
+}
+
+// ended tells flow control that a request it admitted ended (no-op
+// without flow control).
+func (r *run) ended(core int, admitted *admission.Request) {
+	if admitted != nil {
+		r.fc.gates[core].Done(admitted, r.at())
+	}
 }
 
 // onEvent handles an engine event: first token, finish (release and tell the
@@ -418,6 +472,9 @@ func (r *run) onEvent(ev engine.Event) {
 		}
 		delete(r.flights, ev.ID)
 		r.bals[f.core].Release(f.res, balancer.OutcomeOK, ev.At)
+		if f.admitted != nil {
+			r.fc.gates[f.core].Done(f.admitted, ev.At)
+		}
 		r.acc.done(f, at, ev, r.opts.Duration)
 		r.wl.Complete(f.req, at)
 	}

@@ -24,7 +24,13 @@ type Report struct {
 	Balancers int      `json:"balancers,omitempty"`
 	Flaps     []string `json:"flaps,omitempty"`
 	Slow      []string `json:"slow,omitempty"` // slower replicas, NAME:FACTOR
-	Results   []Result `json:"results"`
+	// Speed is llmlb bench --speed: the workload's arrival rate, or the
+	// trace's replay speed, times this (omitted at 1).
+	Speed float64 `json:"speed,omitempty"`
+	// PriorityMix is --priority-mix: the shares of high-priority and
+	// sheddable requests ("0.1,0.2"), omitted when none.
+	PriorityMix string   `json:"priority_mix,omitempty"`
+	Results     []Result `json:"results"`
 }
 
 // Percentiles of a latency distribution, in seconds (nearest rank).
@@ -97,6 +103,18 @@ type Result struct {
 	// "prefix: spill: queue", ...) from each Select's Explanation.
 	PinDecisions map[string]int `json:"pin_decisions,omitempty"`
 
+	// FlowControl is what flow control did, for a policy behind it
+	// (Options.FlowControl, "+fc") that held or refused anything; nil
+	// otherwise (unsaturated, it changes nothing).
+	FlowControl *FlowStats `json:"flow_control,omitempty"`
+	// Tenants has each tenant's figures when the workload has tenants
+	// (flood), with TenantFairness, Jain's index over them (tenantFairness
+	// says how); Priorities each priority class's when requests carry
+	// several (--priority-mix).
+	Tenants        []TenantStats   `json:"tenants,omitempty"`
+	TenantFairness float64         `json:"tenant_fairness,omitempty"`
+	Priorities     []PriorityStats `json:"priorities,omitempty"`
+
 	TTFTQuantiles      []Quantile  `json:"ttft_quantiles"`
 	ShareWindowSeconds float64     `json:"share_window_seconds"`
 	Share              [][]float64 `json:"share"` // [window][replica]: share of routed prompt tokens
@@ -107,6 +125,116 @@ type Result struct {
 	// RequestLog is every routed request, by id, when Options.KeepRequests
 	// (WriteRequestsCSV); not in the JSON report.
 	RequestLog []RequestRecord `json:"-"`
+}
+
+// FlowStats is what flow control did in a run. Requests it refused (429,
+// by reason) have no TTFT: they are left out of every latency figure and
+// counted here.
+type FlowStats struct {
+	Queued    int `json:"queued"`     // requests that waited in the balancer's queue
+	MaxQueued int `json:"max_queued"` // the most held at once
+	// QueueWait is how long the queued requests that were dispatched
+	// waited in the queue (their TTFT includes it).
+	QueueWait Waits `json:"queue_wait_seconds"`
+	// Refused counts 429s by reason: shed (sheddable at saturation),
+	// queue_full, tenant_limit, queue_timeout (waited max_queue_time).
+	Refused map[string]int `json:"refused,omitempty"`
+	// StillQueued were held when the drain ended: counted unfinished, their
+	// TTFT censored there.
+	StillQueued int `json:"still_queued,omitempty"`
+	// Saturation is the signal flow control held requests on, sampled at
+	// every scrape.
+	Saturation *SaturationStats `json:"saturation,omitempty"`
+}
+
+// RefusedTotal is the number of requests flow control refused (nil: 0).
+func (f *FlowStats) RefusedTotal() int {
+	if f == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range f.Refused {
+		n += v
+	}
+	return n
+}
+
+// Waits is a distribution of waits in seconds: mean and nearest-rank
+// percentiles.
+type Waits struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+}
+
+// SaturationStats describe the saturation signal over a run's scrapes (of
+// routing core 0, after each replica's scrape): the running-slot limit the
+// balancer learned for the replica (routing.saturation, package balancer's
+// capacity.go) beside the engine's max_num_seqs and the number the engine
+// ran while requests waited in it.
+type SaturationStats struct {
+	Scrapes          int `json:"scrapes"`
+	EngineMaxNumSeqs int `json:"engine_max_num_seqs"`
+	// LearnedShare: scrapes after which the replica's limit was known;
+	// FullShare: the replica counted as full; SaturatedShare: every replica
+	// did (the pool was saturated); WaitingShare: the engine had requests
+	// waiting.
+	LearnedShare   float64 `json:"learned_share"`
+	FullShare      float64 `json:"full_share"`
+	SaturatedShare float64 `json:"saturated_share"`
+	WaitingShare   float64 `json:"waiting_share"`
+	// LearnedMaxRunning is the learned limit over the scrapes it was known;
+	// EngineRunningWaiting the engine's running count over the scrapes
+	// that saw requests waiting in it.
+	LearnedMaxRunning    Spread `json:"learned_max_running"`
+	EngineRunningWaiting Spread `json:"engine_running_while_waiting"`
+	// Series is the same over time: means over each window's scrapes.
+	Series []LimitPoint `json:"series,omitempty"`
+}
+
+// Spread is the minimum, deciles and maximum of some values.
+type Spread struct {
+	Min float64 `json:"min"`
+	P10 float64 `json:"p10"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	Max float64 `json:"max"`
+}
+
+// LimitPoint is one window of SaturationStats.Series: from Seconds, the
+// mean learned limit (0: none known yet), the engines' running and waiting
+// counts, and the shares of scrapes after which a replica was full and the
+// pool saturated.
+type LimitPoint struct {
+	Seconds        float64 `json:"t"`
+	Learned        float64 `json:"learned"`
+	Running        float64 `json:"running"`
+	Waiting        float64 `json:"waiting"`
+	FullShare      float64 `json:"full"`
+	SaturatedShare float64 `json:"saturated"`
+}
+
+// TenantStats are one tenant's figures. Tokens are prompt plus output
+// tokens; DemandTokens those of every request the tenant sent during the
+// run, ServedTokens those of its requests that finished within it, and
+// FairShareTokens its max-min fair share of all tenants' served tokens.
+type TenantStats struct {
+	Tenant          string      `json:"tenant"`
+	Requests        int         `json:"requests"`
+	Refused         int         `json:"refused"` // flow control's 429s, every reason
+	TTFT            Percentiles `json:"ttft_seconds"`
+	DemandTokens    uint64      `json:"demand_tokens"`
+	ServedTokens    uint64      `json:"served_tokens"`
+	FairShareTokens float64     `json:"fair_share_tokens"`
+}
+
+// PriorityStats are one priority class's figures.
+type PriorityStats struct {
+	Priority int         `json:"priority"`
+	Requests int         `json:"requests"`
+	Refused  int         `json:"refused"` // flow control's 429s, every reason
+	TTFT     Percentiles `json:"ttft_seconds"`
 }
 
 // RequestRecord is one routed request of a run: what it asked, where it
@@ -197,6 +325,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if len(rep.Slow) > 0 {
 		fmt.Fprintf(w, ", slow %s", strings.Join(rep.Slow, ","))
 	}
+	if rep.Speed != 0 && rep.Speed != 1 {
+		fmt.Fprintf(w, ", speed %gx", rep.Speed)
+	}
+	if rep.PriorityMix != "" {
+		fmt.Fprintf(w, ", priority mix (high, sheddable) %s", rep.PriorityMix)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tTTFT p50\tp90\tp99\te2e p50\tp99\tout tok/s\tcompleted\thit rate\tceiling\tprefill tok\tpreempt\timbalance\tmax share\t")
@@ -239,11 +373,18 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if err := rep.writeFlowTables(w); err != nil {
+		return err
+	}
 	var notes []string
 	for _, r := range rep.Results {
 		if r.Unfinished+r.Failed+r.Rejected+r.Refused > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d unfinished, %d failed, %d rejected, %d refused attempts",
 				r.Policy, r.Unfinished, r.Failed, r.Rejected, r.Refused))
+		}
+		if n := r.FlowControl.RefusedTotal(); n > 0 {
+			notes = append(notes, fmt.Sprintf("%s: flow control refused %d of %d requests (429; %.1f%%), not in its latency figures",
+				r.Policy, n, r.Requests, 100*ratio(float64(n), float64(r.Requests))))
 		}
 	}
 	for _, n := range notes {
@@ -309,4 +450,77 @@ func fmtTokens(n uint64) string {
 		return fmt.Sprintf("%.0fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// writeFlowTables writes the flow-control, tenant and priority tables of
+// the results that have them.
+func (rep *Report) writeFlowTables(w io.Writer) error {
+	var fc, tenants, prios bool
+	for _, r := range rep.Results {
+		fc = fc || r.FlowControl != nil
+		tenants = tenants || len(r.Tenants) > 0
+		prios = prios || len(r.Priorities) > 0
+	}
+	if fc {
+		fmt.Fprintln(w, "\nflow control (requests held while every replica was full; refused = 429, left out of the TTFT figures):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tqueued\twait mean\tp99\tmax held\tshed\tqueue full\ttenant limit\ttimeout\tsaturated\tlearned limit p50 (min-max)\tmax_num_seqs\t")
+		for _, r := range rep.Results {
+			f := r.FlowControl
+			if f == nil {
+				continue
+			}
+			sat, limit, seqs := "-", "-", "-"
+			if s := f.Saturation; s != nil {
+				sat = fmt.Sprintf("%.1f%%", 100*s.SaturatedShare)
+				if s.LearnedShare > 0 {
+					limit = fmt.Sprintf("%.0f (%.0f-%.0f)", s.LearnedMaxRunning.P50, s.LearnedMaxRunning.Min, s.LearnedMaxRunning.Max)
+				}
+				seqs = fmt.Sprint(s.EngineMaxNumSeqs)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.Policy, f.Queued,
+				fmtClass(f.Queued, f.QueueWait.Mean), fmtClass(f.Queued, f.QueueWait.P99), f.MaxQueued,
+				f.Refused["shed"], f.Refused["queue_full"], f.Refused["tenant_limit"], f.Refused["queue_timeout"],
+				sat, limit, seqs)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if tenants {
+		fmt.Fprintln(w, "\ntenants (tokens = prompt + output; served = finished within the duration; fair = max-min fair share of all served; Jain's index over served / fair):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\ttenant\trequests\trefused\tTTFT p50\tp90\tp99\tdemand tok\tserved tok\tserved/fair\tJain\t")
+		for _, r := range rep.Results {
+			for i, t := range r.Tenants {
+				jain := ""
+				if i == 0 {
+					jain = fmt.Sprintf("%.3f", r.TenantFairness)
+				}
+				n := t.Requests - t.Refused
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t\n", r.Policy, t.Tenant, t.Requests, t.Refused,
+					fmtClass(n, t.TTFT.P50), fmtClass(n, t.TTFT.P90), fmtClass(n, t.TTFT.P99),
+					fmtTokens(t.DemandTokens), fmtTokens(t.ServedTokens), ratio(float64(t.ServedTokens), t.FairShareTokens), jain)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if prios {
+		fmt.Fprintln(w, "\npriorities (higher first; below 0 sheddable):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tpriority\trequests\trefused\tTTFT p50\tp90\tp99\t")
+		for _, r := range rep.Results {
+			for _, p := range r.Priorities {
+				n := p.Requests - p.Refused
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.Policy, p.Priority, p.Requests, p.Refused,
+					fmtClass(n, p.TTFT.P50), fmtClass(n, p.TTFT.P90), fmtClass(n, p.TTFT.P99))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -49,6 +49,22 @@ type accumulator struct {
 
 	keep bool            // Options.KeepRequests
 	log  []RequestRecord // every routed request, when keep
+
+	// Flow control's counts (runs behind it).
+	queuedN   int            // requests queued
+	maxHeld   int            // most held at once
+	waits     []float64      // seconds queued, of those dispatched
+	refusedFC map[string]int // 429s by reason code
+	// Per tenant and per priority class.
+	tenants map[string]*classAcc
+	prios   map[int]*classAcc
+}
+
+// classAcc collects one tenant's or priority class's figures.
+type classAcc struct {
+	requests, refused int
+	ttft              []float64
+	demand, served    uint64 // tokens: of every arrival, of those finished within the duration
 }
 
 func (a *accumulator) init(n int, o *Options) {
@@ -59,9 +75,58 @@ func (a *accumulator) init(n int, o *Options) {
 	a.pinDecisions = map[string]int{}
 	a.profile = o.Profile
 	a.keep = o.KeepRequests
+	a.refusedFC = map[string]int{}
+	a.tenants = map[string]*classAcc{}
+	a.prios = map[int]*classAcc{}
 	a.ceiling = newCeilingCache(n * o.Profile.Blocks())
 	windows := int((o.Duration + o.ShareWindow - 1) / o.ShareWindow)
 	a.routedTokens = make([][]float64, 0, windows)
+}
+
+// tokensOf is a request's size for fair shares: prompt plus output tokens.
+func tokensOf(req *workload.Request) uint64 {
+	return uint64(req.Prompt.Tokens) + uint64(max(req.Output, 0))
+}
+
+// classes returns req's tenant and priority accumulators.
+func (a *accumulator) classes(req *workload.Request) (*classAcc, *classAcc) {
+	t := a.tenants[req.Tenant]
+	if t == nil {
+		t = &classAcc{}
+		a.tenants[req.Tenant] = t
+	}
+	p := a.prios[req.Priority]
+	if p == nil {
+		p = &classAcc{}
+		a.prios[req.Priority] = p
+	}
+	return t, p
+}
+
+// arrive counts an arrival.
+func (a *accumulator) arrive(req *workload.Request) {
+	a.arrived++
+	t, p := a.classes(req)
+	t.requests++
+	p.requests++
+	t.demand += tokensOf(req)
+}
+
+// queued counts a request flow control holds; held are held now.
+func (a *accumulator) queued(held int) {
+	a.queuedN++
+	a.maxHeld = max(a.maxHeld, held)
+}
+
+// waited records how long a held request waited before its dispatch.
+func (a *accumulator) waited(d time.Duration) { a.waits = append(a.waits, d.Seconds()) }
+
+// refuse counts a 429 of flow control's (code: the error code).
+func (a *accumulator) refuse(req *workload.Request, code string) {
+	a.refusedFC[code]++
+	t, p := a.classes(req)
+	t.refused++
+	p.refused++
 }
 
 func (a *accumulator) routed(i int, at time.Duration, req *workload.Request, res *balancer.Reservation) {
@@ -85,6 +150,10 @@ func (a *accumulator) done(f *flight, at time.Duration, ev engine.Event, duratio
 		a.completedInDuration++
 	}
 	a.firstToken(f.req, f.firstToken)
+	if at <= duration {
+		t, _ := a.classes(f.req)
+		t.served += tokensOf(f.req)
+	}
 	a.e2e = append(a.e2e, (at - f.arrived).Seconds())
 	if f.req.Turn >= 2 {
 		a.ttft2 = append(a.ttft2, f.firstToken.Seconds())
@@ -116,6 +185,9 @@ func (a *accumulator) firstToken(req *workload.Request, ttft time.Duration) {
 	} else {
 		a.ttftLong = append(a.ttftLong, ttft.Seconds())
 	}
+	t, p := a.classes(req)
+	t.ttft = append(t.ttft, ttft.Seconds())
+	p.ttft = append(p.ttft, ttft.Seconds())
 	if alone := a.profile.IsolatedTTFT(req.Prompt.Tokens); alone > 0 {
 		a.slowdown = append(a.slowdown, float64(ttft)/float64(alone))
 	}
@@ -140,6 +212,21 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 			a.ttft2 = append(a.ttft2, ttft.Seconds())
 		}
 		a.record(f, ttft, end, f.cached, 0, false)
+	}
+	var stillHeld int
+	if r.fc != nil {
+		// Requests still held never reached a replica: unfinished, their
+		// latencies censored at end like the others'.
+		for _, h := range r.fc.stillHeld() {
+			stillHeld++
+			unfinished++
+			ttft := end - h.arrived
+			a.firstToken(h.req, ttft)
+			a.e2e = append(a.e2e, ttft.Seconds())
+			if h.req.Turn >= 2 {
+				a.ttft2 = append(a.ttft2, ttft.Seconds())
+			}
+		}
 	}
 	slices.SortFunc(a.log, func(x, y RequestRecord) int { return cmp.Compare(x.ID, y.ID) })
 	slices.Sort(a.ttft)
@@ -210,6 +297,11 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 		res.SimulatedSecPerWall = r.now.Seconds() / wall.Seconds()
 	}
 	res.ShareWindowSeconds, res.Share = shareSeries(a.routedTokens, a.replicas, a.window, r.opts.Duration)
+	if r.fc != nil && (a.queuedN > 0 || len(a.refusedFC) > 0) {
+		res.FlowControl = a.flowStats(stillHeld, r.fc.limits.stats())
+	}
+	res.Tenants, res.TenantFairness = a.tenantStats()
+	res.Priorities = a.priorityStats()
 	if a.turn2Arrived > 0 {
 		res.Turns2 = &TurnStats{
 			Requests:      len(a.ttft2),
@@ -324,4 +416,135 @@ func shareSeries(windows [][]float64, n int, window, duration time.Duration) (fl
 		out = append(out, sums)
 	}
 	return (window * time.Duration(merge)).Seconds(), out
+}
+
+// flowStats are flow control's figures.
+func (a *accumulator) flowStats(stillHeld int, sat *SaturationStats) *FlowStats {
+	slices.Sort(a.waits)
+	fs := &FlowStats{Queued: a.queuedN, MaxQueued: a.maxHeld, StillQueued: stillHeld, Saturation: sat}
+	if len(a.waits) > 0 {
+		var sum float64
+		for _, w := range a.waits {
+			sum += w
+		}
+		fs.QueueWait = Waits{Mean: sum / float64(len(a.waits)), P50: percentile(a.waits, 50),
+			P90: percentile(a.waits, 90), P99: percentile(a.waits, 99)}
+	}
+	if len(a.refusedFC) > 0 {
+		fs.Refused = a.refusedFC
+	}
+	return fs
+}
+
+// DefaultTenant names the one tenant of requests that carry none, in the
+// per-tenant figures.
+const DefaultTenant = "default"
+
+// tenantStats are the per-tenant figures and their fairness, when the
+// workload has tenants (nil, 0 when every request is the one unnamed
+// tenant's).
+func (a *accumulator) tenantStats() ([]TenantStats, float64) {
+	if len(a.tenants) == 0 || len(a.tenants) == 1 && a.tenants[""] != nil {
+		return nil, 0
+	}
+	names := make([]string, 0, len(a.tenants))
+	for name := range a.tenants {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]TenantStats, len(names))
+	demand := make([]float64, len(names))
+	var served float64
+	for i, name := range names {
+		c := a.tenants[name]
+		slices.Sort(c.ttft)
+		label := name
+		if label == "" {
+			label = DefaultTenant
+		}
+		out[i] = TenantStats{Tenant: label, Requests: c.requests, Refused: c.refused, TTFT: percentiles(c.ttft),
+			DemandTokens: c.demand, ServedTokens: c.served}
+		demand[i] = float64(c.demand)
+		served += float64(c.served)
+	}
+	fair := maxMinShares(demand, served)
+	x := make([]float64, 0, len(out))
+	for i := range out {
+		out[i].FairShareTokens = fair[i]
+		if fair[i] > 0 {
+			x = append(x, float64(out[i].ServedTokens)/fair[i])
+		}
+	}
+	return out, jain(x)
+}
+
+// The fairness of a run across tenants is Jain's index J = (Σx)² / (n Σx²)
+// over x_i = T_i / O_i, tenant i's served tokens over its max-min fair
+// share O_i of everything served (Jain, Chiu and Hawe, 1984, who normalize
+// by the "optimal" allocation when the fair one is not equal shares).
+// Why not raw throughput (x_i = T_i): tenants ask for different amounts,
+// and a polite tenant served all it asked beside a flooder served the rest
+// would score far below 1. Why not T_i / demand_i: that is 1 whenever every
+// tenant gets the same fraction of its demand, which is what first come
+// first served gives a flooder, 10 times the polite tenant's service for 10
+// times its demand, while the polite tenant waits behind it; the index
+// would call the unfair outcome fair. The max-min fair share is the
+// allocation fair queueing aims at (start-time fair queueing in tokens
+// between tenants of equal weight): a tenant asking less than an equal
+// split of what was served gets all it asked, the others split the rest
+// equally. J is 1 when every tenant got its fair share and falls towards
+// 1/n as service concentrates. Served and demand count the tokens of the
+// requests that arrived within the run's duration, served only those
+// finished by its end, so a backlog still queued at the end counts as not
+// served.
+func jain(x []float64) float64 {
+	var sum, sq float64
+	for _, v := range x {
+		sum += v
+		sq += v * v
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(x)) * sq)
+}
+
+// maxMinShares divides total between claims demand max-min fairly (water
+// filling): each claim gets min(its demand, an equal split of what the
+// smaller claims left).
+func maxMinShares(demand []float64, total float64) []float64 {
+	order := make([]int, len(demand))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(demand[i], demand[j]) })
+	out := make([]float64, len(demand))
+	left := total
+	for k, i := range order {
+		share := left / float64(len(order)-k)
+		out[i] = min(demand[i], share)
+		left -= out[i]
+	}
+	return out
+}
+
+// priorityStats are the per-priority figures when requests carry more
+// than the default priority (nil otherwise).
+func (a *accumulator) priorityStats() []PriorityStats {
+	if len(a.prios) == 0 || len(a.prios) == 1 && a.prios[0] != nil {
+		return nil
+	}
+	prios := make([]int, 0, len(a.prios))
+	for p := range a.prios {
+		prios = append(prios, p)
+	}
+	slices.Sort(prios)
+	slices.Reverse(prios)
+	out := make([]PriorityStats, len(prios))
+	for i, p := range prios {
+		c := a.prios[p]
+		slices.Sort(c.ttft)
+		out[i] = PriorityStats{Priority: p, Requests: c.requests, Refused: c.refused, TTFT: percentiles(c.ttft)}
+	}
+	return out
 }

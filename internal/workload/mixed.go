@@ -28,6 +28,9 @@ var mixedShares = []mixShare{
 // mixedGen interleaves its parts' requests in arrival order.
 type mixedGen struct {
 	parts []part
+	// tenants, when set, names the tenant of each part's requests (the
+	// flood workload); the mixed workload's parts have none.
+	tenants []string
 }
 
 // newMixed builds the blend. Each part runs at its share of its own default
@@ -49,6 +52,7 @@ func newMixed(p Params) (*mixedGen, error) {
 	if p.Rate > 0 {
 		scale = p.Rate / total
 	}
+	scale *= p.speed()
 	g := &mixedGen{}
 	shared := newIDs()
 	for i, m := range mixedShares {
@@ -112,7 +116,11 @@ func (g *mixedGen) Pop() *Request {
 	if i < 0 {
 		return nil
 	}
-	return g.parts[i].Pop()
+	r := g.parts[i].Pop()
+	if r != nil && g.tenants != nil {
+		r.Tenant = g.tenants[i]
+	}
+	return r
 }
 
 // Complete implements Workload by passing the completion to the part that

@@ -83,6 +83,7 @@ func newOpen(spec openSpec, p Params, ids *ids) (*openGen, error) {
 	if g.rate == 0 {
 		g.rate = spec.defaultRate(p.Replicas)
 	}
+	g.rate *= p.speed()
 	g.rng = newRand(p.Seed, g.salt, 0)
 	for i := range spec.scenarios {
 		key := md5Key("", fmt.Sprintf("%s scenario %d seed %d", spec.name, i+1, p.Seed))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,18 @@ type Params struct {
 	// Replicas is the fleet size the default load is scaled for (default 4):
 	// about 70% of the fleet's capacity when routed round-robin.
 	Replicas int
+	// Speed multiplies the arrival rate, Rate's or the default (0 means 1):
+	// 2 offers twice the load (llmlb bench --speed). Closed-loop workloads
+	// scale their session arrivals; it excludes Users.
+	Speed float64
+}
+
+// speed is Speed, 1 when unset.
+func (p Params) speed() float64 {
+	if p.Speed == 0 {
+		return 1
+	}
+	return p.Speed
 }
 
 // Defaults used when Params leaves a field zero.
@@ -50,6 +63,10 @@ func (p Params) normalized(name string, closedLoop bool) (Params, error) {
 		return p, fmt.Errorf("workload: %s: negative duration %v", name, p.Duration)
 	case math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) || p.Rate < 0:
 		return p, fmt.Errorf("workload: %s: rate must be a finite number >= 0, got %v", name, p.Rate)
+	case math.IsNaN(p.Speed) || math.IsInf(p.Speed, 0) || p.Speed < 0:
+		return p, fmt.Errorf("workload: %s: speed must be a finite number > 0, got %v", name, p.Speed)
+	case p.Users > 0 && p.speed() != 1:
+		return p, fmt.Errorf("workload: %s: a fixed population of users has no rate to speed up", name)
 	case p.Users < 0:
 		return p, fmt.Errorf("workload: %s: negative users %d", name, p.Users)
 	case p.Replicas < 0:
@@ -70,7 +87,7 @@ func (p Params) normalized(name string, closedLoop bool) (Params, error) {
 
 // Names lists the synthetic workloads New knows, in a fixed order.
 func Names() []string {
-	return []string{"agentic", "chat", "oneshot", "longshort", "mixed"}
+	return []string{"agentic", "chat", "oneshot", "longshort", "mixed", "flood", "flood-polite"}
 }
 
 // New returns the synthetic workload called name (one of Names), scaled by
@@ -87,6 +104,11 @@ func Names() []string {
 //   - longshort: Poisson requests, 2% with ~100K-token prompts (output 128),
 //     the rest ~2K (output 64), nothing shared; 2.95 req/s per replica.
 //   - mixed: all four at 40/30/15/15% of their default load.
+//   - flood: four tenants sending oneshot's requests, tenant-1..tenant-3
+//     at one rate each and tenant "flood" at 10 times it; by default twice
+//     oneshot's default load in all (1.4x what round-robin sustains).
+//   - flood-polite: flood's tenant-1..tenant-3 alone, the very same
+//     requests (their latency without the flooder).
 //
 // Every request declares DeclaredOutput output tokens (no max_tokens sent).
 func New(name string, p Params) (Workload, error) {
@@ -101,8 +123,12 @@ func New(name string, p Params) (Workload, error) {
 		return unwrap(newOpen(longshortSpec, p, newIDs()))
 	case "mixed":
 		return unwrap(newMixed(p))
+	case "flood":
+		return unwrap(newTenants(p, true))
+	case "flood-polite":
+		return unwrap(newTenants(p, false))
 	}
-	return nil, fmt.Errorf("%w %q (known: agentic, chat, oneshot, longshort, mixed)", ErrUnknownWorkload, name)
+	return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownWorkload, name, strings.Join(Names(), ", "))
 }
 
 // unwrap turns a constructor's (*T, error) into (Workload, error), so that

@@ -176,6 +176,7 @@ func newSessions(spec sessionSpec, p Params, ids *ids) (*sessionGen, error) {
 	if g.rate == 0 {
 		g.rate = spec.defaultRate(p.Replicas)
 	}
+	g.rate *= p.speed()
 	g.schedule(sessionStart{at: expGap(g.arrive, g.rate), user: -1, stream: 0})
 	return g, nil
 }

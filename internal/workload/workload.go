@@ -1,7 +1,8 @@
 // Package workload generates the benchmark's traffic (SPEC s12): synthetic
-// workloads (agentic, chat, oneshot, longshort, mixed) and replays of public
-// traces (Mooncake and Qwen-Bailian JSONL, Azure and BurstGPT CSV).
-// Everything is deterministic for a seed.
+// workloads (agentic, chat, oneshot, longshort, mixed; flood and
+// flood-polite with tenants) and replays of public traces (Mooncake and
+// Qwen-Bailian JSONL, Azure and BurstGPT CSV). Everything is deterministic
+// for a seed.
 package workload
 
 import (
@@ -20,6 +21,12 @@ type Request struct {
 	Profile request.Profile
 	Prompt  tokenize.Prompt
 	Output  int // output tokens the engine will generate
+	// Tenant is who sent it: flow control's fair shares and limits are per
+	// tenant. "" for workloads and traces without tenants (one tenant).
+	Tenant string
+	// Priority is its flow-control class: higher first, below zero
+	// sheddable (0 unless the workload or WithPriorities sets it).
+	Priority int
 
 	owner completer // the generator that made it; Complete is routed there
 	sess  *session  // its session, for closed-loop generators
