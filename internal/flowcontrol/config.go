@@ -42,6 +42,11 @@ type Config struct {
 	// PriorityHeader lets clients set their priority with X-LLMLB-Priority
 	// when no rule matches (priority_header, default true).
 	PriorityHeader bool
+	// MaxHeaderPriority caps what the header may claim (max_header_priority,
+	// default 0): any client can send the header, so by default it can only
+	// lower a request's priority (background or sheddable work), never jump
+	// the queue; rules, matched on tenant or API key, raise priorities.
+	MaxHeaderPriority int
 }
 
 // TenantLimits are the limits of one tenant; zero means no limit.
@@ -156,5 +161,5 @@ func (c Config) Priority(model, tenant, apiKey, header string) (int, error) {
 	if err != nil {
 		return c.DefaultPriority, fmt.Errorf("%w: %q", ErrBadPriority, header)
 	}
-	return p, nil
+	return min(p, c.MaxHeaderPriority), nil
 }

@@ -55,6 +55,7 @@ func TestDefaultConfig(t *testing.T) {
 func TestPriority(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DefaultPriority = 1
+	cfg.MaxHeaderPriority = 10
 	cfg.PriorityRules = []PriorityRule{
 		{Model: "big", Tenant: "batch", Priority: -2},
 		{Tenant: "batch", Priority: -1},
@@ -62,6 +63,8 @@ func TestPriority(t *testing.T) {
 	}
 	noHeader := cfg
 	noHeader.PriorityHeader = false
+	capped := cfg
+	capped.MaxHeaderPriority = 0 // the default: the header only lowers
 	cases := []struct {
 		name                       string
 		cfg                        Config
@@ -79,6 +82,8 @@ func TestPriority(t *testing.T) {
 		{"rule on api key", cfg, "m", "t", "sk-vip", "", 10, nil},
 		{"first match wins", cfg, "m", "batch", "sk-vip", "", -1, nil},
 		{"header off", noHeader, "m", "t", "", "9", 1, nil},
+		{"header capped at max_header_priority", capped, "m", "t", "", "1000", 0, nil},
+		{"header lowers under the cap", capped, "m", "t", "", "-1", -1, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

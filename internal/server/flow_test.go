@@ -452,7 +452,7 @@ func TestFlowShutdownAnswersEveryWaiter(t *testing.T) {
 // (h) A higher-priority request queued after a lower one is dispatched
 // first.
 func TestFlowHigherPriorityFirst(t *testing.T) {
-	e, f := startHold(t, 1, nil, nil)
+	e, f := startHold(t, 1, nil, func(c *config.Config) { c.FlowControl.MaxHeaderPriority = 10 })
 	held, _ := e.fill(f, 2, nil)
 	low := e.queue(context.Background(), "low", nil)
 	high := e.queue(context.Background(), "high", map[string]string{proxy.HeaderPriority: "5"})
