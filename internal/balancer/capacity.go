@@ -3,7 +3,6 @@ package balancer
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
@@ -20,21 +19,24 @@ type SaturationConfig struct {
 	// MaxRunning is every replica's running-slot limit (vLLM's
 	// --max-num-seqs) when the operator knows it: saturation.max_running,
 	// 0 (the default) learns each replica's own from its scrapes: the
-	// number running while requests wait in its queue for two scrapes in a
-	// row, raised whenever more run with none waiting.
+	// most it has run while requests waited in its queue on two scrapes in
+	// a row, raised whenever more run with none waiting. It is a high-water
+	// mark: a lower plateau is a full KV cache or a step's prefill budget,
+	// which move with the prompt mix, not the slot limit.
 	MaxRunning int
-	// Headroom is how far beyond its limit a replica's own queue may grow
-	// before the balancer holds further requests, as a fraction of the
-	// limit, at least one request (saturation.headroom, 0.125). A request
-	// waiting in the engine starts the moment a slot frees; one more lets a
-	// limit learned too low (a plateau set by a full KV cache) grow back.
-	Headroom float64
+	// Headroom is how many requests a replica may hold waiting in its own
+	// queue, past its limit, before the balancer holds further requests
+	// (saturation.headroom, 1). A request waiting in the engine starts the
+	// moment a slot frees, without a round trip through the balancer; but
+	// the engine's queue is first come, first served, so each request of
+	// headroom is one that priorities and tenant shares no longer order.
+	Headroom int
 }
 
-// DefaultSaturationConfig returns the defaults: limits learned, headroom
-// an eighth of the limit.
+// DefaultSaturationConfig returns the defaults: limits learned, one
+// request of headroom.
 func DefaultSaturationConfig() SaturationConfig {
-	return SaturationConfig{Headroom: 0.125}
+	return SaturationConfig{Headroom: 1}
 }
 
 // Validate names the bad key relative to the routing section.
@@ -43,11 +45,15 @@ func (c SaturationConfig) Validate() error {
 	if c.MaxRunning < 0 {
 		errs = append(errs, fmt.Errorf("saturation.max_running: must be >= 0 (0 learns it), got %d", c.MaxRunning))
 	}
-	if !(c.Headroom >= 0 && c.Headroom <= 4) {
-		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-4 (a fraction of the running limit), got %v", c.Headroom))
+	if c.Headroom < 0 || c.Headroom > maxHeadroom {
+		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-%d (requests waiting in a replica's own queue), got %d", maxHeadroom, c.Headroom))
 	}
 	return errors.Join(errs...)
 }
+
+// maxHeadroom bounds saturation.headroom: past a few thousand requests in
+// each engine's queue flow control would never engage.
+const maxHeadroom = 4096
 
 // capacity is what the balancer learns of a replica's running-slot limit
 // and how many requests it holds, guarded by the balancer's lock.
@@ -65,13 +71,15 @@ func (c *capacity) observe(snap Snapshot, sent int) {
 	if snap.Waiting >= 1 {
 		// Requests wait although some run: the engine runs all it can.
 		// One scrape may catch a request between arrival and the next
-		// engine step (or behind a step's token budget), so the plateau
-		// counts from the second in a row, and never below what the
+		// engine step, so the plateau counts from the second in a row.
+		// The limit is the highest plateau seen, and never below what the
 		// replica has run with none waiting: a lower plateau is a full KV
-		// cache or a transient, not the slot limit.
+		// cache or a step's prefill budget taken by long prompts, which
+		// pass with the prompt mix; a limit lowered to it would hold
+		// requests the engine could run a moment later.
 		c.waitStreak++
 		if c.waitStreak >= 2 && snap.Running >= 1 {
-			c.learned = max(snap.Running, c.free)
+			c.learned = max(c.learned, snap.Running, c.free)
 		}
 		return
 	}
@@ -107,7 +115,7 @@ func (b *Balancer) full(r *replica) bool {
 	if limit <= 0 {
 		return false
 	}
-	return r.occupancy() >= limit+max(1, math.Floor(limit*b.cfg.Saturation.Headroom))
+	return r.occupancy() >= limit+float64(b.cfg.Saturation.Headroom)
 }
 
 // routable reports whether step 1 of Select would offer the replica for

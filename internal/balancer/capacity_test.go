@@ -35,6 +35,15 @@ func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 	if limit() != 6 {
 		t.Fatalf("limit %v after a plateau of 3 below a free 6, want 6", limit())
 	}
+	// The limit is a high-water mark: a higher plateau raises it, a lower
+	// one later (long prompts filling the KV cache) does not lower it.
+	b.ObserveScrape("a", Snapshot{Running: 9, Waiting: 2}, nil, at(8))
+	b.ObserveScrape("a", Snapshot{Running: 9, Waiting: 2}, nil, at(9))
+	b.ObserveScrape("a", Snapshot{Running: 7, Waiting: 5}, nil, at(10))
+	b.ObserveScrape("a", Snapshot{Running: 7, Waiting: 5}, nil, at(11))
+	if limit() != 9 {
+		t.Fatalf("limit %v after plateaus of 9 then 7, want the high-water 9", limit())
+	}
 
 	cfg := b.Config()
 	cfg.Saturation.MaxRunning = 16
