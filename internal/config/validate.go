@@ -37,6 +37,8 @@ func (c Config) Validate() error {
 	}
 	v.positiveInt("scrape.max_body_bytes", s.MaxBodyBytes)
 	v.positive("scrape.models_interval", s.ModelsInterval)
+	v.positiveInt("scrape.max_models", int64(s.MaxModels))
+	v.positiveInt("scrape.max_model_name_bytes", int64(s.MaxModelNameBytes))
 	v.oneOf("scrape.metrics", s.Metrics, MetricsModes...)
 
 	v.section(c.Proxy.Validate())

@@ -199,9 +199,12 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		})
 	}
 	s.scraper = scrape.New(fetcher, bal, scrape.Options{
-		Interval:       cfg.Scrape.Interval,
-		ModelsInterval: cfg.Scrape.ModelsInterval,
-		OnTransitions:  s.onTransitions,
+		Interval:          cfg.Scrape.Interval,
+		ModelsInterval:    cfg.Scrape.ModelsInterval,
+		MaxModels:         cfg.Scrape.MaxModels,
+		MaxModelNameBytes: cfg.Scrape.MaxModelNameBytes,
+		OnModelsDropped:   s.metrics.ModelsDropped,
+		OnTransitions:     s.onTransitions,
 		OnScrape: func(name string, err error, _ time.Duration) {
 			s.metrics.Scrape(name, err == nil)
 			s.proxy.Pump() // the replica may have room now
