@@ -50,6 +50,10 @@ const (
 	// counts a success) but served nothing, so its cache did not take the
 	// prompt: a policy that indexes finished prompts is not told.
 	OutcomeRejected
+	// OutcomeLoop: the replica sent the request back to this llmlb (its
+	// URL is llmlb's own listener, or leads back to it). It can never
+	// serve, so it is ejected at once.
+	OutcomeLoop
 )
 
 // ReplicaSpec is a configured replica (config, not runtime state).

@@ -564,6 +564,8 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 		tr = r.health.ObserveRequest(false, "5xx", now)
 	case OutcomeTransportError:
 		tr = r.health.ObserveRequest(false, "transport error", now)
+	case OutcomeLoop:
+		tr = r.health.Eject("request loop: the replica forwards to this llmlb", now)
 	}
 	return b.named(r, tr, nil)
 }

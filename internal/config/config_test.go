@@ -465,6 +465,17 @@ func TestValidate(t *testing.T) {
 			`config: server.shutdown_timeout: must be >= 0, got -1s`,
 			`config: log.level: "verbose" is not one of debug, info, warn, error`,
 		}},
+		{name: "a replica that is llmlb itself", modify: func(c *Config) {
+			c.Listen = ":8080"
+			c.Replicas = []Replica{
+				{Name: "self", URL: "http://127.0.0.1:8080", Metrics: "none"},
+				{Name: "admin", URL: "http://localhost:9090"},
+				{Name: "ok", URL: "http://127.0.0.1:8000"},
+			}
+		}, want: []string{
+			`config: replicas[0].url: "http://127.0.0.1:8080" is llmlb's own listener ":8080": every request sent there would come back to llmlb`,
+			`config: replicas[1].url: "http://localhost:9090" is llmlb's own listener "127.0.0.1:9090": every request sent there would come back to llmlb`,
+		}},
 		{name: "model bounds", modify: func(c *Config) {
 			c.Scrape.MaxModels, c.Scrape.MaxModelNameBytes = 0, -1
 		}, want: []string{

@@ -25,6 +25,7 @@ func (c Config) Validate() error {
 		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
 	}
 	v.replicas(c.Replicas)
+	v.selfReplicas(c.Replicas, []string{c.Listen, c.AdminListen})
 	v.section(c.Discovery.Validate())
 	v.secret("admin_token", c.AdminToken)
 	v.admin(c)
@@ -153,6 +154,23 @@ func (v *validator) address(key, addr string) {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		v.add(key, "%q: port %q is not a number in 0..65535", addr, port)
+	}
+}
+
+// selfResolver resolves replica hosts for the self-loop check; tests
+// replace it.
+var selfResolver replicaurl.Resolver = replicaurl.LocalResolver{}
+
+// selfReplicas refuses a replica URL that reaches one of llmlb's own
+// listeners: every request sent there would come back (a loop).
+func (v *validator) selfReplicas(rs []Replica, listeners []string) {
+	for i, r := range rs {
+		if len(replicaurl.Check(r.URL)) > 0 {
+			continue
+		}
+		if l, self := replicaurl.PointsAt(r.URL, listeners, selfResolver); self {
+			v.add(fmt.Sprintf("replicas[%d].url", i), "%q is llmlb's own listener %q: every request sent there would come back to llmlb", replicaurl.Redact(r.URL), l)
+		}
 	}
 }
 

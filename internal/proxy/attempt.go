@@ -152,6 +152,8 @@ func (a *attempt) outcome() balancer.Outcome {
 		return balancer.OutcomeCanceled
 	case errors.Is(a.err, errReplicaEjected):
 		return balancer.OutcomeCanceled
+	case errors.Is(a.err, errLoop):
+		return balancer.OutcomeLoop
 	case a.refusal != nil && a.refusal.status >= 500:
 		return balancer.OutcomeServerError
 	case a.refusal != nil:

@@ -26,6 +26,7 @@ import (
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/sharedstate"
@@ -674,6 +675,22 @@ func (s *Server) metricsMode(m string) string {
 	return config.MetricsAuto
 }
 
+// checkNotSelf refuses a replica URL that reaches one of this server's own
+// listeners (configured or bound): every request sent there would loop.
+// The caller holds reloadMu (s.cfg).
+func (s *Server) checkNotSelf(raw string) error {
+	var ls []string
+	for _, a := range []string{s.cfg.Listen, s.cfg.AdminListen, s.ProxyAddr(), s.AdminAddr()} {
+		if a != "" {
+			ls = append(ls, a)
+		}
+	}
+	if l, self := replicaurl.PointsAt(raw, ls, replicaurl.LocalResolver{}); self {
+		return fmt.Errorf("server: %q is llmlb's own listener %q: every request sent there would come back", replicaurl.Redact(raw), l)
+	}
+	return nil
+}
+
 // fleet implements admin.Fleet on the server.
 type fleet struct{ s *Server }
 
@@ -682,6 +699,9 @@ type fleet struct{ s *Server }
 func (f fleet) AddReplica(spec balancer.ReplicaSpec) error {
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
+	if err := f.s.checkNotSelf(spec.URL); err != nil {
+		return err
+	}
 	return f.s.addReplica(spec, "", "")
 }
 
