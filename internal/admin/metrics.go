@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/kvindex"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/version"
@@ -142,8 +143,13 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 		ConstLabels: prometheus.Labels{"version": info.Version, "revision": info.Revision, "goversion": info.GoVersion},
 	})
 	buildInfo.Set(1)
+	indexBudget := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "llmlb_kv_index_budget_blocks",
+		Help: "Most prompt blocks the cost policy's block index holds, all replicas together; replicas' KV capacities are scaled down together beyond it.",
+	})
+	indexBudget.Set(kvindex.DefaultBudgetBlocks)
 	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads, m.dropped,
-		m.queueWait, buildInfo,
+		m.queueWait, buildInfo, indexBudget,
 		&modelSeries{m: m, cs: []prometheus.Collector{m.ttft, m.duration, m.tokens}},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),

@@ -65,6 +65,10 @@ type ReplicaSpec struct {
 	// traffic, no cooldown, LIVE on its first good scrape. `llmlb serve`
 	// sets it; the benchmark and tests that drive no scrapes leave it off.
 	NotReady bool
+	// KVCacheTokens declares the replica's KV capacity in tokens
+	// (replicas[].kv_cache_tokens): it replaces what the replica reports,
+	// unbounded by the plausibility checks (kvclaim.go). 0: reported.
+	KVCacheTokens int
 }
 
 // Snapshot is one successful scrape of a replica's /metrics. The fields

@@ -72,6 +72,10 @@ type Replica struct {
 	// Metrics is how the replica is scraped, MetricsAuto or MetricsNone
 	// (metrics; "": scrape.metrics).
 	Metrics string
+	// KVCacheTokens declares the replica's KV capacity in tokens
+	// (kv_cache_tokens; 0: as the replica reports it, within plausibility
+	// bounds).
+	KVCacheTokens int
 }
 
 // The values of scrape.metrics and replicas[].metrics.

@@ -476,6 +476,11 @@ func TestValidate(t *testing.T) {
 			`config: replicas[0].url: "http://127.0.0.1:8080" is llmlb's own listener ":8080": every request sent there would come back to llmlb`,
 			`config: replicas[1].url: "http://localhost:9090" is llmlb's own listener "127.0.0.1:9090": every request sent there would come back to llmlb`,
 		}},
+		{name: "declared KV capacity", modify: func(c *Config) {
+			c.Replicas = []Replica{{Name: "a", URL: "http://h1:8000", KVCacheTokens: -1}}
+		}, want: []string{
+			`config: replicas[0].kv_cache_tokens: must be >= 0, got -1`,
+		}},
 		{name: "model bounds", modify: func(c *Config) {
 			c.Scrape.MaxModels, c.Scrape.MaxModelNameBytes = 0, -1
 		}, want: []string{

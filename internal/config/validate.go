@@ -206,6 +206,9 @@ func (v *validator) replicas(rs []Replica) {
 			}
 		}
 		v.secret(key+".api_key", r.APIKey)
+		if r.KVCacheTokens < 0 {
+			v.add(key+".kv_cache_tokens", "must be >= 0, got %d", r.KVCacheTokens)
+		}
 		if r.Metrics != "" { // "": scrape.metrics
 			v.oneOf(key+".metrics", r.Metrics, MetricsModes...)
 		}

@@ -215,7 +215,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Now:      o.now,
 	})
 	for _, r := range cfg.Replicas {
-		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}
+		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}
 		if spec.Name == "" {
 			spec.Name = defaultName(r.URL)
 		}
@@ -276,7 +276,7 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		if _, ok := s.configured[r.Name]; ok {
 			continue
 		}
-		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}, r.APIKey, r.Metrics); err != nil {
+		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}, r.APIKey, r.Metrics); err != nil {
 			errs = append(errs, err)
 			continue
 		}
