@@ -26,7 +26,21 @@ import (
 func TestEPPManifests(t *testing.T) {
 	t.Setenv("LLMLB_ADMIN_TOKEN", "test-token")
 	byKind := manifestsByKind(t, "epp", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-		"InferencePool", "Gateway", "HTTPRoute", "Kustomization")
+		"InferencePool", "Gateway", "HTTPRoute", "Kustomization", "NetworkPolicy")
+
+	// The NetworkPolicy covers the picker's pods and admits its gRPC port
+	// only from selected (gateway) pods.
+	np := byKind["NetworkPolicy"]
+	if !labels.SelectorFromSet(labelSet(get(np, "spec", "podSelector", "matchLabels"))).Matches(labels.Set(labelSet(get(byKind["Deployment"], "spec", "template", "metadata", "labels")))) {
+		t.Error("the NetworkPolicy does not select the Deployment's pods")
+	}
+	for _, rule := range get(np, "spec", "ingress").([]any) {
+		for _, p := range get(rule, "ports").([]any) {
+			if get(p, "port") == 9002 && (get(rule, "from") == nil || get(rule, "from", 0, "podSelector") == nil) {
+				t.Error("the NetworkPolicy admits port 9002 from anyone; want only the gateway's pods")
+			}
+		}
+	}
 	var listed []string
 	for _, r := range get(byKind["Kustomization"], "resources").([]any) {
 		listed = append(listed, r.(string))

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
@@ -42,8 +43,15 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		Decisions:    srv.Dashboard().Decision,
 		Transitions:  srv.Transitions,
 		Logger:       srv.Logger(),
+		// The shared token of the gRPC port (docs/EPP.md): from the
+		// environment only, never a flag (it would show in ps).
+		Token: os.Getenv(EPPTokenEnv),
 	})
 }
+
+// EPPTokenEnv names the environment variable holding the gRPC port's
+// shared token ("": no token; docs/EPP.md).
+const EPPTokenEnv = "LLMLB_EPP_TOKEN"
 
 // eppFlags are serve's flags with --grpc-listen in place of --listen (the
 // configuration file's listen key is not used by epp).

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/kvindex"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/version"
@@ -33,6 +34,7 @@ type Metrics struct {
 	transitions *prometheus.CounterVec
 	scrapes     *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
+	dropped     *prometheus.GaugeVec
 
 	// Client-facing latency and tokens by model and route reason; a model
 	// label takes only the fleet's known models (others count as "other").
@@ -41,6 +43,8 @@ type Metrics struct {
 	tokens   *prometheus.CounterVec
 	bal      *balancer.Balancer
 	known    sync.Map // model name -> true: its series exist
+	modelsMu sync.Mutex
+	nModels  int // models in known, at most MaxModelSeries (under modelsMu)
 	now      func() time.Time
 
 	// queueWait is flow control's waits by priority (flowmetrics.go).
@@ -57,6 +61,17 @@ var (
 // OtherModel is the model label of requests for a model no replica is
 // known to serve (it keeps the label's values bounded).
 const OtherModel = "other"
+
+// MaxModelSeries caps the models that get their own latency and token
+// series: a replica may advertise any number of models on /v1/models, and
+// each one costs about 70 series. The first models in sorted order get
+// series; the rest count as OtherModel, and so does a name longer than
+// MaxModelLabelBytes. With both, /metrics stays under 2 MB whatever the
+// replicas advertise.
+const MaxModelSeries = 64
+
+// MaxModelLabelBytes is the longest model name used as a label value.
+const MaxModelLabelBytes = 128
 
 // NewMetrics returns the metrics on a fresh registry (with the Go and
 // process collectors); bal's state is collected at scrape time with now.
@@ -91,6 +106,10 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Name: "llmlb_scrapes_total",
 			Help: "Metrics scrapes of replicas, by result (ok|error).",
 		}, []string{"replica", "result"}),
+		dropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmlb_replica_models_dropped",
+			Help: "Models the replica's last /v1/models listed beyond scrape.max_models or scrape.max_model_name_bytes, ignored.",
+		}, []string{"replica"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmlb_config_reloads_total",
 			Help: "Configuration reloads (SIGHUP), by result: applied, partial (some replicas failed) or rejected (invalid file).",
@@ -124,8 +143,13 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 		ConstLabels: prometheus.Labels{"version": info.Version, "revision": info.Revision, "goversion": info.GoVersion},
 	})
 	buildInfo.Set(1)
-	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads,
-		m.queueWait, buildInfo,
+	indexBudget := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "llmlb_kv_index_budget_blocks",
+		Help: "Most prompt blocks the cost policy's block index holds, all replicas together; replicas' KV capacities are scaled down together beyond it.",
+	})
+	indexBudget.Set(kvindex.DefaultBudgetBlocks)
+	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads, m.dropped,
+		m.queueWait, buildInfo, indexBudget,
 		&modelSeries{m: m, cs: []prometheus.Collector{m.ttft, m.duration, m.tokens}},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),
@@ -151,22 +175,38 @@ func (s *modelSeries) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (s *modelSeries) Collect(ch chan<- prometheus.Metric) {
-	for _, model := range s.m.bal.Models() {
-		s.m.initModel(model)
+	models := s.m.bal.Models()
+	s.m.initModel(OtherModel)
+	for _, model := range models[:min(len(models), MaxModelSeries)] {
+		if len(model) <= MaxModelLabelBytes {
+			s.m.initModel(model)
+		}
 	}
 	for _, c := range s.cs {
 		c.Collect(ch)
 	}
 }
 
-// initModel creates a model's client-facing series once.
-func (m *Metrics) initModel(model string) {
+// initModel creates a model's client-facing series once, and reports
+// whether the model has its own series (false: the cap is reached, count
+// it as OtherModel). OtherModel itself is not counted against the cap.
+func (m *Metrics) initModel(model string) bool {
 	model = label(model)
 	if _, done := m.known.Load(model); done {
-		return
+		return true
 	}
-	// Children first, then the mark: whoever sees the mark sees the series
-	// (creating a child twice is harmless).
+	m.modelsMu.Lock()
+	defer m.modelsMu.Unlock()
+	if _, done := m.known.Load(model); done {
+		return true
+	}
+	if model != OtherModel {
+		if m.nModels >= MaxModelSeries {
+			return false
+		}
+		m.nModels++
+	}
+	// Children first, then the mark: whoever sees the mark sees the series.
 	for _, r := range routeReasons {
 		m.ttft.WithLabelValues(model, r)
 		m.duration.WithLabelValues(model, r)
@@ -175,16 +215,19 @@ func (m *Metrics) initModel(model string) {
 		m.tokens.WithLabelValues(model, k)
 	}
 	m.known.Store(model, true)
+	return true
 }
 
-// ModelLabel bounds a model name to the models some replica serves;
-// anything else is OtherModel.
+// ModelLabel bounds a model name to the models some replica serves, and
+// to MaxModelSeries of them; anything else is OtherModel.
 func (m *Metrics) ModelLabel(model string) string {
 	if _, ok := m.known.Load(model); ok {
 		return model
 	}
-	if model != "" && slices.Contains(m.bal.Models(), model) {
-		m.initModel(model)
+	if model == "" || len(model) > MaxModelLabelBytes {
+		return OtherModel
+	}
+	if i, found := slices.BinarySearch(m.bal.Models(), model); found && i < MaxModelSeries && m.initModel(model) {
 		return model
 	}
 	return OtherModel
@@ -259,6 +302,12 @@ func (m *Metrics) Scrape(replica string, ok bool) {
 	m.scrapes.WithLabelValues(label(replica), result).Inc()
 }
 
+// ModelsDropped records how many models a replica's last /v1/models listed
+// beyond the bounds.
+func (m *Metrics) ModelsDropped(replica string, n int) {
+	m.dropped.WithLabelValues(label(replica)).Set(float64(n))
+}
+
 // Reload counts one configuration reload by result (applied, partial,
 // rejected).
 func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(label(result)).Inc() }
@@ -282,6 +331,7 @@ func (m *Metrics) ForgetReplica(replica string) {
 	m.failovers.DeletePartialMatch(l)
 	m.transitions.DeletePartialMatch(l)
 	m.scrapes.DeletePartialMatch(l)
+	m.dropped.DeletePartialMatch(l)
 }
 
 // stateCollector reads the routing core's state when /metrics is scraped.

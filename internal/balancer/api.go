@@ -50,6 +50,10 @@ const (
 	// counts a success) but served nothing, so its cache did not take the
 	// prompt: a policy that indexes finished prompts is not told.
 	OutcomeRejected
+	// OutcomeLoop: the replica sent the request back to this llmlb (its
+	// URL is llmlb's own listener, or leads back to it). It can never
+	// serve, so it is ejected at once.
+	OutcomeLoop
 )
 
 // ReplicaSpec is a configured replica (config, not runtime state).
@@ -61,6 +65,10 @@ type ReplicaSpec struct {
 	// traffic, no cooldown, LIVE on its first good scrape. `llmlb serve`
 	// sets it; the benchmark and tests that drive no scrapes leave it off.
 	NotReady bool
+	// KVCacheTokens declares the replica's KV capacity in tokens
+	// (replicas[].kv_cache_tokens): it replaces what the replica reports,
+	// unbounded by the plausibility checks (kvclaim.go). 0: reported.
+	KVCacheTokens int
 }
 
 // Snapshot is one successful scrape of a replica's /metrics. The fields

@@ -147,6 +147,8 @@ type replica struct {
 	health    health.Machine // by value: one cache miss less per replica in step 1
 
 	snap         Snapshot // last successful scrape
+	kvDecl       float64  // declared KV capacity in tokens (0: reported; kvclaim.go)
+	kvCut        bool     // the reported capacity is being cut down (logged once)
 	lastScrape   time.Time
 	lastScrapeOK bool
 
@@ -294,6 +296,7 @@ func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error {
 		url:    spec.URL,
 		models: slices.Clone(spec.Models),
 		health: *health.NewMachine(&b.cfg.Health, now),
+		kvDecl: float64(max(spec.KVCacheTokens, 0)),
 	}
 	if spec.NotReady {
 		r.health = *health.NewPendingMachine(&b.cfg.Health, now)
@@ -564,6 +567,8 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 		tr = r.health.ObserveRequest(false, "5xx", now)
 	case OutcomeTransportError:
 		tr = r.health.ObserveRequest(false, "transport error", now)
+	case OutcomeLoop:
+		tr = r.health.Eject("request loop: the replica forwards to this llmlb", now)
 	}
 	return b.named(r, tr, nil)
 }
@@ -586,7 +591,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	}
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
-		KVCacheTokens: min(sane(snap.KVCacheTokens), maxKVCacheTokens)}
+		KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight)
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)

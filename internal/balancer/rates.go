@@ -302,8 +302,8 @@ func (b *Balancer) SetExplain(on bool) {
 // are a misbehaving exporter's and are ignored (a decode step of 1 ns would
 // herd traffic to it; an absurd prefill rate would poison the fleet's).
 const (
-	minDecodeStep    = 1e-4    // seconds between two tokens (10,000 tokens/s for one sequence)
-	maxDecodeStep    = 60      // seconds
-	maxPrefillRate   = 1e7     // prompt tokens per second of one replica
-	maxKVCacheTokens = 1 << 40 // KV capacity in tokens
+	minDecodeStep    = 1e-4             // seconds between two tokens (10,000 tokens/s for one sequence)
+	maxDecodeStep    = 60               // seconds
+	maxPrefillRate   = 1e7              // prompt tokens per second of one replica
+	maxKVCacheTokens = MaxKVCacheTokens // KV capacity in tokens (kvclaim.go)
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/sharedstate"
 )
 
@@ -71,6 +72,10 @@ type Replica struct {
 	// Metrics is how the replica is scraped, MetricsAuto or MetricsNone
 	// (metrics; "": scrape.metrics).
 	Metrics string
+	// KVCacheTokens declares the replica's KV capacity in tokens
+	// (kv_cache_tokens; 0: as the replica reports it, within plausibility
+	// bounds).
+	KVCacheTokens int
 }
 
 // The values of scrape.metrics and replicas[].metrics.
@@ -94,6 +99,10 @@ type Scrape struct {
 	MaxBodyBytes   int64         // scrape.max_body_bytes (4 MiB)
 	HealthCheck    bool          // scrape.health_check: also GET /health (false)
 	ModelsInterval time.Duration // scrape.models_interval: refresh /v1/models (30s)
+	// MaxModels and MaxModelNameBytes bound what one replica's /v1/models
+	// may teach (scrape.max_models 1000, scrape.max_model_name_bytes 512).
+	MaxModels         int
+	MaxModelNameBytes int
 	// Metrics is how replicas without their own metrics setting are
 	// scraped, those added through the admin API or discovery included
 	// (scrape.metrics, MetricsAuto).
@@ -128,12 +137,14 @@ func Default() Config {
 		Routing:     routing,
 		Request:     request.DefaultConfig(),
 		Scrape: Scrape{
-			Interval:       3 * time.Second,
-			Timeout:        time.Second,
-			MaxBodyBytes:   4 << 20,
-			HealthCheck:    false,
-			ModelsInterval: 30 * time.Second,
-			Metrics:        MetricsAuto,
+			Interval:          3 * time.Second,
+			Timeout:           time.Second,
+			MaxBodyBytes:      4 << 20,
+			HealthCheck:       false,
+			ModelsInterval:    30 * time.Second,
+			MaxModels:         scrape.DefaultMaxModels,
+			MaxModelNameBytes: scrape.DefaultMaxModelNameBytes,
+			Metrics:           MetricsAuto,
 		},
 		Proxy: proxy.DefaultConfig(),
 		Server: Server{

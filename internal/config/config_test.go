@@ -42,6 +42,8 @@ func TestDefault(t *testing.T) {
 		{"scrape.timeout", c.Scrape.Timeout, time.Second},
 		{"scrape.max_body_bytes", c.Scrape.MaxBodyBytes, int64(4 << 20)},
 		{"scrape.models_interval", c.Scrape.ModelsInterval, 30 * time.Second},
+		{"scrape.max_models", c.Scrape.MaxModels, 1000},
+		{"scrape.max_model_name_bytes", c.Scrape.MaxModelNameBytes, 512},
 		{"scrape.metrics", c.Scrape.Metrics, "auto"},
 		{"proxy.max_body_bytes", c.Proxy.MaxBodyBytes, int64(32 << 20)},
 		{"proxy.max_attempts", c.Proxy.MaxAttempts, 3},
@@ -462,6 +464,28 @@ func TestValidate(t *testing.T) {
 			`config: proxy.max_attempts: must be > 0, got 0`,
 			`config: server.shutdown_timeout: must be >= 0, got -1s`,
 			`config: log.level: "verbose" is not one of debug, info, warn, error`,
+		}},
+		{name: "a replica that is llmlb itself", modify: func(c *Config) {
+			c.Listen = ":8080"
+			c.Replicas = []Replica{
+				{Name: "self", URL: "http://127.0.0.1:8080", Metrics: "none"},
+				{Name: "admin", URL: "http://localhost:9090"},
+				{Name: "ok", URL: "http://127.0.0.1:8000"},
+			}
+		}, want: []string{
+			`config: replicas[0].url: "http://127.0.0.1:8080" is llmlb's own listener ":8080": every request sent there would come back to llmlb`,
+			`config: replicas[1].url: "http://localhost:9090" is llmlb's own listener "127.0.0.1:9090": every request sent there would come back to llmlb`,
+		}},
+		{name: "declared KV capacity", modify: func(c *Config) {
+			c.Replicas = []Replica{{Name: "a", URL: "http://h1:8000", KVCacheTokens: -1}}
+		}, want: []string{
+			`config: replicas[0].kv_cache_tokens: must be >= 0, got -1`,
+		}},
+		{name: "model bounds", modify: func(c *Config) {
+			c.Scrape.MaxModels, c.Scrape.MaxModelNameBytes = 0, -1
+		}, want: []string{
+			`config: scrape.max_models: must be > 0, got 0`,
+			`config: scrape.max_model_name_bytes: must be > 0, got -1`,
 		}},
 		{name: "metrics modes", modify: func(c *Config) {
 			c.Scrape.Metrics = "nnoe"

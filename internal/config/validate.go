@@ -25,6 +25,7 @@ func (c Config) Validate() error {
 		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
 	}
 	v.replicas(c.Replicas)
+	v.selfReplicas(c.Replicas, []string{c.Listen, c.AdminListen})
 	v.section(c.Discovery.Validate())
 	v.secret("admin_token", c.AdminToken)
 	v.admin(c)
@@ -37,6 +38,8 @@ func (c Config) Validate() error {
 	}
 	v.positiveInt("scrape.max_body_bytes", s.MaxBodyBytes)
 	v.positive("scrape.models_interval", s.ModelsInterval)
+	v.positiveInt("scrape.max_models", int64(s.MaxModels))
+	v.positiveInt("scrape.max_model_name_bytes", int64(s.MaxModelNameBytes))
 	v.oneOf("scrape.metrics", s.Metrics, MetricsModes...)
 
 	v.section(c.Proxy.Validate())
@@ -154,6 +157,23 @@ func (v *validator) address(key, addr string) {
 	}
 }
 
+// selfResolver resolves replica hosts for the self-loop check; tests
+// replace it.
+var selfResolver replicaurl.Resolver = replicaurl.LocalResolver{}
+
+// selfReplicas refuses a replica URL that reaches one of llmlb's own
+// listeners: every request sent there would come back (a loop).
+func (v *validator) selfReplicas(rs []Replica, listeners []string) {
+	for i, r := range rs {
+		if len(replicaurl.Check(r.URL)) > 0 {
+			continue
+		}
+		if l, self := replicaurl.PointsAt(r.URL, listeners, selfResolver); self {
+			v.add(fmt.Sprintf("replicas[%d].url", i), "%q is llmlb's own listener %q: every request sent there would come back to llmlb", replicaurl.Redact(r.URL), l)
+		}
+	}
+}
+
 // replicas checks names (replicaurl.CheckName), URLs (replicaurl.Check), that
 // no two replicas share a name or a URL, model lists and metrics modes.
 func (v *validator) replicas(rs []Replica) {
@@ -186,6 +206,9 @@ func (v *validator) replicas(rs []Replica) {
 			}
 		}
 		v.secret(key+".api_key", r.APIKey)
+		if r.KVCacheTokens < 0 {
+			v.add(key+".kv_cache_tokens", "must be >= 0, got %d", r.KVCacheTokens)
+		}
 		if r.Metrics != "" { // "": scrape.metrics
 			v.oneOf(key+".metrics", r.Metrics, MetricsModes...)
 		}

@@ -14,19 +14,25 @@ package epp
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"math"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -113,6 +119,11 @@ type Options struct {
 	Transitions func([]balancer.Transition)
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// Token, when set, is a shared secret every ext_proc stream must
+	// present as gRPC metadata "authorization: Bearer <token>" (Envoy's
+	// grpc_service.initial_metadata); others are refused Unauthenticated.
+	// The health service stays open (kubelet's probe sends no metadata).
+	Token string
 }
 
 // Server is the ext_proc service and its gRPC server (with the standard
@@ -195,8 +206,12 @@ func New(opts Options) (*Server, error) {
 	if streams <= 0 {
 		streams = DefaultMaxStreams
 	}
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30))+1<<20),
-		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32))))
+	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20),
+		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32)))}
+	if opts.Token != "" {
+		srvOpts = append(srvOpts, grpc.StreamInterceptor(tokenCheck(opts.Token)))
+	}
+	s.grpc = grpc.NewServer(srvOpts...)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, s)
 	s.health = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -340,6 +355,25 @@ func (s *Server) anyLive() bool {
 		}
 	}
 	return false
+}
+
+// tokenCheck refuses ext_proc streams that do not present token as
+// "authorization: Bearer <token>" metadata; other services pass.
+func tokenCheck(token string) grpc.StreamServerInterceptor {
+	want := sha256.Sum256([]byte("Bearer " + token))
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, "/envoy.service.ext_proc.") {
+			md, _ := metadata.FromIncomingContext(ss.Context())
+			var got [sha256.Size]byte
+			if v := md.Get("authorization"); len(v) == 1 {
+				got = sha256.Sum256([]byte(v[0]))
+			}
+			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				return status.Error(codes.Unauthenticated, "epp: missing or wrong authorization token")
+			}
+		}
+		return handler(srv, ss)
+	}
 }
 
 // Process implements the ext_proc service: one stream is one HTTP request.

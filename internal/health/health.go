@@ -254,6 +254,17 @@ func (m *Machine) ObserveRequest(ok bool, cause string, now time.Time) []Transit
 	return out
 }
 
+// Eject ejects a LIVE or PROBING replica at once, whatever its failure
+// counts: cause is a failure that will repeat on every request (a request
+// loop). An EJECTED replica stays as it is.
+func (m *Machine) Eject(cause string, now time.Time) []Transition {
+	out := m.Tick(now)
+	if m.state == Ejected {
+		return out
+	}
+	return m.eject(out, cause, now)
+}
+
 // eject moves to EJECTED with the flap-damped cooldown 30 s * 2^(n-1), capped.
 func (m *Machine) eject(out []Transition, cause string, now time.Time) []Transition {
 	if m.streak > 0 && now.Sub(m.lastEject) > m.cfg.FlapWindow {

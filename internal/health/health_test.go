@@ -265,3 +265,18 @@ func TestPendingReplica(t *testing.T) {
 		t.Fatalf("first failure after joining: %+v, want an ejection with the base cooldown", tr)
 	}
 }
+
+// A request loop ejects at once, from LIVE or PROBING; an EJECTED replica
+// keeps its cooldown.
+func TestEjectAtOnce(t *testing.T) {
+	cfg := Default()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := NewMachine(&cfg, t0)
+	ts := m.Eject("request loop", t0)
+	if len(ts) != 1 || ts[0].To != Ejected || m.State() != Ejected {
+		t.Fatalf("Eject from LIVE: %v, state %v; want one transition to EJECTED", ts, m.State())
+	}
+	if ts := m.Eject("request loop", t0.Add(time.Second)); len(ts) != 0 || m.Ejections() != 1 {
+		t.Errorf("Eject while EJECTED: %v, %d ejections; want nothing new", ts, m.Ejections())
+	}
+}

@@ -61,6 +61,8 @@ type Index struct {
 	ghosts   ghosts      // blocks that recently left the index (ghost.go)
 	margin   float64     // share of a replica's capacity MarginalReuse looks past its edge
 	removing bool        // RemoveReplica is evicting: its ghosts are no replica's
+	budget   int         // most blocks all replicas together may hold (SetBudget)
+	claims   int         // sum of the replicas' claims
 	gone     []goneBlock // freed nodes, until flush
 	sink     uint64      // keeps the loads of flush's first pass
 
@@ -170,6 +172,9 @@ type replica struct {
 	// the list's tail, so it goes here, ordered by stamp.
 	heap   []int32
 	n, cap int
+	// claim is the capacity the caller set (the replica's reported KV
+	// capacity); cap is what the index's budget leaves of it.
+	claim int
 	// phantom counts blocks the replica holds that the index cannot name:
 	// those a Touch evicted for a prompt that Forget then took back (the
 	// replica never computed it, so it still holds what the index had
@@ -201,9 +206,58 @@ type goneBlock struct {
 	ord  uint32
 }
 
-// New returns an empty index.
+// DefaultBudgetBlocks is the default bound on the blocks the whole index
+// holds, all replicas together: 2^20 blocks (16M tokens at 16 tokens a
+// block, about 120 MB of index). A replica's reported KV capacity sizes its
+// share; a replica that lies about it (2^32 blocks) would otherwise let the
+// index grow with every unique prompt.
+const DefaultBudgetBlocks = 1 << 20
+
+// New returns an empty index with the default budget.
 func New() *Index {
-	return &Index{nodes: newTable(), freeNode: none, freeEnt: none}
+	return &Index{nodes: newTable(), freeNode: none, freeEnt: none, budget: DefaultBudgetBlocks}
+}
+
+// SetBudget bounds the blocks all replicas together may hold (at least 1).
+// When the replicas' capacities add up to more, each gets its capacity
+// scaled down in proportion, evicting its least recently used blocks.
+func (x *Index) SetBudget(blocks int) {
+	x.budget = max(blocks, 1)
+	x.rebalance(none)
+}
+
+// Budget returns the bound on the blocks of all replicas together.
+func (x *Index) Budget() int { return x.budget }
+
+// Total returns the blocks all replicas together hold.
+func (x *Index) Total() int {
+	n := 0
+	for i := range x.reps {
+		n += x.reps[i].n
+	}
+	return n
+}
+
+// rebalance sets every replica's effective capacity from its claim and the
+// budget, evicting where a capacity shrank, and in replica set (none: no
+// replica) in any case: pins may have let it grow past its capacity.
+func (x *Index) rebalance(set int32) {
+	for rep := range x.reps {
+		r := &x.reps[rep]
+		eff := r.claim
+		if x.claims > x.budget {
+			eff = int(int64(r.claim) * int64(x.budget) / int64(x.claims))
+		}
+		if eff == r.cap && int32(rep) != set {
+			continue
+		}
+		r.cap = eff
+		for r.n > r.cap && (r.phantom > 0 || x.lru(r) != none) {
+			x.evict(int32(rep))
+		}
+		x.flush()
+		x.settle(r)
+	}
 }
 
 // grow makes sure replica id rep exists (capacity 0 until SetCapacity).
@@ -213,22 +267,30 @@ func (x *Index) grow(rep int32) {
 	}
 }
 
-// SetCapacity bounds replica rep's share of the index to blocks entries,
+// SetCapacity bounds replica rep's share of the index to blocks entries
+// (less when the replicas' capacities together exceed the budget),
 // evicting its least recently used blocks if it now holds more. A capacity
 // of 0 or less holds nothing.
 func (x *Index) SetCapacity(rep int32, blocks int) {
 	x.grow(rep)
 	r := &x.reps[rep]
-	r.cap = max(blocks, 0)
-	for r.n > r.cap && (r.phantom > 0 || x.lru(r) != none) {
-		x.evict(rep)
-	}
-	x.flush()
-	x.settle(r)
+	blocks = max(blocks, 0)
+	x.claims += blocks - r.claim
+	r.claim = blocks
+	x.rebalance(rep)
 }
 
-// Capacity returns replica rep's bound in blocks.
+// Capacity returns replica rep's capacity as last set (SetCapacity).
 func (x *Index) Capacity(rep int32) int {
+	if int(rep) >= len(x.reps) {
+		return 0
+	}
+	return x.reps[rep].claim
+}
+
+// EffectiveCapacity returns replica rep's bound in blocks: its capacity,
+// scaled down when the replicas' capacities exceed the budget.
+func (x *Index) EffectiveCapacity(rep int32) int {
 	if int(rep) >= len(x.reps) {
 		return 0
 	}

@@ -68,6 +68,9 @@ const (
 	CodeShuttingDown = "shutting_down"
 	// CodeInvalidPriority: an X-LLMLB-Priority header that is not an integer.
 	CodeInvalidPriority = "invalid_priority"
+	// CodeLoopDetected: the request came back to the llmlb that forwarded
+	// it (a replica URL that is llmlb itself); 508.
+	CodeLoopDetected = "loop_detected"
 )
 
 // RetryAfter is the Retry-After header's value for a wait of d: whole

@@ -4,9 +4,12 @@ import "bytes"
 
 // Bounds of what a UsageReader keeps.
 const (
-	// MaxSSELine bounds one buffered server-sent-events line; a longer
-	// line is dropped unread.
-	MaxSSELine = 1 << 20
+	// MaxSSELine bounds one server-sent-events line: a longer line is
+	// dropped unread here, and the proxy ends a stream that sends one with
+	// the SSE error event. 64 KiB is far above any vLLM chunk (a chunk
+	// with 20 top logprobs is a few KiB) and keeps the per-stream memory
+	// budget.
+	MaxSSELine = 64 << 10
 	// MaxJSONBody bounds the copy of a non-streamed answer kept to read
 	// its usage; the usage of a larger one is not read.
 	MaxJSONBody = 4 << 20

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ var (
 	// without "data: [DONE]" (e.g. the replica closed a stream sent without
 	// chunked framing): the client did not get the whole answer.
 	errStreamIncomplete = errors.New("proxy: stream ended before data: [DONE]")
+	// errLineTooLong: an SSE line grew past openai.MaxSSELine without a
+	// newline; whatever it is, it is not a stream a client can use.
+	errLineTooLong = errors.New("proxy: SSE line longer than the limit")
 )
 
 // attempt is one try of a request on one replica. Its fields are written
@@ -152,6 +156,8 @@ func (a *attempt) outcome() balancer.Outcome {
 		return balancer.OutcomeCanceled
 	case errors.Is(a.err, errReplicaEjected):
 		return balancer.OutcomeCanceled
+	case errors.Is(a.err, errLoop):
+		return balancer.OutcomeLoop
 	case a.refusal != nil && a.refusal.status >= 500:
 		return balancer.OutcomeServerError
 	case a.refusal != nil:
@@ -285,6 +291,7 @@ type upstreamBody struct {
 	endLen   int
 	done     bool
 	cut      error // a JSON answer broke: flush, then return it
+	lineLen  int   // SSE: bytes relayed since the last newline
 }
 
 // Read implements io.Reader.
@@ -328,6 +335,19 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 		}
 		if b.wantDone {
 			b.remember(buf[:n])
+		}
+		if b.sse {
+			if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+				b.lineLen = n - i - 1
+			} else {
+				b.lineLen += n
+			}
+			if b.lineLen > openai.MaxSSELine && err == nil {
+				b.a.bodyErr = errLineTooLong
+				b.tail = b.errorEvent()
+				_ = b.rc.Close()
+				return n, nil
+			}
 		}
 	}
 	switch {
@@ -393,6 +413,8 @@ func (b *upstreamBody) errorEvent() []byte {
 		msg = fmt.Sprintf("the stream from replica %s sent nothing for %s", b.a.res.Replica, b.a.idleAfter)
 	case errors.Is(b.a.bodyErr, errStreamIncomplete):
 		msg = "the stream from replica " + b.a.res.Replica + " ended before data: [DONE]"
+	case errors.Is(b.a.bodyErr, errLineTooLong):
+		msg = fmt.Sprintf("the stream from replica %s sent a line longer than %d bytes", b.a.res.Replica, openai.MaxSSELine)
 	default:
 		msg = "the stream from replica " + b.a.res.Replica + " broke before it ended"
 	}

@@ -119,6 +119,9 @@ type Options struct {
 	// (request.KeyTenant) instead of request.tenant_headers
 	// (flow_control.tenant_from: api_key).
 	TenantFromAPIKey bool
+	// InstanceID marks the requests this proxy forwards (HeaderVia) to
+	// detect loops; "" draws a random one.
+	InstanceID string
 }
 
 // Proxy is the http.Handler of the proxy listener.
@@ -147,6 +150,9 @@ type Proxy struct {
 	waiters   atomic.Int64  // requests in or about to be in the queue
 	stopping  chan struct{} // closed by Shutdown
 	stopOnce  sync.Once
+
+	id    string   // instance id, the mark on forwarded requests (loop.go)
+	loops sync.Map // replica name -> true: its loop was logged
 }
 
 // outBody is the request body the attempts send, read whole.
@@ -224,6 +230,10 @@ func New(opts Options) (*Proxy, error) {
 		gate:        opts.Gate,
 		keyTenant:   opts.TenantFromAPIKey,
 		stopping:    make(chan struct{}),
+		id:          opts.InstanceID,
+	}
+	if p.id == "" {
+		p.id = newInstanceID()
 	}
 	if p.gate != nil {
 		p.flowCfg = p.gate.Config()
@@ -298,6 +308,10 @@ func NewTransport(cfg Config) *http.Transport {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.looped(r) {
+		p.refuseLoop(w)
+		return
+	}
 	path := r.URL.Path
 	// Path traversal (/v1/../metrics or /v1/%2e%2e/health would reach the
 	// replica's own endpoints outside /v1/) and paths outside the API are
@@ -527,6 +541,10 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 			return
 		}
 	}
+	if errors.Is(last.err, errLoop) {
+		p.answerLoop(w, last.res.Replica)
+		return
+	}
 	msg := fmt.Sprintf("upstream failure after %d attempts (last replica %s)", len(tried), last.res.Replica)
 	p.answer(w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
 }
@@ -534,6 +552,8 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 // selectFailed answers when Select finds no replica.
 func (p *Proxy) selectFailed(w http.ResponseWriter, err error, prof *request.Profile, last *attempt) {
 	switch {
+	case last != nil && errors.Is(last.err, errLoop) && errors.Is(err, balancer.ErrNoHealthyInstances):
+		p.answerLoop(w, last.res.Replica)
 	case last != nil && last.refusal != nil && errors.Is(err, balancer.ErrNoHealthyInstances):
 		p.replayRefusal(w, last)
 	case errors.Is(err, balancer.ErrUnknownModel):
@@ -679,6 +699,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.SetURL(a.target)
 	pr.SetXForwarded()
+	if via := pr.In.Header.Values(viaKey); len(via) > 0 {
+		pr.Out.Header[viaKey] = []string{strings.Join(via, ", ") + ", " + p.id}
+	} else {
+		pr.Out.Header[viaKey] = []string{p.id}
+	}
 	if key := p.apiKey(a.res.Replica); key != "" {
 		pr.Out.Header.Set("Authorization", "Bearer "+key)
 	} else if !p.cfg.PassAuthorization {
@@ -703,6 +728,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		}
 	}
 	a.status = res.StatusCode
+	if p.isOwnLoop(res) {
+		p.noteLoop(a.res.Replica, a.res.URL)
+		return errLoop
+	}
 	if (res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden) && p.apiKey(a.res.Replica) != "" {
 		// The replica refused the key configured for it, not the
 		// client's: its configuration is wrong, and another replica may

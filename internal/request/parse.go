@@ -1,6 +1,7 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,7 +118,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 	if ep == endpointEmbeddings {
 		p.OutputTokens = 0 // embeddings generate nothing
 	}
-	p.Stream = string(fields["stream"]) == "true"
+	p.Stream = StreamFlag(fields["stream"])
 
 	if system != "" {
 		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))
@@ -216,4 +217,32 @@ func capText(text string, limit int) string {
 		limit--
 	}
 	return text[:limit]
+}
+
+// StreamFlag reads a "stream" value as vLLM does (pydantic's lax bool):
+// true, the number 1 (1, 1.0, 1e0), or one of the strings "1", "on", "t",
+// "true", "y", "yes" in any case. Anything else, including values vLLM
+// refuses (2, "maybe"), is not a stream.
+func StreamFlag(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0:
+		return false
+	case string(raw) == "true":
+		return true
+	case raw[0] == '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return false
+		}
+		switch strings.ToLower(s) {
+		case "1", "on", "t", "true", "y", "yes":
+			return true
+		}
+		return false
+	case raw[0] == '-' || ('0' <= raw[0] && raw[0] <= '9'):
+		f, err := strconv.ParseFloat(string(raw), 64)
+		return err == nil && f == 1
+	}
+	return false
 }

@@ -11,5 +11,5 @@ type Profile struct {
 	PromptTokens int      // estimated prompt tokens
 	OutputTokens int      // expected output tokens
 	PromptBlocks []uint64 // chained 16-token block hashes (tokenize.Prompt.Blocks); for cache-aware baselines
-	Stream       bool     // the client asked for a stream ("stream": true): the proxy's idle timeout applies from the start
+	Stream       bool     // the client asked for a stream ("stream": true, or a truthy value vLLM also streams: StreamFlag): the proxy's idle timeout applies from the start
 }

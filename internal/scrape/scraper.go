@@ -8,8 +8,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 )
@@ -56,10 +59,29 @@ type Options struct {
 	OnResult func(name string, res Result, at time.Time)
 	// OnModels is called when a replica's learned model list changes.
 	OnModels func(name string, models []string)
+	// MaxModels bounds the models learned from one replica's /v1/models
+	// (default DefaultMaxModels); the rest are dropped.
+	MaxModels int
+	// MaxModelNameBytes bounds a learned model id (default
+	// DefaultMaxModelNameBytes); longer ids, and ids that are not UTF-8 or
+	// hold control characters, are dropped.
+	MaxModelNameBytes int
+	// OnModelsDropped is called after every read of /v1/models with how
+	// many models it dropped (0 included), for metrics.
+	OnModelsDropped func(name string, dropped int)
 
 	Logger *slog.Logger     // default slog.Default()
 	Now    func() time.Time // default time.Now
 }
+
+// Defaults of the bounds on what a replica's /v1/models may teach: a
+// real fleet serves a handful of models and at most hundreds of LoRA
+// adapters, and clients may not ask for a model name longer than the
+// request parser's 512 bytes anyway.
+const (
+	DefaultMaxModels         = 1000
+	DefaultMaxModelNameBytes = 512
+)
 
 // Scraper is the scrape loop of `llmlb serve`: one goroutine per replica,
 // started by Run and stopped by Run's context (or Remove). Replicas may be
@@ -98,6 +120,12 @@ func New(f Fetcher, sink Sink, o Options) *Scraper {
 		o.Jitter = 0
 	}
 	o.Jitter = min(o.Jitter, 0.5)
+	if o.MaxModels <= 0 {
+		o.MaxModels = DefaultMaxModels
+	}
+	if o.MaxModelNameBytes <= 0 {
+		o.MaxModelNameBytes = DefaultMaxModelNameBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -238,6 +266,9 @@ type loopState struct {
 	engine     string // the engine the last good scrape recognized
 	lastModels []string
 	modelsAt   time.Time // zero until the first successful /v1/models
+	// modelsWarned: the replica's model list was already logged as beyond
+	// the bounds (once per replica).
+	modelsWarned bool
 }
 
 // once performs one scrape of t and feeds the sink.
@@ -305,6 +336,16 @@ func (s *Scraper) refreshModels(ctx context.Context, t Target, st *loopState, no
 		return
 	}
 	st.modelsAt = now
+	models, dropped := boundModels(models, s.opt.MaxModels, s.opt.MaxModelNameBytes)
+	if s.opt.OnModelsDropped != nil {
+		s.opt.OnModelsDropped(t.Name, dropped)
+	}
+	if dropped > 0 && !st.modelsWarned {
+		st.modelsWarned = true
+		s.opt.Logger.Warn("replica advertises models beyond the bounds; the rest are ignored",
+			"replica", t.Name, "kept", len(models), "dropped", dropped,
+			"max_models", s.opt.MaxModels, "max_model_name_bytes", s.opt.MaxModelNameBytes)
+	}
 	if st.lastModels != nil && slices.Equal(models, st.lastModels) {
 		return
 	}
@@ -314,6 +355,21 @@ func (s *Scraper) refreshModels(ctx context.Context, t Target, st *loopState, no
 		s.opt.OnModels(t.Name, slices.Clone(models))
 	}
 	s.opt.Logger.Info("replica models", "replica", t.Name, "models", models)
+}
+
+// boundModels keeps the first maxN model ids that are at most maxBytes
+// long, valid UTF-8 and free of control characters, and counts the rest.
+func boundModels(models []string, maxN, maxBytes int) (kept []string, dropped int) {
+	kept = make([]string, 0, min(len(models), maxN))
+	for _, m := range models {
+		if len(kept) < maxN && len(m) <= maxBytes && utf8.ValidString(m) &&
+			!strings.ContainsFunc(m, unicode.IsControl) {
+			kept = append(kept, m)
+			continue
+		}
+		dropped++
+	}
+	return kept, dropped
 }
 
 // wait returns the next delay: Interval * (1 ± Jitter).

@@ -45,6 +45,9 @@ func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
 	}
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
+	if err := f.s.checkNotSelf(t.URL); err != nil {
+		return fmt.Errorf("server: discovered replica %s: %w", t.Name, err)
+	}
 	return f.s.addReplica(balancer.ReplicaSpec{Name: t.Name, URL: t.URL, Models: t.Models}, apiKey, "")
 }
 

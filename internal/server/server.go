@@ -26,6 +26,7 @@ import (
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/scrape"
 	"github.com/llmlb/llmlb/internal/sharedstate"
@@ -199,9 +200,12 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		})
 	}
 	s.scraper = scrape.New(fetcher, bal, scrape.Options{
-		Interval:       cfg.Scrape.Interval,
-		ModelsInterval: cfg.Scrape.ModelsInterval,
-		OnTransitions:  s.onTransitions,
+		Interval:          cfg.Scrape.Interval,
+		ModelsInterval:    cfg.Scrape.ModelsInterval,
+		MaxModels:         cfg.Scrape.MaxModels,
+		MaxModelNameBytes: cfg.Scrape.MaxModelNameBytes,
+		OnModelsDropped:   s.metrics.ModelsDropped,
+		OnTransitions:     s.onTransitions,
 		OnScrape: func(name string, err error, _ time.Duration) {
 			s.metrics.Scrape(name, err == nil)
 			s.proxy.Pump() // the replica may have room now
@@ -211,7 +215,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		Now:      o.now,
 	})
 	for _, r := range cfg.Replicas {
-		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}
+		spec := balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}
 		if spec.Name == "" {
 			spec.Name = defaultName(r.URL)
 		}
@@ -272,7 +276,7 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		if _, ok := s.configured[r.Name]; ok {
 			continue
 		}
-		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models}, r.APIKey, r.Metrics); err != nil {
+		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}, r.APIKey, r.Metrics); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -671,6 +675,22 @@ func (s *Server) metricsMode(m string) string {
 	return config.MetricsAuto
 }
 
+// checkNotSelf refuses a replica URL that reaches one of this server's own
+// listeners (configured or bound): every request sent there would loop.
+// The caller holds reloadMu (s.cfg).
+func (s *Server) checkNotSelf(raw string) error {
+	var ls []string
+	for _, a := range []string{s.cfg.Listen, s.cfg.AdminListen, s.ProxyAddr(), s.AdminAddr()} {
+		if a != "" {
+			ls = append(ls, a)
+		}
+	}
+	if l, self := replicaurl.PointsAt(raw, ls, replicaurl.LocalResolver{}); self {
+		return fmt.Errorf("server: %q is llmlb's own listener %q: every request sent there would come back", replicaurl.Redact(raw), l)
+	}
+	return nil
+}
+
 // fleet implements admin.Fleet on the server.
 type fleet struct{ s *Server }
 
@@ -679,6 +699,9 @@ type fleet struct{ s *Server }
 func (f fleet) AddReplica(spec balancer.ReplicaSpec) error {
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
+	if err := f.s.checkNotSelf(spec.URL); err != nil {
+		return err
+	}
 	return f.s.addReplica(spec, "", "")
 }
 

@@ -14,6 +14,7 @@ package ui
 import (
 	"crypto/sha256"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 const (
 	DefaultInterval       = time.Second
 	DefaultMaxSubscribers = 16
+	DefaultMaxStreamAge   = 5 * time.Minute
 	DefaultDecisions      = 1024
 	DefaultTTFTWindow     = time.Minute
 	DefaultShareBucket    = 10 * time.Second
@@ -58,8 +60,14 @@ type Options struct {
 	OpenMutations bool
 	// Interval between snapshots (default 1 s).
 	Interval time.Duration
-	// MaxSubscribers bounds concurrent event streams (default 16); more get 503.
+	// MaxSubscribers bounds concurrent event streams (default 16); more get
+	// 503, except a subscriber holding the admin token or connecting from
+	// loopback, for whom the oldest anonymous stream is dropped.
 	MaxSubscribers int
+	// MaxStreamAge ends an anonymous event stream after this long (default
+	// 5 min; the page's EventSource reconnects), so idle subscribers do not
+	// hold their slots forever.
+	MaxStreamAge time.Duration
 	// Decisions is the size of the ring of recent decisions (default 1024).
 	Decisions int
 	// TTFTWindow is the sliding window of the TTFT percentiles (default 1 min).
@@ -100,6 +108,9 @@ type Dashboard struct {
 	buildMu     sync.Mutex // one build at a time
 	access      atomic.Pointer[access]
 	subscribers atomic.Int32
+	subsMu      sync.Mutex
+	subs        []*subscriber              // open event streams, oldest first
+	local       func(r *http.Request) bool // whether r comes from loopback
 	closed      chan struct{}
 	closeOnce   sync.Once
 }
@@ -133,6 +144,9 @@ func New(opts Options) *Dashboard {
 	}
 	if opts.MaxSubscribers <= 0 {
 		opts.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if opts.MaxStreamAge <= 0 {
+		opts.MaxStreamAge = DefaultMaxStreamAge
 	}
 	if opts.Decisions <= 0 {
 		opts.Decisions = DefaultDecisions

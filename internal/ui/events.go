@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,14 +118,15 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	if n := d.subscribers.Add(1); int(n) > d.opts.MaxSubscribers {
-		d.subscribers.Add(-1)
+	full := d.authorized(r)
+	priv := d.isLocal(r) || (full && d.access.Load().token != "")
+	sub := d.join(priv)
+	if sub == nil {
 		w.Header().Set("Retry-After", "10")
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams (at most %d)", d.opts.MaxSubscribers))
 		return
 	}
-	defer d.subscribers.Add(-1)
-	full := d.authorized(r)
+	defer d.leave(sub)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -155,12 +159,74 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-d.closed:
 			return
+		case <-sub.kick:
+			d.log.Debug("ui: anonymous event stream dropped for a privileged one", slog.String("remote", r.RemoteAddr))
+			return
 		case <-p.next:
+		}
+		if !priv && d.now().Sub(sub.start) >= d.opts.MaxStreamAge {
+			return // the page's EventSource reconnects
 		}
 		d.pub.Lock()
 		p = d.latest
 		d.pub.Unlock()
 	}
+}
+
+// subscriber is one open event stream.
+type subscriber struct {
+	priv  bool // holds the token or connects from loopback
+	start time.Time
+	kick  chan struct{} // closed to drop it for a privileged subscriber
+}
+
+// join takes a slot for a new stream, or returns nil when none is left. A
+// privileged subscriber takes the oldest anonymous one's slot when all are
+// taken; privileged subscribers alone may hold up to twice MaxSubscribers.
+func (d *Dashboard) join(priv bool) *subscriber {
+	s := &subscriber{priv: priv, start: d.now(), kick: make(chan struct{})}
+	d.subsMu.Lock()
+	defer d.subsMu.Unlock()
+	if len(d.subs) >= d.opts.MaxSubscribers {
+		if !priv {
+			return nil
+		}
+		i := slices.IndexFunc(d.subs, func(o *subscriber) bool { return !o.priv })
+		switch {
+		case i >= 0:
+			close(d.subs[i].kick)
+			d.subs = slices.Delete(d.subs, i, i+1)
+			d.subscribers.Add(-1)
+		case len(d.subs) >= 2*d.opts.MaxSubscribers:
+			return nil
+		}
+	}
+	d.subs = append(d.subs, s)
+	d.subscribers.Add(1)
+	return s
+}
+
+// leave frees s's slot (if a privileged subscriber has not taken it).
+func (d *Dashboard) leave(s *subscriber) {
+	d.subsMu.Lock()
+	defer d.subsMu.Unlock()
+	if i := slices.Index(d.subs, s); i >= 0 {
+		d.subs = slices.Delete(d.subs, i, i+1)
+		d.subscribers.Add(-1)
+	}
+}
+
+// isLocal reports whether r comes from a loopback address.
+func (d *Dashboard) isLocal(r *http.Request) bool {
+	if d.local != nil {
+		return d.local(r)
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // writeError answers in the OpenAI error shape the admin API uses. The

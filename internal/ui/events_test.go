@@ -66,6 +66,7 @@ func (s *stream) next(t *testing.T) *Snapshot {
 
 func TestEventStream(t *testing.T) {
 	d, bal, clk := newTestDashboard(t, Options{Token: "secret", MaxSubscribers: 2})
+	d.local = func(*http.Request) bool { return false } // as if from another host
 	route(t, d, bal, &request.Profile{SessionKey: "alice-1"}, t0)
 	srv := serve(t, d)
 
