@@ -67,11 +67,24 @@ type Explanation struct {
 	CachedTokens  int
 	PrefillTokens int
 	Detail        string
+	// The rule that decided, in the policy's own words (cost: "cache",
+	// "load", "bounded load", "tie", "burst spread"), and, set by cost, the
+	// runner-up with its expected TTFT (seconds) and the chosen replica's
+	// pending prefill (prompt tokens ahead of this request).
+	Rule             string
+	RunnerUp         string
+	RunnerUpEstimate float64
+	PendingPrefill   float64
 
 	// Queued is how long flow control held the request before this
 	// decision (0: not held); the shell sets it on the reservation it got
 	// from a late dispatch.
 	Queued time.Duration
+
+	// The decision itself: the chosen replica and the route reason (set by
+	// the core with the reservation), so that Why reads from this alone.
+	Replica string
+	Reason  Reason
 }
 
 // ReplicaStatus is a copy of one replica's state for /admin/replicas and metrics.
@@ -114,6 +127,11 @@ type ReplicaStatus struct {
 	MaxRunning float64 `json:"max_running"`
 	Occupancy  float64 `json:"occupancy"`
 	Full       bool    `json:"full"`
+
+	// LastDecision is why the latest request routed here was, in the words
+	// of the policy that chose it (Explanation.Why); empty until one was.
+	LastDecision   string    `json:"last_decision,omitempty"`
+	LastDecisionAt time.Time `json:"last_decision_at,omitzero"`
 }
 
 // Alert is one alert of SPEC s5.
@@ -149,6 +167,9 @@ type replica struct {
 	snap         Snapshot // last successful scrape
 	lastScrape   time.Time
 	lastScrapeOK bool
+
+	last   Explanation // the latest decision that chose this replica
+	lastAt time.Time   // when it was made (zero: never chosen)
 
 	inFlight       int     // the balancer's own in-flight requests
 	inFlightWeight int64   // their token weights, in micro-units (wlc_in_flight)
@@ -433,6 +454,7 @@ func (b *Balancer) explain(c *policy.Choice) {
 	}
 	e.PinKind, e.PinReplica, e.PinDecision = c.PinKind, c.PinReplica, c.PinDecision
 	e.Estimate, e.CachedTokens, e.PrefillTokens, e.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
+	e.Rule, e.RunnerUp, e.RunnerUpEstimate, e.PendingPrefill = c.Rule, c.RunnerUp, c.RunnerUpEstimate, c.PendingPrefill
 }
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
@@ -499,6 +521,8 @@ func (b *Balancer) fallback(model string, exclude []string, known int) *replica 
 func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time) *Reservation {
 	running, waiting := r.effective()
 	b.expl.EffectiveRunning, b.expl.EffectiveWaiting = running, waiting
+	b.expl.Replica, b.expl.Reason = r.name, reason
+	r.last, r.lastAt = b.expl, now
 	w := b.weightOf(p)
 	r.inFlight++
 	r.inFlightWeight += w
@@ -647,6 +671,10 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			PendingPrefill: b.pending(r, now),
 			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r),
 		})
+		if !r.lastAt.IsZero() {
+			st := &out[len(out)-1]
+			st.LastDecision, st.LastDecisionAt = r.last.Why(), r.lastAt
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

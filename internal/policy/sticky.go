@@ -35,9 +35,9 @@ func (p *Sticky) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	default:
 		i := int(p.next % uint64(len(cands)))
 		p.next++
-		return Choice{Index: i, Reason: ReasonLoad, Detail: "no key: rotation"}
+		return Choice{Index: i, Reason: ReasonLoad, Detail: "no key: rotation", Rule: "no session key: rotation"}
 	}
-	return Choice{Index: rendezvous(key, cands), Reason: ReasonAffinity, Detail: detail}
+	return Choice{Index: rendezvous(key, cands), Reason: ReasonAffinity, Detail: detail, Rule: "session hash"}
 }
 
 // rendezvous returns the index of the candidate with the highest weight
