@@ -76,7 +76,7 @@ type Server struct {
 	gate    *admission.Gate // flow control's queues in front of bal
 	metrics *admin.Metrics
 	proxy   *proxy.Proxy
-	handler http.Handler // the proxy with request ids, access log and latency metrics
+	handler http.Handler // the proxy with request ids, access log and latency metrics, and /health
 	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
@@ -162,7 +162,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.metrics.RegisterQueue(gate)
-	s.handler = &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access}
+	s.handler = &withHealth{next: &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access},
+		bal: bal, now: o.now, draining: &s.draining}
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
 	// changes to Redis and applies its peers'; Run runs the client.
 	if cfg.State.Enabled() {
