@@ -2,8 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +78,44 @@ func TestProxyPortHealth(t *testing.T) {
 	var b healthBody
 	if json.Unmarshal(rec.Body.Bytes(), &b) == nil && b.Status != "" {
 		t.Fatalf("POST /health answered %d %q by the health check", rec.Code, rec.Body.String())
+	}
+}
+
+// TestReplicaAPIKeyReplacesClientCredentials: through the whole server, a
+// replica configured with an api_key sees that key and none of the client's
+// (Authorization, x-api-key, api-key).
+func TestReplicaAPIKeyReplacesClientCredentials(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := testConfig("http://a:8000")
+	cfg.Replicas[0].APIKey = "sk-replica"
+	var got http.Header
+	upstream := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = r.Header.Clone()
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+	})
+	srv, err := New(cfg, nil, WithFetcher(scrape.NewFake()), WithTransport(upstream), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		now = now.Add(100 * time.Millisecond)
+		srv.Balancer().ObserveScrape("sim-1", balancer.Snapshot{}, nil, now)
+	}
+	for _, path := range []string{"/v1/messages", "/v1/chat/completions"} {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer sk-client")
+		req.Header.Set("x-api-key", "sk-ant-client")
+		req.Header.Set("api-key", "azure-client")
+		rec := httptest.NewRecorder()
+		srv.ProxyHandler().ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
+		}
+		for name, want := range map[string]string{"Authorization": "Bearer sk-replica", "X-Api-Key": "sk-replica", "Api-Key": "sk-replica"} {
+			if v := got.Values(name); len(v) != 1 || v[0] != want {
+				t.Errorf("%s: replica got %s %q, want %q", path, name, v, want)
+			}
+		}
 	}
 }
