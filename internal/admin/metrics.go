@@ -297,6 +297,7 @@ var (
 	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Requests the routing counts as queued on the replica: the scraped waiting count plus the balancer's in-flight not yet seen running.", []string{"replica"}, nil)
 	descScrRunning     = prometheus.NewDesc("llmlb_replica_scraped_running", "vllm:num_requests_running at the last scrape.", []string{"replica"}, nil)
 	descScrWaiting     = prometheus.NewDesc("llmlb_replica_scraped_waiting", "vllm:num_requests_waiting at the last scrape.", []string{"replica"}, nil)
+	descLoad           = prometheus.NewDesc("llmlb_replica_load", "The load the routing counts on the replica: effective running plus waiting, requests weighted by their tokens (1 = routing.load.token_unit tokens).", []string{"replica"}, nil)
 	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "Deprecated (removed in the next release): use llmlb_replica_kv_cache_usage_ratio.", []string{"replica"}, nil)
 	descKVRatio        = prometheus.NewDesc("llmlb_replica_kv_cache_usage_ratio", "Share of the replica's KV cache in use (0 to 1) at the last scrape.", []string{"replica"}, nil)
 	descMaxCooldown    = prometheus.NewDesc("llmlb_max_cooldown_seconds", "The cap of a replica's ejection cooldown (routing.health.max_cooldown); a replica at the cap is flapping.", nil, nil)
@@ -321,7 +322,7 @@ var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
-		descScrRunning, descScrWaiting, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
+		descScrRunning, descScrWaiting, descLoad, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
 		descPins, descPinBytes, descPinEvictions, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
 		ch <- d
 	}
@@ -351,6 +352,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descEffWaiting, r.EffectiveWaiting, r.Name)
 		gauge(descScrRunning, r.ScrapedRunning, r.Name)
 		gauge(descScrWaiting, r.ScrapedWaiting, r.Name)
+		gauge(descLoad, r.Load, r.Name)
 		gauge(descKV, r.KVCacheUsage, r.Name)
 		gauge(descKVRatio, r.KVCacheUsage, r.Name)
 		for _, s := range healthStates {

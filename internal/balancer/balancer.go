@@ -98,9 +98,17 @@ type ReplicaStatus struct {
 	EffectiveWaiting float64  `json:"effective_waiting"`
 	ScrapedRunning   float64  `json:"scraped_running"`
 	ScrapedWaiting   float64  `json:"scraped_waiting"`
-	KVCacheUsage     float64  `json:"kv_cache_usage"`
-	InFlight         int      `json:"in_flight"`
-	InFlightWeight   float64  `json:"in_flight_weight"`
+	// Running and Waiting are vLLM's own counts at the last scrape
+	// (vllm:num_requests_running and vllm:num_requests_waiting) under
+	// vLLM's names; Load is the token-weighted load the routing counts:
+	// effective running plus waiting, in requests of
+	// routing.load.token_unit tokens (a 100K-token request weighs 100).
+	Running        float64 `json:"running"`
+	Waiting        float64 `json:"waiting"`
+	Load           float64 `json:"load"`
+	KVCacheUsage   float64 `json:"kv_cache_usage"`
+	InFlight       int     `json:"in_flight"`
+	InFlightWeight float64 `json:"in_flight_weight"`
 	// PeerInFlight is other llmlb instances' in-flight requests on the
 	// replica (shared state), counted in the effective load; in_flight is
 	// this instance's own.
@@ -664,6 +672,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			State: r.health.State().String(), Draining: r.draining,
 			EffectiveRunning: running, EffectiveWaiting: waiting,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
+			Running: r.snap.Running, Waiting: r.snap.Waiting, Load: running + waiting,
 			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit, PeerInFlight: r.peerInFlight,
 			CooldownSeconds: r.health.Cooldown().Seconds(), Ejections: r.health.Ejections(),
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
