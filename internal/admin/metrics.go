@@ -45,6 +45,8 @@ type Metrics struct {
 
 	// queueWait is flow control's waits by priority (flowmetrics.go).
 	queueWait *prometheus.HistogramVec
+	// decided is what routing decisions expected (decisions.go).
+	decided decisionMetrics
 }
 
 // Route reasons and token kinds the client-facing series are created for
@@ -114,9 +116,11 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Help:    "How long requests waited in flow control before a replica had room, by priority (beyond ±10 counted at ±10); requests never held are not observed.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16), // 5 ms .. ~2.7 min
 		}, []string{"priority"}),
-		bal: bal,
-		now: now,
+		bal:     bal,
+		now:     now,
+		decided: newDecisionMetrics(),
 	}
+	m.reg.MustRegister(m.decided.collectors()...)
 	info := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "llmlb_build_info",
@@ -222,6 +226,7 @@ func (m *Metrics) InitReplica(replica string) {
 	m.failovers.WithLabelValues(r)
 	m.scrapes.WithLabelValues(r, "ok")
 	m.scrapes.WithLabelValues(r, "error")
+	m.decided.init(r)
 }
 
 // Registry returns the registry served on /metrics.
@@ -276,6 +281,7 @@ func label(s string) string {
 // ForgetReplica drops the per-replica event series of a removed replica.
 func (m *Metrics) ForgetReplica(replica string) {
 	l := prometheus.Labels{"replica": label(replica)}
+	m.decided.forget(l)
 	m.requests.DeletePartialMatch(l)
 	m.firstByte.DeletePartialMatch(l)
 	m.streamErrs.DeletePartialMatch(l)

@@ -142,13 +142,16 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	}
 	s.reqCfg = cfg.Request
 	s.proxy, err = proxy.New(proxy.Options{
-		Balancer:    bal,
-		Request:     cfg.Request,
-		Proxy:       cfg.Proxy,
-		APIKey:      s.apiKey,
-		Transport:   o.transport,
-		Metrics:     recorders{s.metrics, s.dash},
-		Decisions:   s.dash.Decision,
+		Balancer:  bal,
+		Request:   cfg.Request,
+		Proxy:     cfg.Proxy,
+		APIKey:    s.apiKey,
+		Transport: o.transport,
+		Metrics:   recorders{s.metrics, s.dash},
+		Decisions: func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int) {
+			s.dash.Decision(at, res, prof, attempt)
+			s.metrics.Decision(at, res, prof, attempt)
+		},
 		Transitions: s.onTransitions,
 		Logger:      logger,
 		Now:         o.now,
