@@ -269,7 +269,7 @@ func (m *Metrics) Scrape(replica string, ok bool) {
 func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(label(result)).Inc() }
 
 // label makes s a valid label value: the Prometheus client panics on
-// invalid UTF-8 (issue 10, attack 11). Names are validated before they get
+// invalid UTF-8 (docs/SECURITY.md). Names are validated before they get
 // here; this is defence in depth, and a no-op for valid strings.
 func label(s string) string {
 	if utf8.ValidString(s) {

@@ -42,7 +42,7 @@ type Reservation struct {
 	recorded uint64
 }
 
-// Weight returns the reservation's load weight (SPEC s2.2 wlc units).
+// Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).
 func (r *Reservation) Weight() float64 { return float64(r.weight) / microUnit }
 
 // Explanation says why a replica was chosen; it is logged at debug level for
@@ -142,7 +142,7 @@ type ReplicaStatus struct {
 	LastDecisionAt time.Time `json:"last_decision_at,omitzero"`
 }
 
-// Alert is one alert of SPEC s5.
+// Alert is one alert (docs/ROUTING.md "Alerts").
 type Alert struct {
 	Name    string    `json:"name"` // imbalance | one_replica | probe_broken | flapping
 	Replica string    `json:"replica,omitempty"`
@@ -202,7 +202,7 @@ type replica struct {
 	cap capacity // running-slot limit and occupancy (capacity.go)
 }
 
-// effective returns the effective load of SPEC s2.2 (incident 2: the WLC
+// effective returns the effective load (docs/ROUTING.md "Effective load": the WLC
 // blind spot between two scrapes).
 //
 // Peers' in-flight requests (shared state) count in the running load but
@@ -232,7 +232,7 @@ func (r *replica) serves(model string) bool {
 }
 
 // Balancer is the routing core. It is safe for concurrent use: one mutex
-// guards all state, and Select reserves under it (incident 2).
+// guards all state, and Select reserves under it (two requests must never both see a replica idle).
 type Balancer struct {
 	mu       sync.Mutex
 	cfg      Config
@@ -383,7 +383,7 @@ func (b *Balancer) Models() []string {
 }
 
 // Select chooses a replica for p and reserves its in-flight slot atomically
-// (SPEC s3). exclude names replicas already tried for this request (failover).
+// (docs/ROUTING.md "Selection"). exclude names replicas already tried for this request (failover).
 // Health changes with time only through Tick, ObserveScrape and Release.
 // p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
@@ -420,7 +420,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 	// Known for the fallback means alive by its latest scrape: a replica
 	// whose scrape fails (refused, hung) or that was never seen healthy
 	// would only make the client hang or fail, so all-dead answers 503 at
-	// once (SPEC s13).
+	// once.
 	if len(b.cands) == 0 {
 		if known == 0 {
 			return nil, false, ErrNoHealthyInstances
@@ -540,7 +540,7 @@ func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time)
 }
 
 // weightOf is one request's load: max(min_weight, (prompt+output)/token_unit),
-// in micro-units (SPEC s2.2: a 100K-token request weighs 100x a 1K one).
+// in micro-units (docs/ROUTING.md "Effective load": a 100K-token request weighs 100x a 1K one).
 func (b *Balancer) weightOf(p *Profile) int64 {
 	tokens := float64(max(0, p.PromptTokens)) + float64(max(0, p.OutputTokens)) // float: no int overflow
 	w := max(b.cfg.Load.MinWeight, tokens/float64(b.cfg.Load.TokenUnit))

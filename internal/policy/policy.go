@@ -21,7 +21,7 @@ import (
 type Candidate struct {
 	Name             string
 	Live             bool    // LIVE (false: PROBING)
-	EffectiveRunning float64 // SPEC s2.2
+	EffectiveRunning float64 // docs/ROUTING.md "Effective load"
 	EffectiveWaiting float64
 	InFlight         int // the balancer's own in-flight requests (count, unweighted)
 

@@ -45,7 +45,7 @@ func (c PrefixTreeConfig) Validate() error {
 	return nil
 }
 
-// PrefixTree is the SGLang router's cache_aware policy (SPEC s7, s12): an
+// PrefixTree is the SGLang router's cache_aware policy (docs/POLICIES.md): an
 // approximate tree, per model, of the prompts each replica was sent. When
 // the fleet is imbalanced (max-min in-flight > abs and max > rel*min) it
 // routes to the least-loaded replica; otherwise to the replica with the

@@ -6,7 +6,7 @@ import (
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
-// Sticky is hash-based session affinity with no load awareness (SPEC s12):
+// Sticky is hash-based session affinity with no load awareness (docs/POLICIES.md):
 // rendezvous (highest random weight) hashing of the session key over the
 // candidates' names, so a key keeps its replica while that replica stays a
 // candidate, and only the keys of a replica that leaves are moved. A request
