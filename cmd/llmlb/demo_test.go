@@ -155,7 +155,7 @@ func TestDemoScreenModel(t *testing.T) {
 	snap := &ui.Snapshot{
 		Fleet: ui.Fleet{RequestsPerSecond: 8.8, TTFTp50Seconds: 0.055, TTFTp99Seconds: 1.25, ImbalanceIndex: 1.02},
 		Replicas: []ui.Replica{
-			{ReplicaStatus: balancer.ReplicaStatus{Name: "sim-1", State: "LIVE", EffectiveRunning: 3, InFlight: 2, KVCacheUsage: 0.04},
+			{ReplicaStatus: balancer.ReplicaStatus{Name: "sim-1", State: "LIVE", EffectiveRunning: 3, Running: 2, Waiting: 1, Load: 3.5, InFlight: 2, KVCacheUsage: 0.04},
 				StateSeconds: 34, PrefixHitRate: &hit, Share: 0.27},
 			{ReplicaStatus: balancer.ReplicaStatus{Name: "sim-2", State: "EJECTED", Ejections: 1, Draining: true},
 				StateSeconds: 5, CooldownLeftSeconds: 5, Share: 0.11},
@@ -193,8 +193,8 @@ func TestDemoScreenModel(t *testing.T) {
 		t.Errorf("not one screen drawn from the top:\n%q", got)
 	}
 	for _, want := range []string{
-		"sim-1    \x1b[32mLIVE     \x1b[0m     0:34      3.0      0.0         2       4%         91%    27%         0",
-		"sim-2    \x1b[1;31mEJECTED  \x1b[0m     0:05      0.0      0.0         0       0%           -    11%         1  cooldown 0:05 left",
+		"sim-1    \x1b[32mLIVE     \x1b[0m     0:34        2        1      3.5         2       4%         91%    27%         0",
+		"sim-2    \x1b[1;31mEJECTED  \x1b[0m     0:05        0        0      0.0         0       0%           -    11%         1  cooldown 0:05 left",
 		"decisions/s 8.8   requests 0 (ok 0, failed 0)   TTFT p50 55ms p99 1.25s   imbalance 1.02",
 		"episode     sim-2 flapping (0:10) -> \x1b[1;31mEJECTED\x1b[0m (0:11) -> \x1b[33mPROBING\x1b[0m (0:23) -> \x1b[32mLIVE\x1b[0m (0:34): ejection to LIVE in 23s",
 		"last event  0:34 sim-2 PROBING -> LIVE: clean window",

@@ -108,8 +108,8 @@ func (sc *demoScreen) screenLines(f frame) []string {
 	for _, r := range s.Replicas {
 		width = max(width, len(r.Name))
 	}
-	lines = append(lines, fmt.Sprintf("%-*s  %-9s %8s %8s %8s %9s %8s %11s %6s %9s",
-		width, "replica", "state", "in state", "running", "waiting", "in flight", "KV cache", "prefix hits", "share", "ejections"))
+	lines = append(lines, fmt.Sprintf("%-*s  %-9s %8s %8s %8s %8s %9s %8s %11s %6s %9s",
+		width, "replica", "state", "in state", "running", "waiting", "load", "in flight", "KV cache", "prefix hits", "share", "ejections"))
 	for _, r := range s.Replicas {
 		note := ""
 		switch {
@@ -122,9 +122,9 @@ func (sc *demoScreen) screenLines(f frame) []string {
 		if r.PrefixHitRate != nil {
 			hit = fmt.Sprintf("%.0f%%", 100**r.PrefixHitRate)
 		}
-		lines = append(lines, fmt.Sprintf("%-*s  %s %8s %8.1f %8.1f %9d %7.0f%% %11s %5.0f%% %9d%s",
+		lines = append(lines, fmt.Sprintf("%-*s  %s %8s %8.0f %8.0f %8.1f %9d %7.0f%% %11s %5.0f%% %9d%s",
 			width, r.Name, sc.colorPadded(r.State, 9), clockOf(time.Duration(r.StateSeconds*float64(time.Second))),
-			r.EffectiveRunning, r.EffectiveWaiting, r.InFlight, 100*r.KVCacheUsage, hit, 100*r.Share, r.Ejections, note))
+			r.Running, r.Waiting, r.Load, r.InFlight, 100*r.KVCacheUsage, hit, 100*r.Share, r.Ejections, note))
 	}
 	t := f.traffic
 	lines = append(lines, "",

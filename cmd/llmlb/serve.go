@@ -136,7 +136,7 @@ func parseLevel(s string) slog.Level {
 // reload re-reads the file (and flags) and applies the replica list, the
 // routing section (all but its policy and seed), log.level and the admin
 // access (admin_token, admin.allowed_hosts,
-// admin.allow_unauthenticated_mutations; issue 10, attack 13: a token added
+// admin.allow_unauthenticated_mutations; docs/SECURITY.md: a token added
 // by SIGHUP used to be ignored). An invalid file is logged at ERROR and
 // changes nothing; a changed flow_control is refused with an ERROR (it needs
 // a restart). Each reload is counted once in llmlb_config_reloads_total.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
 )
@@ -21,20 +22,30 @@ func runValidate(ctx context.Context, args []string) error {
 
 // validateMain is runValidate with its output streams, for tests.
 func validateMain(args []string, stdout, stderr io.Writer) error {
+	return validateEnv(args, stdout, stderr, os.LookupEnv)
+}
+
+// validateEnv is validateMain with the environment's lookup: validate reads
+// the same LLMLB_* variables as serve, so it checks what serve would run.
+func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration `FILE` to check (required)")
 	printCfg := fs.Bool("print", false, "print the effective configuration (defaults filled in, secrets redacted)")
 	listen := fs.String("listen", "", "as for serve: override listen")
 	adminListen := fs.String("admin-listen", "", "as for serve: override admin_listen")
+	policyName := fs.String("policy", "", "as for serve: override routing.policy (other routers' names too, e.g. cache_aware)")
+	logLevel := fs.String("log-level", "", "as for serve: override log.level")
+	fs.Duration("watch-config", 5*time.Second, "as for serve (accepted so that serve's flags and LLMLB_WATCH_CONFIG check alike; unused)")
 	var replicas []string
 	fs.Func("replica", "as for serve: a replica `name=URL` or URL (repeatable; replaces the file's list)", func(s string) error {
 		replicas = append(replicas, s)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmlb validate --config FILE [--print] [serve's --listen, --admin-listen, --replica]")
-		fmt.Fprintln(stderr, "\nChecks a configuration and explains every error (docs/CONFIG.md).")
+		fmt.Fprintln(stderr, "usage: llmlb validate --config FILE [--print] [serve's --listen, --admin-listen, --replica, --policy, --log-level]")
+		fmt.Fprintln(stderr, "\nChecks a configuration and explains every error (docs/CONFIG.md). As serve, it reads")
+		fmt.Fprintln(stderr, "LLMLB_<FLAG> environment variables (LLMLB_CONFIG, LLMLB_POLICY, ...) for flags not given.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -42,9 +53,12 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 		return err // flag.ErrHelp for -h; the flag package printed the problem
 	}
 	if *path == "" && fs.NArg() == 1 {
-		*path = fs.Arg(0) // `llmlb validate FILE` works too
+		_ = fs.Set("config", fs.Arg(0)) // `llmlb validate FILE` works too (a string flag takes any value)
 	} else if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (give the file with --config)", fs.Args())
+	}
+	if err := flagsFromEnv(fs, lookupEnv); err != nil {
+		return err
 	}
 	if *path == "" {
 		fs.Usage()
@@ -53,7 +67,16 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 
 	cfg, err := config.Load(*path)
 	if err == nil || cfg.Listen != "" { // decoded, perhaps with errors: check the rest too
-		if ferr := config.ApplyFlags(&cfg, *listen, *adminListen, replicas); ferr != nil {
+		ferr := config.ApplyFlags(&cfg, *listen, *adminListen, replicas)
+		if *logLevel != "" {
+			cfg.Log.Level = *logLevel
+		}
+		if *policyName != "" {
+			p, perr := resolvePolicy(*policyName)
+			cfg.Routing.Policy = p
+			ferr = errors.Join(ferr, perr)
+		}
+		if ferr != nil {
 			err = errors.Join(err, ferr)
 		} else {
 			err = cfg.ValidateAfter(err)

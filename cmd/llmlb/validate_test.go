@@ -37,10 +37,10 @@ func TestValidateCommand(t *testing.T) {
 		wantStdout string // substring
 		wantStderr []string
 	}{
-		{name: "example", args: []string{"--config", "../../examples/llmlb.yaml"}, wantStdout: "ok: 4 replicas, policy llmlb\n"},
-		{name: "positional file and flags", args: []string{"--replica", "http://x:1", "../../examples/llmlb.yaml"}, wantStdout: "ok: 1 replicas, policy llmlb\n"},
+		{name: "example", args: []string{"--config", "../../examples/llmlb.yaml"}, wantStdout: "ok: 4 replicas, policy cost\n"},
+		{name: "positional file and flags", args: []string{"--replica", "http://x:1", "../../examples/llmlb.yaml"}, wantStdout: "ok: 1 replicas, policy cost\n"},
 		{name: "print redacts", args: []string{"--print", "--config", secret}, wantStdout: "api_key: <redacted>"},
-		{name: "print ends with a comment", args: []string{"--print", "--config", "../../examples/llmlb.yaml"}, wantStdout: "\n# ok: 4 replicas, policy llmlb\n"},
+		{name: "print ends with a comment", args: []string{"--print", "--config", "../../examples/llmlb.yaml"}, wantStdout: "\n# ok: 4 replicas, policy cost\n"},
 		{name: "parse errors", args: []string{"--config", bad}, wantErr: "bad.yaml: 2 problem(s)", wantStderr: []string{
 			`config: ` + bad + `: line 2: routing.afinity: unknown key (did you mean "affinity"?)`,
 			`config: ` + bad + `: line 4: replicas[0]: "localhost:8000" is not an absolute http(s) URL (e.g. http://10.0.0.5:8000)`,
@@ -94,6 +94,54 @@ func TestValidateCommand(t *testing.T) {
 			}
 			if strings.Contains(stdout.String()+stderr.String(), "sk-example") {
 				t.Error("a secret was printed")
+			}
+		})
+	}
+}
+
+// TestValidateReadsWhatServeReads: validate takes serve's --policy and
+// --log-level and the same LLMLB_* environment, and routing.policy in the
+// file accepts the other routers' names that --policy does.
+func TestValidateReadsWhatServeReads(t *testing.T) {
+	dir := t.TempDir()
+	aliased := filepath.Join(dir, "aliased.yaml")
+	if err := os.WriteFile(aliased, []byte("routing:\n  policy: cache_aware\nreplicas:\n  - http://a:8000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	example := "../../examples/llmlb.yaml"
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string // stdout substring
+		wantErr string
+	}{
+		{"the example's policy is the default", []string{example}, nil, "policy cost\n", ""},
+		{"an alias in the file", []string{aliased}, nil, "policy prefix-tree\n", ""},
+		{"LLMLB_POLICY", []string{example}, map[string]string{"LLMLB_POLICY": "rr"}, "policy rr\n", ""},
+		{"LLMLB_POLICY as an alias", []string{example}, map[string]string{"LLMLB_POLICY": "least_request"}, "policy least-request\n", ""},
+		{"--policy wins over LLMLB_POLICY", []string{"--policy", "sticky", example}, map[string]string{"LLMLB_POLICY": "rr"}, "policy sticky\n", ""},
+		{"LLMLB_CONFIG", nil, map[string]string{"LLMLB_CONFIG": example}, "ok: 4 replicas, policy cost\n", ""},
+		{"LLMLB_REPLICA", []string{example}, map[string]string{"LLMLB_REPLICA": "http://x:1,http://y:1"}, "ok: 2 replicas", ""},
+		{"a policy llmlb lacks", []string{example}, map[string]string{"LLMLB_POLICY": "random"}, "", "no equivalent policy"},
+		{"a bad LLMLB_LOG_LEVEL", []string{example}, map[string]string{"LLMLB_LOG_LEVEL": "loud"}, "", "problem(s)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			err := validateEnv(tc.args, &stdout, &stderr, lookup)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error()+stderr.String(), tc.wantErr) {
+					t.Fatalf("err = %v (stderr %q), want %q", err, stderr.String(), tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v; stderr:\n%s", err, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tc.want) {
+				t.Fatalf("stdout = %q, want %q", stdout.String(), tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-// Package admin is the admin listener of `llmlb serve` (SPEC s10): replica,
+// Package admin is the admin listener of `llmlb serve`: replica,
 // pin and alert state as JSON, llmlb's own Prometheus metrics, liveness and
 // readiness, and the fleet mutations (add, remove, drain) behind an optional
 // bearer token.
@@ -136,7 +136,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry(), promhttp.HandlerOpts{}))
 	}
-	// Profiling for operators (issue 14), behind the token like the mutations.
+	// Profiling for operators (BENCHMARKS.md, "Proxy efficiency vs NGINX"), behind the token like the mutations.
 	mux.HandleFunc("GET /debug/pprof/", h.debug(pprof.Index))
 	mux.HandleFunc("GET /debug/pprof/cmdline", h.debug(pprof.Cmdline))
 	mux.HandleFunc("GET /debug/pprof/profile", h.debug(pprof.Profile))
@@ -150,7 +150,7 @@ func NewHandler(opts Options) (*Handler, error) {
 
 // SetAccess replaces the token, the allowed hosts and the unauthenticated
 // opt-in, for the next request on (a SIGHUP that adds admin_token takes
-// effect at once; issue 10, attack 13).
+// effect at once; docs/SECURITY.md).
 func (h *Handler) SetAccess(a Access) {
 	acc := &access{token: a.Token, tokenSum: sha256.Sum256([]byte(a.Token)), hosts: map[string]bool{"localhost": true}}
 	if host := listenHost(h.opts.Listen); host != "" {
@@ -230,7 +230,7 @@ func (h *Handler) replicas(w http.ResponseWriter, _ *http.Request) {
 }
 
 // safeURL drops credentials from a URL before it is shown: validation
-// refuses them, this is defence in depth (attack 11).
+// refuses them, this is defence in depth (docs/SECURITY.md).
 func safeURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -98,7 +98,7 @@ func TestMutationsNeedTheToken(t *testing.T) {
 		auth   string // sent
 		want   int
 	}{
-		// Attack 2: with no token, mutations are off unless the operator
+		// docs/SECURITY.md: with no token, mutations are off unless the operator
 		// opts in, and the opt-in counts only on loopback.
 		{"no token: mutations off", "", false, "", "", 403},
 		{"no token, opted in, loopback", "", true, "", "", 200},
@@ -131,7 +131,7 @@ func TestMutationsNeedTheToken(t *testing.T) {
 	}
 }
 
-// Attack 2: a web page must not reach the mutations: a cross-origin
+// docs/SECURITY.md: a web page must not reach the mutations: a cross-origin
 // request (Origin or Sec-Fetch-Site), a CORS-simple body (text/plain, form),
 // and a DNS-rebinding name in Host are refused, even with mutations open.
 func TestCrossSiteRequestsAreRefused(t *testing.T) {
@@ -192,7 +192,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	})
 }
 
-// Attack 13: a token that appears on reload applies to the next request.
+// docs/SECURITY.md: a token that appears on reload applies to the next request.
 func TestSetAccessAppliesAtOnce(t *testing.T) {
 	h, _ := newAdminWith(t, Options{AllowUnauthenticatedMutations: true}, "a")
 	if got := do(h, "POST", "/admin/replicas/a/drain", "", "").Code; got != 200 {
@@ -237,7 +237,7 @@ func TestAddReplica(t *testing.T) {
 		{"not http", `{"url":"ftp://10.0.0.5"}`, 400, ""},
 		{"no url", `{"name":"c"}`, 400, ""},
 		{"bad name", `{"name":"a/b","url":"http://10.0.0.6:8000"}`, 400, ""},
-		// Attack 11: the configuration's rules apply to the API too.
+		// docs/SECURITY.md: the configuration's rules apply to the API too.
 		{"name not UTF-8", "{\"name\":\"gpu\xff\",\"url\":\"http://10.0.0.8:8000\"}", 400, ""},
 		{"name with NUL", `{"name":"gpu\u0000","url":"http://10.0.0.8:8000"}`, 400, ""},
 		{"name with a quote", `{"name":"gpu\"1","url":"http://10.0.0.8:8000"}`, 400, ""},
@@ -397,7 +397,7 @@ func TestReplicasNeverShowCredentials(t *testing.T) {
 	}
 }
 
-// Attack 11: a replica name that is not UTF-8 panicked the metrics on the
+// docs/SECURITY.md: a replica name that is not UTF-8 panicked the metrics on the
 // first scrape. Whatever reaches the metrics, nothing panics.
 func TestMetricsSurviveBadLabelValues(t *testing.T) {
 	bal, err := balancer.New(balancer.DefaultConfig())
@@ -451,7 +451,7 @@ func (p *lockProbe) Write(b []byte) (int, error) {
 	return p.ResponseRecorder.Write(b)
 }
 
-// Attack 3: with 1M pins, GET /admin/pins?limit=0 is one bounded page with a
+// docs/SECURITY.md: with 1M pins, GET /admin/pins?limit=0 is one bounded page with a
 // cursor to the next (not a 443 MB answer), the lock is free while the
 // answer is written, and the token is needed when one is set.
 func TestPinsArePagedAndBounded(t *testing.T) {
@@ -577,7 +577,7 @@ func TestPinsCursorWalk(t *testing.T) {
 	}
 }
 
-// TestPprofNeedsTheToken: profiling (issue 14) is served behind the admin
+// TestPprofNeedsTheToken: profiling (BENCHMARKS.md, "Proxy efficiency vs NGINX") is served behind the admin
 // token, and refused when no token is configured (unless opted in on loopback).
 func TestPprofNeedsTheToken(t *testing.T) {
 	withToken, _ := newAdmin(t, "s3cret", "a")

@@ -49,6 +49,8 @@ type Metrics struct {
 
 	// queueWait is flow control's waits by priority (flowmetrics.go).
 	queueWait *prometheus.HistogramVec
+	// decided is what routing decisions expected (decisions.go).
+	decided decisionMetrics
 }
 
 // Route reasons and token kinds the client-facing series are created for
@@ -133,9 +135,11 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Help:    "How long requests waited in flow control before a replica had room, by priority (beyond ±10 counted at ±10); requests never held are not observed.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16), // 5 ms .. ~2.7 min
 		}, []string{"priority"}),
-		bal: bal,
-		now: now,
+		bal:     bal,
+		now:     now,
+		decided: newDecisionMetrics(),
 	}
+	m.reg.MustRegister(m.decided.collectors()...)
 	info := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "llmlb_build_info",
@@ -265,6 +269,7 @@ func (m *Metrics) InitReplica(replica string) {
 	m.failovers.WithLabelValues(r)
 	m.scrapes.WithLabelValues(r, "ok")
 	m.scrapes.WithLabelValues(r, "error")
+	m.decided.init(r)
 }
 
 // Registry returns the registry served on /metrics.
@@ -313,7 +318,7 @@ func (m *Metrics) ModelsDropped(replica string, n int) {
 func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(label(result)).Inc() }
 
 // label makes s a valid label value: the Prometheus client panics on
-// invalid UTF-8 (issue 10, attack 11). Names are validated before they get
+// invalid UTF-8 (docs/SECURITY.md). Names are validated before they get
 // here; this is defence in depth, and a no-op for valid strings.
 func label(s string) string {
 	if utf8.ValidString(s) {
@@ -325,6 +330,7 @@ func label(s string) string {
 // ForgetReplica drops the per-replica event series of a removed replica.
 func (m *Metrics) ForgetReplica(replica string) {
 	l := prometheus.Labels{"replica": label(replica)}
+	m.decided.forget(l)
 	m.requests.DeletePartialMatch(l)
 	m.firstByte.DeletePartialMatch(l)
 	m.streamErrs.DeletePartialMatch(l)
@@ -347,6 +353,7 @@ var (
 	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Requests the routing counts as queued on the replica: the scraped waiting count plus the balancer's in-flight not yet seen running.", []string{"replica"}, nil)
 	descScrRunning     = prometheus.NewDesc("llmlb_replica_scraped_running", "vllm:num_requests_running at the last scrape.", []string{"replica"}, nil)
 	descScrWaiting     = prometheus.NewDesc("llmlb_replica_scraped_waiting", "vllm:num_requests_waiting at the last scrape.", []string{"replica"}, nil)
+	descLoad           = prometheus.NewDesc("llmlb_replica_load", "The load the routing counts on the replica: effective running plus waiting, requests weighted by their tokens (1 = routing.load.token_unit tokens).", []string{"replica"}, nil)
 	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "Deprecated (removed in the next release): use llmlb_replica_kv_cache_usage_ratio.", []string{"replica"}, nil)
 	descKVRatio        = prometheus.NewDesc("llmlb_replica_kv_cache_usage_ratio", "Share of the replica's KV cache in use (0 to 1) at the last scrape.", []string{"replica"}, nil)
 	descMaxCooldown    = prometheus.NewDesc("llmlb_max_cooldown_seconds", "The cap of a replica's ejection cooldown (routing.health.max_cooldown); a replica at the cap is flapping.", nil, nil)
@@ -371,7 +378,7 @@ var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
-		descScrRunning, descScrWaiting, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
+		descScrRunning, descScrWaiting, descLoad, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
 		descPins, descPinBytes, descPinEvictions, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
 		ch <- d
 	}
@@ -401,6 +408,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descEffWaiting, r.EffectiveWaiting, r.Name)
 		gauge(descScrRunning, r.ScrapedRunning, r.Name)
 		gauge(descScrWaiting, r.ScrapedWaiting, r.Name)
+		gauge(descLoad, r.Load, r.Name)
 		gauge(descKV, r.KVCacheUsage, r.Name)
 		gauge(descKVRatio, r.KVCacheUsage, r.Name)
 		for _, s := range healthStates {

@@ -13,7 +13,7 @@ import (
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
-// Paging of GET /admin/pins (issue 10, attack 3: `?limit=0` over 1M pins was a
+// Paging of GET /admin/pins (docs/SECURITY.md: `?limit=0` over 1M pins was a
 // 443 MB answer built under the routing lock).
 const (
 	defaultPinsPage = 1000

@@ -42,7 +42,7 @@ func (w *window) sum(now time.Time, span time.Duration) uint64 {
 	return n
 }
 
-// alertState is what the alerts of SPEC s5 remember between evaluations.
+// alertState is what the alerts of docs/ROUTING.md "Alerts" remember between evaluations.
 type alertState struct {
 	lastGoodScrape  time.Time // of any replica (probe_broken)
 	imbalanceSince  time.Time // zero while the index is <= alerts.imbalance_index

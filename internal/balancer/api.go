@@ -15,7 +15,7 @@ import (
 	"github.com/llmlb/llmlb/internal/request"
 )
 
-// ErrNoHealthyInstances: the pool for the request is empty (SPEC s3 step 5).
+// ErrNoHealthyInstances: the pool for the request is empty (docs/ROUTING.md "Selection", step 5).
 var ErrNoHealthyInstances = errors.New("balancer: no healthy instances")
 
 // ErrUnknownModel: no known replica serves the requested model.
@@ -61,7 +61,7 @@ type ReplicaSpec struct {
 	Name   string
 	URL    string
 	Models []string // declared models; empty until learned with SetModels
-	// NotReady starts the replica as never seen healthy (SPEC s13): no
+	// NotReady starts the replica as never seen healthy: no
 	// traffic, no cooldown, LIVE on its first good scrape. `llmlb serve`
 	// sets it; the benchmark and tests that drive no scrapes leave it off.
 	NotReady bool

@@ -42,7 +42,7 @@ type Reservation struct {
 	recorded uint64
 }
 
-// Weight returns the reservation's load weight (SPEC s2.2 wlc units).
+// Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).
 func (r *Reservation) Weight() float64 { return float64(r.weight) / microUnit }
 
 // Explanation says why a replica was chosen; it is logged at debug level for
@@ -67,11 +67,24 @@ type Explanation struct {
 	CachedTokens  int
 	PrefillTokens int
 	Detail        string
+	// The rule that decided, in the policy's own words (cost: "cache",
+	// "load", "bounded load", "tie", "burst spread"), and, set by cost, the
+	// runner-up with its expected TTFT (seconds) and the chosen replica's
+	// pending prefill (prompt tokens ahead of this request).
+	Rule             string
+	RunnerUp         string
+	RunnerUpEstimate float64
+	PendingPrefill   float64
 
 	// Queued is how long flow control held the request before this
 	// decision (0: not held); the shell sets it on the reservation it got
 	// from a late dispatch.
 	Queued time.Duration
+
+	// The decision itself: the chosen replica and the route reason (set by
+	// the core with the reservation), so that Why reads from this alone.
+	Replica string
+	Reason  Reason
 }
 
 // ReplicaStatus is a copy of one replica's state for /admin/replicas and metrics.
@@ -85,9 +98,17 @@ type ReplicaStatus struct {
 	EffectiveWaiting float64  `json:"effective_waiting"`
 	ScrapedRunning   float64  `json:"scraped_running"`
 	ScrapedWaiting   float64  `json:"scraped_waiting"`
-	KVCacheUsage     float64  `json:"kv_cache_usage"`
-	InFlight         int      `json:"in_flight"`
-	InFlightWeight   float64  `json:"in_flight_weight"`
+	// Running and Waiting are vLLM's own counts at the last scrape
+	// (vllm:num_requests_running and vllm:num_requests_waiting) under
+	// vLLM's names; Load is the token-weighted load the routing counts:
+	// effective running plus waiting, in requests of
+	// routing.load.token_unit tokens (a 100K-token request weighs 100).
+	Running        float64 `json:"running"`
+	Waiting        float64 `json:"waiting"`
+	Load           float64 `json:"load"`
+	KVCacheUsage   float64 `json:"kv_cache_usage"`
+	InFlight       int     `json:"in_flight"`
+	InFlightWeight float64 `json:"in_flight_weight"`
 	// PeerInFlight is other llmlb instances' in-flight requests on the
 	// replica (shared state), counted in the effective load; in_flight is
 	// this instance's own.
@@ -114,9 +135,14 @@ type ReplicaStatus struct {
 	MaxRunning float64 `json:"max_running"`
 	Occupancy  float64 `json:"occupancy"`
 	Full       bool    `json:"full"`
+
+	// LastDecision is why the latest request routed here was, in the words
+	// of the policy that chose it (Explanation.Why); empty until one was.
+	LastDecision   string    `json:"last_decision,omitempty"`
+	LastDecisionAt time.Time `json:"last_decision_at,omitzero"`
 }
 
-// Alert is one alert of SPEC s5.
+// Alert is one alert (docs/ROUTING.md "Alerts").
 type Alert struct {
 	Name    string    `json:"name"` // imbalance | one_replica | probe_broken | flapping
 	Replica string    `json:"replica,omitempty"`
@@ -152,6 +178,9 @@ type replica struct {
 	lastScrape   time.Time
 	lastScrapeOK bool
 
+	last   Explanation // the latest decision that chose this replica
+	lastAt time.Time   // when it was made (zero: never chosen)
+
 	inFlight       int     // the balancer's own in-flight requests
 	inFlightWeight int64   // their token weights, in micro-units (wlc_in_flight)
 	heldPrefill    float64 // their computed prompt tokens (cost-aware policies): KV they hold or will
@@ -175,7 +204,7 @@ type replica struct {
 	cap capacity // running-slot limit and occupancy (capacity.go)
 }
 
-// effective returns the effective load of SPEC s2.2 (incident 2: the WLC
+// effective returns the effective load (docs/ROUTING.md "Effective load": the WLC
 // blind spot between two scrapes).
 //
 // Peers' in-flight requests (shared state) count in the running load but
@@ -205,7 +234,7 @@ func (r *replica) serves(model string) bool {
 }
 
 // Balancer is the routing core. It is safe for concurrent use: one mutex
-// guards all state, and Select reserves under it (incident 2).
+// guards all state, and Select reserves under it (two requests must never both see a replica idle).
 type Balancer struct {
 	mu       sync.Mutex
 	cfg      Config
@@ -357,7 +386,7 @@ func (b *Balancer) Models() []string {
 }
 
 // Select chooses a replica for p and reserves its in-flight slot atomically
-// (SPEC s3). exclude names replicas already tried for this request (failover).
+// (docs/ROUTING.md "Selection"). exclude names replicas already tried for this request (failover).
 // Health changes with time only through Tick, ObserveScrape and Release.
 // p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
@@ -394,7 +423,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 	// Known for the fallback means alive by its latest scrape: a replica
 	// whose scrape fails (refused, hung) or that was never seen healthy
 	// would only make the client hang or fail, so all-dead answers 503 at
-	// once (SPEC s13).
+	// once.
 	if len(b.cands) == 0 {
 		if known == 0 {
 			return nil, false, ErrNoHealthyInstances
@@ -436,6 +465,7 @@ func (b *Balancer) explain(c *policy.Choice) {
 	}
 	e.PinKind, e.PinReplica, e.PinDecision = c.PinKind, c.PinReplica, c.PinDecision
 	e.Estimate, e.CachedTokens, e.PrefillTokens, e.Detail = c.Estimate, c.CachedTokens, c.PrefillTokens, c.Detail
+	e.Rule, e.RunnerUp, e.RunnerUpEstimate, e.PendingPrefill = c.Rule, c.RunnerUp, c.RunnerUpEstimate, c.PendingPrefill
 }
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
@@ -502,6 +532,8 @@ func (b *Balancer) fallback(model string, exclude []string, known int) *replica 
 func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time) *Reservation {
 	running, waiting := r.effective()
 	b.expl.EffectiveRunning, b.expl.EffectiveWaiting = running, waiting
+	b.expl.Replica, b.expl.Reason = r.name, reason
+	r.last, r.lastAt = b.expl, now
 	w := b.weightOf(p)
 	r.inFlight++
 	r.inFlightWeight += w
@@ -511,7 +543,7 @@ func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time)
 }
 
 // weightOf is one request's load: max(min_weight, (prompt+output)/token_unit),
-// in micro-units (SPEC s2.2: a 100K-token request weighs 100x a 1K one).
+// in micro-units (docs/ROUTING.md "Effective load": a 100K-token request weighs 100x a 1K one).
 func (b *Balancer) weightOf(p *Profile) int64 {
 	tokens := float64(max(0, p.PromptTokens)) + float64(max(0, p.OutputTokens)) // float: no int overflow
 	w := max(b.cfg.Load.MinWeight, tokens/float64(b.cfg.Load.TokenUnit))
@@ -645,6 +677,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			State: r.health.State().String(), Draining: r.draining,
 			EffectiveRunning: running, EffectiveWaiting: waiting,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
+			Running: r.snap.Running, Waiting: r.snap.Waiting, Load: running + waiting,
 			InFlight: r.inFlight, InFlightWeight: float64(r.inFlightWeight) / microUnit, PeerInFlight: r.peerInFlight,
 			CooldownSeconds: r.health.Cooldown().Seconds(), Ejections: r.health.Ejections(),
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
@@ -652,6 +685,10 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			PendingPrefill: b.pending(r, now),
 			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r),
 		})
+		if !r.lastAt.IsZero() {
+			st := &out[len(out)-1]
+			st.LastDecision, st.LastDecisionAt = r.last.Why(), r.lastAt
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

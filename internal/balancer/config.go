@@ -35,7 +35,7 @@ type Config struct {
 	Seed uint64
 }
 
-// LoadConfig sets how in-flight requests are weighted (SPEC s2.2).
+// LoadConfig sets how in-flight requests are weighted (docs/ROUTING.md "Effective load").
 type LoadConfig struct {
 	TokenUnit int     // load.token_unit: estimated tokens that weigh 1.0 (default 1000)
 	MinWeight float64 // load.min_weight: floor of one request's weight (default 1)
@@ -46,7 +46,7 @@ type ProbingConfig struct {
 	MaxInFlight int // probing.max_in_flight (default 2)
 }
 
-// AlertsConfig holds the alert thresholds of SPEC s5.
+// AlertsConfig holds the alert thresholds (docs/ROUTING.md "Alerts").
 type AlertsConfig struct {
 	ImbalanceIndex float64       // alerts.imbalance_index (3)
 	ImbalanceFor   time.Duration // alerts.imbalance_for (5m)

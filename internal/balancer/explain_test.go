@@ -8,8 +8,8 @@ func TestExplanationLogAttrs(t *testing.T) {
 		e    Explanation
 		want int
 	}{
-		{"no pin", Explanation{Policy: "llmlb", Candidates: 3, CandidateSet: "no-wait"}, 6},
-		{"with a pin", Explanation{Policy: "llmlb", PinKind: "session", PinReplica: "a", PinDecision: "used"}, 9},
+		{"no pin", Explanation{Policy: "llmlb", Candidates: 3, CandidateSet: "no-wait"}, 7},
+		{"with a pin", Explanation{Policy: "llmlb", PinKind: "session", PinReplica: "a", PinDecision: "used"}, 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -111,7 +111,7 @@ type ReplicaLoad struct {
 	Replica  string  `json:"r"`
 	URL      string  `json:"u,omitempty"`
 	InFlight int     `json:"n"`
-	Weight   float64 `json:"w"` // in-flight weight (SPEC s2.2 units)
+	Weight   float64 `json:"w"` // in-flight weight (docs/ROUTING.md "Effective load" units)
 }
 
 // Load returns this instance's own in-flight requests per replica (those
@@ -136,7 +136,7 @@ type peerLoad struct {
 // SetPeerLoad records peer's in-flight loads, valid until expires (the
 // publisher's TTL: a peer that stops publishing stops counting). Each
 // replica's effective load then includes every live peer's in-flight
-// requests (SPEC s2.2's wlc_in_flight over all instances). Loads of
+// requests (docs/ROUTING.md's wlc_in_flight over all instances). Loads of
 // replicas this instance does not know are ignored.
 func (b *Balancer) SetPeerLoad(peer string, loads []ReplicaLoad, expires, now time.Time) {
 	b.mu.Lock()

@@ -1,4 +1,4 @@
-// Package bench is `llmlb bench` (SPEC s12): a discrete-event driver that
+// Package bench is `llmlb bench` (docs/BENCH.md): a discrete-event driver that
 // replays a workload against N simulated engines in virtual time, routed by the
 // very same core as `llmlb serve` (package balancer), for several policies, and
 // the report (terminal table, JSON, self-contained HTML with SVG charts).
@@ -33,7 +33,7 @@ import (
 // same seed gives the same timestamps and the same numbers.
 var Epoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// Defaults of the driver (SPEC s2: scrapes every 3 s; the serve shell ticks
+// Defaults of the driver (scrapes every 3 s; the serve shell ticks
 // the core every second).
 const (
 	DefaultScrapeInterval = 3 * time.Second

@@ -125,7 +125,7 @@ type Log struct {
 	Access bool   // log.access: one info line per proxied request (true)
 }
 
-// Default returns the configuration with every default of SPEC s2-s5 and the
+// Default returns the configuration with every routing default (docs/ROUTING.md) and the
 // field comments above: listen ":8080", admin "127.0.0.1:9090", no replicas.
 func Default() Config {
 	routing := balancer.DefaultConfig() // policy cost (policy.DefaultName)

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// ApplyFlags lets command-line flags override the file (SPEC s10): a
+// ApplyFlags lets command-line flags override the file: a
 // non-empty listen or adminListen replaces the address, and when replicas is
 // non-empty it replaces the file's replica list. Each replica flag is
 // "name=URL" or a bare URL (the name is then the URL's host:port). A flag

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmlb/llmlb/internal/keyname"
+	"github.com/llmlb/llmlb/internal/policy"
 	"gopkg.in/yaml.v3"
 )
 
@@ -111,6 +112,9 @@ func parse(data []byte, source string, lookupEnv func(string) (string, bool)) (C
 		return cfg, nil
 	}
 	d.value(doc, reflect.ValueOf(&cfg).Elem(), "")
+	// Other routers' names (cache_aware, round_robin, ...) mean the same
+	// in routing.policy as they do in --policy.
+	cfg.Routing.Policy = policy.Resolve(cfg.Routing.Policy)
 	for i := range cfg.Replicas {
 		if cfg.Replicas[i].Name == "" {
 			cfg.Replicas[i].Name = defaultName(cfg.Replicas[i].URL)

@@ -109,7 +109,7 @@ func mustLookup(t *testing.T, name string) Profile {
 	return p
 }
 
-// TestProfileCalibration checks SPEC s11's figures for the default profile
+// TestProfileCalibration checks docs/SIMULATOR.md's figures for the default profile
 // within 10%.
 func TestProfileCalibration(t *testing.T) {
 	tests := []struct {

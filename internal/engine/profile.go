@@ -40,10 +40,10 @@ var ErrUnknownProfile = errors.New("engine: unknown profile")
 
 // builtins are the built-in profiles, the default first. The numbers and
 // their sources are in docs/SIMULATOR.md; TestProfileCalibration checks the
-// default against SPEC s11's figures.
+// default against docs/SIMULATOR.md's figures.
 var builtins = []Profile{
 	{
-		// SPEC s9/s11: 2x RTX 3090, tensor parallel 2 (the seeds' deployment).
+		// 2x RTX 3090, tensor parallel 2 (the seeds' deployment).
 		Name:                DefaultProfile,
 		MaxNumSeqs:          64,
 		MaxNumBatchedTokens: 2048, // vLLM's API-server default on <70 GiB GPUs
@@ -89,7 +89,7 @@ func ProfileNames() []string {
 	return names
 }
 
-// DefaultProfile is the seeds' deployment (SPEC s9, s11).
+// DefaultProfile is the seeds' deployment (docs/SIMULATOR.md).
 const DefaultProfile = "2x3090-tp2"
 
 // Blocks is the profile's KV capacity in 16-token blocks.

@@ -13,14 +13,14 @@ import (
 // State is a replica's routing state.
 type State int
 
-// The three routing states of SPEC s4. Replicas start LIVE.
+// The three routing states of docs/ROUTING.md "Health". Replicas start LIVE.
 const (
 	Live State = iota
 	Probing
 	Ejected
 )
 
-// String returns LIVE, PROBING or EJECTED, the names of SPEC s10.
+// String returns LIVE, PROBING or EJECTED, the names /admin/replicas and the metrics use.
 func (s State) String() string {
 	switch s {
 	case Live:
@@ -33,7 +33,7 @@ func (s State) String() string {
 	return "UNKNOWN"
 }
 
-// Config holds the thresholds of SPEC s4; Default returns the seed's values.
+// Config holds the thresholds of docs/ROUTING.md "Health"; Default returns the seed's values.
 // The YAML keys (under routing.health) are given in brackets.
 type Config struct {
 	ScrapeFailuresToEject  int           // [scrape_failures_to_eject] consecutive failed scrapes that eject a LIVE replica (1)
@@ -132,11 +132,11 @@ func NewMachine(cfg *Config, now time.Time) *Machine {
 }
 
 // NewPendingMachine returns a machine for a replica never seen healthy
-// (SPEC s13, start-up order): it is not yet ready, shown as EJECTED with no
+// (at start-up): it is not yet ready, shown as EJECTED with no
 // cooldown and no ejection counted, and gets no traffic. Failed scrapes leave
 // it waiting without any flap damping (a replica that is still starting is
 // not flapping); its first successful scrape makes it LIVE at once. The
-// probing window of SPEC s4 is the way *back* for a replica that failed
+// probing window of docs/ROUTING.md "Health" is the way *back* for a replica that failed
 // (hysteresis against flapping); a brand-new replica has no failure to
 // distrust, so it does not wait through it (docs/ROUTING.md).
 func NewPendingMachine(cfg *Config, now time.Time) *Machine {
@@ -171,7 +171,7 @@ func (m *Machine) CooldownLeft(now time.Time) time.Duration {
 }
 
 // CappedAt returns when the cooldown reached MaxCooldown, or the zero time
-// if the current streak has not reached the cap (SPEC s5 "it flaps").
+// if the current streak has not reached the cap (docs/ROUTING.md "Alerts": it flaps).
 func (m *Machine) CappedAt() time.Time { return m.cappedAt }
 
 // LastGoodScrape returns the time of the latest successful scrape.

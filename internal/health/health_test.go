@@ -31,7 +31,7 @@ func (s step) apply(m *Machine) []Transition {
 	}
 }
 
-// TestMachine has one case per health rule of SPEC s4.
+// TestMachine has one case per health rule of docs/ROUTING.md "Health".
 func TestMachine(t *testing.T) {
 	s := time.Second
 	tests := []struct {

@@ -1,7 +1,7 @@
-// Package pins is the table of soft-sticky pins of SPEC s3 step 4: session
+// Package pins is the table of soft-sticky pins of step 4 of the selection (docs/ROUTING.md): session
 // pins (idle TTL 60 min) and prefix pins (idle TTL 5 min), with their spill
 // counters. It is pure: every call takes now, and housekeeping is bounded in
-// cost (incident 1, "crystallization": pins without a TTL cemented whole
+// cost (crystallization, docs/ROUTING.md "Pin life cycle": pins without a TTL cemented whole
 // projects onto one replica).
 //
 // Each kind keeps its entries in lists ordered by last use. Because a kind's
@@ -15,7 +15,7 @@
 // segment, and a new key at the bound evicts only probation pins. The
 // protected segment holds at most 4/5 of either bound; a promotion past that
 // evicts the least recently used protected pin, so reused pins compete only
-// with each other (issue 10, attack 9).
+// with each other (docs/SECURITY.md).
 package pins
 
 import (

@@ -135,7 +135,7 @@ func TestValidateNamesKey(t *testing.T) {
 	}
 }
 
-// Attack 9: a flood of one-shot session ids (one client inventing a new id
+// docs/SECURITY.md: a flood of one-shot session ids (one client inventing a new id
 // per request) fills the table; it must not evict a session that has been
 // pinned and reused, and the table's memory must stay under its byte bound
 // (checked on the real heap, not only on the table's own estimate).
@@ -252,7 +252,7 @@ func TestMaxBytesBoundsTheTable(t *testing.T) {
 	}
 }
 
-// Attack 3: Page visits a bounded number of entries per call (the caller
+// docs/SECURITY.md: Page visits a bounded number of entries per call (the caller
 // holds the routing lock), and a walk with cursors lists every pin once.
 func TestPageIsBoundedAndResumes(t *testing.T) {
 	tab := New(DefaultConfig())

@@ -364,6 +364,7 @@ func (p *Cost) answer(d *costDecision, cands []Candidate, best int, recorded uin
 	if cached > 0 {
 		choice.Reason = ReasonAffinity
 	}
+	p.costRule(&choice, d, cands, best)
 	if p.explain {
 		choice.Detail = p.explainChoice(d, cands)
 	}

@@ -34,9 +34,9 @@ func (p *LeastRequest) Choose(_ *Request, cands []Candidate, _ time.Time) Choice
 			continue
 		}
 		if k == 0 {
-			return Choice{Index: i, Reason: ReasonLoad, Detail: "least in-flight"}
+			return Choice{Index: i, Reason: ReasonLoad, Detail: "least in-flight", Rule: "fewest in flight"}
 		}
 		k--
 	}
-	return Choice{Index: 0, Reason: ReasonLoad, Detail: "least in-flight"} // unreachable
+	return Choice{Index: 0, Reason: ReasonLoad, Detail: "least in-flight", Rule: "fewest in flight"} // unreachable
 }

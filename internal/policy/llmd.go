@@ -192,7 +192,7 @@ func (p *LLMD) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	for _, k := range p.keys { // PreRequest: the chosen pod learns every block
 		p.add(id, k)
 	}
-	choice := Choice{Index: pick, Reason: ReasonLoad, Detail: "highest weighted score"}
+	choice := Choice{Index: pick, Reason: ReasonLoad, Detail: "highest weighted score", Rule: "highest weighted score"}
 	if matched > 0 {
 		choice.Reason = ReasonAffinity
 	}

@@ -21,7 +21,7 @@ import (
 type Candidate struct {
 	Name             string
 	Live             bool    // LIVE (false: PROBING)
-	EffectiveRunning float64 // SPEC s2.2
+	EffectiveRunning float64 // docs/ROUTING.md "Effective load"
 	EffectiveWaiting float64
 	InFlight         int // the balancer's own in-flight requests (count, unweighted)
 
@@ -77,10 +77,20 @@ type Choice struct {
 	// the pin it consulted or made with what it decided (pin policies).
 	Candidates   int
 	CandidateSet string
-	MinRunning   float64
-	PinKind      string // "session" | "prefix" | ""
-	PinReplica   string
-	PinDecision  string // "used" | "spill: queue" | "rebind" | "new" | "dead" | ...
+	// Rule is the rule of the policy that decided, in its own words
+	// (cost: "cache", "load", "bounded load", "tie", "burst spread";
+	// rr: "rotation"; ...). A constant: setting it allocates nothing.
+	Rule string
+	// Set by cost: the candidate with the next smallest score and its
+	// expected time to first token (seconds), and the chosen replica's
+	// pending prefill (prompt tokens still ahead of this one).
+	RunnerUp         string
+	RunnerUpEstimate float64
+	PendingPrefill   float64
+	MinRunning       float64
+	PinKind          string // "session" | "prefix" | ""
+	PinReplica       string
+	PinDecision      string // "used" | "spill: queue" | "rebind" | "new" | "dead" | ...
 }
 
 // Request is what a policy may look at in a request.

@@ -45,7 +45,7 @@ func (c PrefixTreeConfig) Validate() error {
 	return nil
 }
 
-// PrefixTree is the SGLang router's cache_aware policy (SPEC s7, s12): an
+// PrefixTree is the SGLang router's cache_aware policy (docs/POLICIES.md): an
 // approximate tree, per model, of the prompts each replica was sent. When
 // the fleet is imbalanced (max-min in-flight > abs and max > rel*min) it
 // routes to the least-loaded replica; otherwise to the replica with the
@@ -115,7 +115,7 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 		float64(maxLoad) > float64(minLoad)*p.cfg.BalanceRelThreshold {
 		p.path = tree.walk(blocks, p.path[:0])
 		tree.insert(blocks, p.path, p.candTenant[least], stamp)
-		return Choice{Index: least, Reason: ReasonLoad, Detail: "imbalanced: least in-flight"}
+		return Choice{Index: least, Reason: ReasonLoad, Detail: "imbalanced: least in-flight", Rule: "imbalanced: fewest in flight"}
 	}
 
 	// Cache-aware routing: the longest match among the candidates.
@@ -127,7 +127,7 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 	}
 	if matched >= 0 && rate > p.cfg.CacheThreshold {
 		tree.insert(blocks, p.path, p.candTenant[matched], stamp) // also stamps the matched path
-		return Choice{Index: matched, Reason: ReasonAffinity, Detail: "longest prefix match"}
+		return Choice{Index: matched, Reason: ReasonAffinity, Detail: "longest prefix match", Rule: "longest prefix match"}
 	}
 	smallest := 0
 	for i := range cands {
@@ -141,7 +141,7 @@ func (p *PrefixTree) Choose(r *Request, cands []Candidate, now time.Time) Choice
 		tree.touch(p.path[:depth], p.candTenant[matched], stamp)
 	}
 	tree.insert(blocks, p.path, p.candTenant[smallest], stamp)
-	return Choice{Index: smallest, Reason: ReasonLoad, Detail: "match below threshold: smallest tree"}
+	return Choice{Index: smallest, Reason: ReasonLoad, Detail: "match below threshold: smallest tree", Rule: "match below threshold: smallest tree"}
 }
 
 // SetSettings replaces prefix-tree's parameters, keeping its trees (a

@@ -19,5 +19,5 @@ func (p *RoundRobin) Name() string { return NameRR }
 func (p *RoundRobin) Choose(_ *Request, cands []Candidate, _ time.Time) Choice {
 	i := int(p.next % uint64(len(cands)))
 	p.next++
-	return Choice{Index: i, Reason: ReasonLoad, Detail: "rotation"}
+	return Choice{Index: i, Reason: ReasonLoad, Detail: "rotation", Rule: "rotation"}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
-// Sticky is hash-based session affinity with no load awareness (SPEC s12):
+// Sticky is hash-based session affinity with no load awareness (docs/POLICIES.md):
 // rendezvous (highest random weight) hashing of the session key over the
 // candidates' names, so a key keeps its replica while that replica stays a
 // candidate, and only the keys of a replica that leaves are moved. A request
@@ -35,9 +35,9 @@ func (p *Sticky) Choose(r *Request, cands []Candidate, _ time.Time) Choice {
 	default:
 		i := int(p.next % uint64(len(cands)))
 		p.next++
-		return Choice{Index: i, Reason: ReasonLoad, Detail: "no key: rotation"}
+		return Choice{Index: i, Reason: ReasonLoad, Detail: "no key: rotation", Rule: "no session key: rotation"}
 	}
-	return Choice{Index: rendezvous(key, cands), Reason: ReasonAffinity, Detail: detail}
+	return Choice{Index: rendezvous(key, cands), Reason: ReasonAffinity, Detail: detail, Rule: "session hash"}
 }
 
 // rendezvous returns the index of the candidate with the highest weight

@@ -684,8 +684,8 @@ func (p *Proxy) Ejected(replica string) {
 }
 
 // rewrite points the outbound request at the attempt's replica and sets
-// upstream auth: the replica's api key replaces the client's Authorization;
-// without a key the client's header passes only if configured.
+// upstream auth (setCredentials): the replica's api key replaces every
+// credential the client sent; without a key they pass only if configured.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	a := attemptFrom(pr.In.Context())
 	// The body was read whole: hand the transport an in-memory reader of a
@@ -704,10 +704,31 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	} else {
 		pr.Out.Header[viaKey] = []string{p.id}
 	}
-	if key := p.apiKey(a.res.Replica); key != "" {
-		pr.Out.Header.Set("Authorization", "Bearer "+key)
-	} else if !p.cfg.PassAuthorization {
-		pr.Out.Header.Del("Authorization")
+	setCredentials(pr.Out.Header, p.apiKey(a.res.Replica), p.cfg.PassAuthorization)
+}
+
+// credentialHeaders are the headers clients put an API key in: OpenAI's
+// Authorization, Anthropic's x-api-key and Azure OpenAI's api-key.
+var credentialHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key"}
+
+// setCredentials applies a replica's api key to an outbound request's
+// headers: with a key, no client credential goes on (Authorization carries
+// the key, and so do x-api-key and api-key if the client sent them, for a
+// replica that reads those); without one, the client's pass only when pass
+// is set (proxy.pass_authorization).
+func setCredentials(h http.Header, key string, pass bool) {
+	switch {
+	case key != "":
+		for _, name := range credentialHeaders[1:] {
+			if _, ok := h[name]; ok {
+				h[name] = []string{key}
+			}
+		}
+		h.Set("Authorization", "Bearer "+key)
+	case !pass:
+		for _, name := range credentialHeaders {
+			h.Del(name)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ const MaxNameLen = 63
 // CheckName reports why name cannot name a replica, or nil. Names are
 // ASCII letters, digits and . _ : - (plus [ ] for a default name taken from
 // an IPv6 URL), at most MaxNameLen bytes: no spaces, slashes, quotes,
-// control characters or invalid UTF-8 (issue 10, attack 11: a name with
+// control characters or invalid UTF-8 (docs/SECURITY.md: a name with
 // byte 0xff passed validation and panicked the metrics on the first scrape).
 // The configuration and the admin API's POST /admin/replicas apply it alike.
 func CheckName(name string) error {

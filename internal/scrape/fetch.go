@@ -1,11 +1,11 @@
 // Package scrape reads each replica's /metrics (vLLM's, or SGLang's, TGI's
 // or llama.cpp's; engines.go) and /v1/models and feeds the results to the
-// routing core (SPEC s2 load signal, s4 health). A replica without a
+// routing core (docs/ROUTING.md: load and health). A replica without a
 // Prometheus endpoint is scraped for liveness only (GET /v1/models). The
 // Fetcher does the I/O for one replica; the Scraper is the loop that `llmlb
 // serve` owns: one goroutine per replica, started by Run and stopped by its
 // context. EJECTED replicas keep being scraped: a scrape is their only way back
-// (incident 3).
+// (docs/ROUTING.md "Health").
 package scrape
 
 import (
@@ -109,7 +109,7 @@ type HTTPOptions struct {
 
 // ErrRedirect: a replica answered a scrape with a redirect. Redirects are
 // never followed: a replica judged on another host's /metrics would be LIVE
-// on someone else's health (issue 10, attack 15), and the api_key would go
+// on someone else's health (docs/SECURITY.md), and the api_key would go
 // along with the request.
 var ErrRedirect = errors.New("scrape: redirect not followed")
 

@@ -18,7 +18,7 @@ import (
 )
 
 // Sink receives scrape results. *balancer.Balancer satisfies it: a failed
-// scrape feeds health (SPEC s4), a successful one feeds load and health.
+// scrape feeds health (docs/ROUTING.md "Health"), a successful one feeds load and health.
 type Sink interface {
 	ObserveScrape(name string, snap balancer.Snapshot, err error, now time.Time) []balancer.Transition
 	SetModels(name string, models []string)
@@ -42,7 +42,7 @@ type Target struct {
 
 // Options configures a Scraper. Zero values take the defaults.
 type Options struct {
-	Interval       time.Duration // between scrapes of one replica (default 3s, SPEC s2)
+	Interval       time.Duration // between scrapes of one replica (default 3s)
 	ModelsInterval time.Duration // between /v1/models refreshes (default 30s)
 	// Jitter spreads scrapes of different replicas apart: each wait is
 	// Interval * (1 ± Jitter) (default 0.1; negative for none).

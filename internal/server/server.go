@@ -1,6 +1,6 @@
 // Package server wires `llmlb serve` together: the routing core, the proxy
 // and admin listeners, the scraper and the 1 s health ticker, and owns their
-// lifecycle (SPEC s10). Run stops accepting on cancel, lets in-flight
+// lifecycle. Run stops accepting on cancel, lets in-flight
 // responses finish up to server.shutdown_timeout and returns nil.
 package server
 
@@ -77,7 +77,7 @@ type Server struct {
 	gate    *admission.Gate // flow control's queues in front of bal
 	metrics *admin.Metrics
 	proxy   *proxy.Proxy
-	handler http.Handler // the proxy with request ids, access log and latency metrics
+	handler http.Handler // the proxy with request ids, access log and latency metrics, and /health
 	admin   *admin.Handler
 	scraper *scrape.Scraper
 	dash    *ui.Dashboard
@@ -143,13 +143,16 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	}
 	s.reqCfg = cfg.Request
 	s.proxy, err = proxy.New(proxy.Options{
-		Balancer:    bal,
-		Request:     cfg.Request,
-		Proxy:       cfg.Proxy,
-		APIKey:      s.apiKey,
-		Transport:   o.transport,
-		Metrics:     recorders{s.metrics, s.dash},
-		Decisions:   s.dash.Decision,
+		Balancer:  bal,
+		Request:   cfg.Request,
+		Proxy:     cfg.Proxy,
+		APIKey:    s.apiKey,
+		Transport: o.transport,
+		Metrics:   recorders{s.metrics, s.dash},
+		Decisions: func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int) {
+			s.dash.Decision(at, res, prof, attempt)
+			s.metrics.Decision(at, res, prof, attempt)
+		},
 		Transitions: s.onTransitions,
 		Logger:      logger,
 		Now:         o.now,
@@ -163,7 +166,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.metrics.RegisterQueue(gate)
-	s.handler = &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access}
+	s.handler = &withHealth{next: &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access},
+		bal: bal, now: o.now, draining: &s.draining}
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
 	// changes to Redis and applies its peers'; Run runs the client.
 	if cfg.State.Enabled() {
@@ -379,7 +383,7 @@ func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // SetAdminAccess applies the admin token, allowed hosts and the
 // unauthenticated opt-in of a reloaded configuration to the next admin
-// request (SIGHUP; issue 10, attack 13: a token added by reload was ignored).
+// request (SIGHUP; docs/SECURITY.md: a token added by reload was ignored).
 func (s *Server) SetAdminAccess(cfg config.Config) {
 	s.admin.SetAccess(admin.Access{Token: cfg.AdminToken, AllowedHosts: cfg.Admin.AllowedHosts,
 		AllowUnauthenticatedMutations: cfg.Admin.AllowUnauthenticatedMutations})
@@ -563,7 +567,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // limitedProxyListener caps the proxy listener's open connections at
-// server.max_connections, lowered to fit the open-file limit (issue 10,
+// server.max_connections, lowered to fit the open-file limit (docs/SECURITY.md,
 // item 12: 21,000 idle connections exhausted the file descriptors and
 // stopped the admin listener too).
 func (s *Server) limitedProxyListener() net.Listener {
@@ -639,7 +643,7 @@ func (s *Server) apiKey(replica string) string {
 
 // addReplica adds a replica to the core and the scraper (with its api key,
 // scraped as metrics says: config.MetricsAuto or MetricsNone, "" for
-// scrape.metrics). It starts not yet ready (SPEC s13): no traffic until its
+// scrape.metrics). It starts not yet ready: no traffic until its
 // first good scrape, and no flap cooldown while it is still coming up, so a
 // balancer started before its replicas (or a replica added by API that does
 // not exist) never shows a dead replica LIVE.

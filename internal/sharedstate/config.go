@@ -1,6 +1,6 @@
 // Package sharedstate shares the routing core's affinity state between
 // several llmlb instances (`serve`, `epp`) through Redis (docs/SHARED_STATE.md,
-// issue 13): pins and the blocks each replica was sent travel as Deltas on
+// docs/SHARED_STATE.md): pins and the blocks each replica was sent travel as Deltas on
 // one Redis stream, in-flight loads as short-lived entries on the same
 // stream. Routing never waits for Redis: the core publishes into a bounded
 // queue that one writer drains, and one reader applies the peers' Deltas

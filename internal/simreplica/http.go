@@ -28,6 +28,9 @@ func (r *Replica) handler() http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("POST /v1/chat/completions", r.handleChat)
 	api.HandleFunc("POST /v1/completions", r.handleCompletions)
+	api.HandleFunc("POST /v1/messages", r.handleMessages)   // agentapi.go
+	api.HandleFunc("POST /v1/responses", r.handleResponses) // agentapi.go
+	api.HandleFunc("POST /v1/embeddings", r.handleEmbeddings)
 	api.HandleFunc("GET /v1/models", r.handleModels)
 	api.HandleFunc("GET /health", r.handleHealth)
 	api.HandleFunc("GET /version", r.handleVersion)
@@ -121,6 +124,7 @@ type genRequest struct {
 	stop         bool // max_tokens absent: finish with "stop"
 	stream       bool
 	includeUsage bool
+	tool         string // the function a chat request's tool_choice requires ("": none)
 }
 
 func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
@@ -145,6 +149,9 @@ func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	g.chat, g.stream = true, body.Stream
+	if len(body.Tools) > 0 {
+		g.tool = requiredTool(body.ToolChoice, body.Tools[0].Function.Name)
+	}
 	g.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	r.generate(w, req, g)
 }
@@ -322,11 +329,17 @@ type output struct {
 }
 
 func (o *output) finishReason() string {
+	if o.g.tool != "" {
+		return "tool_calls"
+	}
 	if o.g.stop {
 		return "stop"
 	}
 	return "length"
 }
+
+// toolCallID is the id of the response's tool call, as vLLM spells them.
+func (o *output) toolCallID() string { return "chatcmpl-tool-" + o.id }
 
 func (o *output) object() string {
 	if o.g.chat {
@@ -353,9 +366,18 @@ func (o *output) start() {
 func (o *output) writeToken(last bool) {
 	text := tokenText(o.sent)
 	c := chunkChoice{}
-	if o.g.chat {
+	switch {
+	case o.g.tool != "":
+		// The whole call in the first delta, then empty ones while the
+		// engine produces the call's tokens.
+		c.Delta = &delta{}
+		if o.sent == 0 {
+			zero := 0
+			c.Delta.ToolCalls = []toolCall{{Index: &zero, ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: "{}"}}}
+		}
+	case o.g.chat:
 		c.Delta = &delta{Content: &text}
-	} else {
+	default:
 		c.Text = &text
 	}
 	if last {
@@ -407,7 +429,11 @@ func (o *output) writeFull(s reqState) {
 	object := "text_completion"
 	if o.g.chat {
 		object = "chat.completion"
-		c.Message = &message{Role: "assistant", Content: text, ToolCalls: []any{}}
+		c.Message = &message{Role: "assistant", Content: &text, ToolCalls: []toolCall{}}
+		if o.g.tool != "" {
+			c.Message.Content = nil
+			c.Message.ToolCalls = []toolCall{{ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: "{}"}}}
+		}
 	} else {
 		c.Text = &text
 	}

@@ -23,6 +23,26 @@ type chatRequest struct {
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
 	N                   *int           `json:"n"`
+	Tools               []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"` // "auto" | "required" | "none" | {"type":"function","function":{"name":...}}
+}
+
+// toolCall is a chat completion's call of a function, whole or as a
+// stream delta.
+type toolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // chatMessage is one message; content is a string or an array of parts.
@@ -134,8 +154,9 @@ func tokenPrompt(ids []int64) tokenize.Prompt {
 
 // delta is a streamed chat message fragment.
 type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 // chunkChoice covers both chat (Delta) and completion (Text) stream choices.
@@ -159,9 +180,9 @@ type chunk struct {
 }
 
 type message struct {
-	Role      string `json:"role"`
-	Content   string `json:"content"`
-	ToolCalls []any  `json:"tool_calls"`
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"`
+	ToolCalls []toolCall `json:"tool_calls"`
 }
 
 // choice is a non-streamed choice: Message for chat, Text for completions.

@@ -1,4 +1,4 @@
-// Package ui is llmlb's live dashboard on the admin listener (SPEC s13):
+// Package ui is llmlb's live dashboard on the admin listener:
 // one page embedded in the binary (GET /ui) fed by a server-sent event
 // stream (GET /admin/events).
 //

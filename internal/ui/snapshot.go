@@ -378,31 +378,13 @@ func hitRate(s []hitSample) *float64 {
 	return &v
 }
 
-// Explain puts a routing decision into words: why the replica was chosen,
-// from how many candidates, at what load, what happened to a pin, and how
-// long flow control held the request.
+// Explain puts a routing decision into words, in the terms of the policy
+// that made it (balancer.Explanation.Why, the debug log's "why"), then how
+// long flow control held the request and which attempt it was.
 func Explain(reason balancer.Reason, attempt int, replica string, e balancer.Explanation) string {
+	e.Reason, e.Replica = reason, replica
 	var b strings.Builder
-	switch reason {
-	case balancer.ReasonAffinity:
-		fmt.Fprintf(&b, "%s pin on %s used", orWord(e.PinKind, "affinity"), replica)
-	case balancer.ReasonFallback:
-		b.WriteString("fallback: no LIVE or PROBING replica, picked at random")
-	default:
-		fmt.Fprintf(&b, "least loaded of %d", e.Candidates)
-		if e.CandidateSet != "" {
-			fmt.Fprintf(&b, " (%s)", e.CandidateSet)
-		}
-		fmt.Fprintf(&b, ", min running %.1f", e.MinRunning)
-	}
-	fmt.Fprintf(&b, "; %s had running %.1f, waiting %.1f", replica, e.EffectiveRunning, e.EffectiveWaiting)
-	if e.PinKind != "" && reason != balancer.ReasonAffinity {
-		fmt.Fprintf(&b, "; %s pin", e.PinKind)
-		if e.PinReplica != "" && e.PinReplica != replica {
-			fmt.Fprintf(&b, " on %s", e.PinReplica)
-		}
-		fmt.Fprintf(&b, ": %s", e.PinDecision)
-	}
+	b.WriteString(e.Why())
 	if e.Queued > 0 {
 		fmt.Fprintf(&b, "; queued %d ms (every replica was full)", e.Queued.Milliseconds())
 	}
@@ -413,13 +395,6 @@ func Explain(reason balancer.Reason, attempt int, replica string, e balancer.Exp
 		fmt.Fprintf(&b, " [policy %s]", e.Policy)
 	}
 	return b.String()
-}
-
-func orWord(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // redacted returns a copy of s whose session keys are fingerprints, for

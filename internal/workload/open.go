@@ -31,7 +31,7 @@ type openSpec struct {
 }
 
 // oneshotSpec: a few product scenarios, each a 2,000-token shared prefix,
-// called by independent one-shot requests (no session id), SPEC s7.
+// called by independent one-shot requests (no session id) (docs/WORKLOADS.md).
 var oneshotSpec = openSpec{
 	name:      "oneshot",
 	scenarios: 6,

@@ -45,7 +45,7 @@ const (
 	DefaultDuration = 30 * time.Minute
 	DefaultReplicas = 4
 	// DeclaredOutput is the output length a client without max_tokens
-	// declares, as the request profiler assumes (SPEC s2.2's token estimate).
+	// declares, as the request profiler assumes (the token estimate of docs/ROUTING.md "Effective load").
 	DeclaredOutput = 256
 	// TargetUtilisation is the share of the load at which round-robin
 	// saturates that a workload's default rate offers (docs/WORKLOADS.md

@@ -1,4 +1,4 @@
-// Package workload generates the benchmark's traffic (SPEC s12): synthetic
+// Package workload generates the benchmark's traffic (docs/BENCH.md): synthetic
 // workloads (agentic, chat, oneshot, longshort, mixed; flood and
 // flood-polite with tenants) and replays of public traces (Mooncake and
 // Qwen-Bailian JSONL, Azure and BurstGPT CSV). Everything is deterministic

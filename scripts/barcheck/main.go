@@ -1,4 +1,4 @@
-// Command barcheck judges `llmlb bench --json` results by issue 9's bar: for
+// Command barcheck judges `llmlb bench --json` results by the benchmark bar (BENCHMARKS.md, "Policy comparison"): for
 // the policy under test (-policy, default cost), TTFT p50 and P99 at most
 // 1.10x the best other policy's, prefix-cache hit rate at least 0.97x the
 // best other's (when the best other's is at least 1%: runs without prefix
@@ -51,7 +51,7 @@ type verdict struct {
 	Misses        []string
 }
 
-// Bar limits (issue 9).
+// Bar limits (the benchmark bar).
 const (
 	maxTTFTRatio   = 1.10
 	minHitRatio    = 0.97

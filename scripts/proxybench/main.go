@@ -1,4 +1,4 @@
-// Command proxybench is the Go half of scripts/proxybench.sh (issue 14): a
+// Command proxybench is the Go half of scripts/proxybench.sh (BENCHMARKS.md, "Proxy efficiency vs NGINX"): a
 // static upstream that answers instantly, so that the proxy in front of it
 // dominates what is measured, and two small clients wrk cannot be: the time
 // to the first SSE chunk, and N streams held open (memory per stream); and

@@ -70,7 +70,7 @@ func TestAdminPortSafety(t *testing.T) {
 		t.Fatalf("a refused mutation changed the fleet: %+v", r)
 	}
 
-	// Attack 13: the operator adds a token and sends SIGHUP.
+	// docs/SECURITY.md: the operator adds a token and sends SIGHUP.
 	srv.writeConfig(t, cfg+"admin_token: e2e-reloaded-Qx7\n")
 	srv.p.signal(t, syscall.SIGHUP)
 	waitFor(t, 10*time.Second, "the reloaded token to guard /admin/pins", func() (bool, string) {

@@ -135,15 +135,16 @@ function renderReplicas(s) {
       <td class="state">${stateBadge(r.state)}${r.draining ? '<span class="badge st-draining">draining</span>' : ''}</td>
       <td>${fmtDur(r.state_seconds)}</td>
       <td>${cooldown}</td>
-      <td class="num">${r.effective_running.toFixed(1)}</td>
-      <td class="num">${r.effective_waiting.toFixed(1)}</td>
+      <td class="num running">${r.running.toFixed(0)}</td>
+      <td class="num waiting">${r.waiting.toFixed(0)}</td>
+      <td class="num load" title="effective running ${r.effective_running.toFixed(1)} + waiting ${r.effective_waiting.toFixed(1)}">${r.load.toFixed(1)}</td>
       <td class="num">${r.in_flight}</td>
       <td>${kvBar(r.kv_cache_usage)}</td>
       <td class="num">${pct(r.prefix_hit_rate)}</td>
       <td><span class="share"><svg viewBox="0 0 120 24" preserveAspectRatio="none" aria-hidden="true">${sparkline(r.share_history.slice(first), 1, color)}</svg>${pct(r.share)}</span></td>
       <td class="num">${r.ejections}</td>
       <td>${action}</td></tr>`;
-  }).join('') || '<tr><td colspan="12" class="empty">no replica configured</td></tr>';
+  }).join('') || '<tr><td colspan="13" class="empty">no replica configured</td></tr>';
 }
 
 // mergeDecisions adds a snapshot's decisions (newest first) to the ones
