@@ -6,8 +6,11 @@
 # httputil.ReverseProxy over http.Transport, `proxybench goproxy`) and
 # `llmlb serve` in front of it, and wrk. Each round measures direct, NGINX,
 # goproxy and llmlb back to back (the order rotates per round) so background
-# load hits all alike; the summary prints per-round ratios llmlb/NGINX and
-# llmlb/goproxy and their medians:
+# load hits all alike, with Caddy (Debian's caddy: reverse_proxy with
+# flush_interval -1 and keep-alive to the upstream) and HAProxy (Debian's
+# haproxy: 2 threads, keep-alive and connection reuse to the upstream) in the
+# same rounds; the summary prints per-round ratios of each proxy to NGINX,
+# of llmlb and Caddy to goproxy and of llmlb to Caddy, and their medians:
 #   - added p50 at c=1 (proxied p50 - direct p50), JSON and SSE (whole stream)
 #   - requests/s at c=64, JSON and SSE
 #   - CPU per request at c=64 (utime+stime of the proxy's processes from
@@ -20,7 +23,8 @@
 #
 # Environment: ROUNDS (4), DURATION (seconds per wrk run, 5), CONNS (64),
 # TTFB_N (2000), HOLD (1000), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
-# proxy, +3 llmlb admin, +4 goproxy, +5 and on: EXTRA), KEEP (1: keep the
+# proxy, +3 llmlb admin, +4 goproxy, +5 Caddy, +6 HAProxy, +7 and on: EXTRA),
+# KEEP (1: keep the
 # work directory), PROFILE (1: also write a 10 s CPU profile of llmlb under
 # JSON c=64 to the work dir), LLMLB_ENV (environment of llmlb, e.g.
 # "GOGC=100"), EXTRA (more llmlb targets measured in the same rounds, each
@@ -28,7 +32,8 @@
 # and BIN=PATH for another binary, e.g.
 #   EXTRA="before:BIN=/tmp/llmlb-old gc400:GOGC=400"
 # their ratios to NGINX are printed too).
-# Installs nginx-light and wrk with apt-get when they are missing (as root).
+# Installs nginx-light, wrk, caddy and haproxy with apt-get when they are
+# missing (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +48,8 @@ NGINX_PORT=$((BASE_PORT + 1))
 LB_PORT=$((BASE_PORT + 2))
 ADMIN_PORT=$((BASE_PORT + 3))
 GO_PORT=$((BASE_PORT + 4))
+CADDY_PORT=$((BASE_PORT + 5))
+HAPROXY_PORT=$((BASE_PORT + 6))
 read -ra extras <<<"${EXTRA:-}"
 read -ra llmlb_env <<<"${LLMLB_ENV:-}"
 TOKEN=proxybench-token
@@ -52,6 +59,11 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v wrk
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if ! command -v caddy >/dev/null || { ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; }; then
+	echo "== installing caddy and haproxy"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq caddy haproxy >/dev/null
+fi
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 work=$(mktemp -d)
@@ -125,6 +137,54 @@ go_pid=$!
 pids+=("$go_pid")
 wait_port "$GO_PORT"
 
+# Caddy: reverse_proxy with flush_interval -1 (every chunk at once),
+# keep-alive upstream connections, no admin endpoint, no access log (the
+# default), GOMAXPROCS = the machine's cores as for goproxy and llmlb.
+mkdir -p "$work/caddy"
+cat >"$work/caddy/Caddyfile" <<EOF
+{
+	admin off
+	auto_https off
+}
+http://127.0.0.1:$CADDY_PORT {
+	reverse_proxy 127.0.0.1:$UP_PORT {
+		flush_interval -1
+		transport http {
+			keepalive 120s
+			keepalive_idle_conns 128
+		}
+	}
+}
+EOF
+XDG_DATA_HOME=$work/caddy XDG_CONFIG_HOME=$work/caddy caddy run --adapter caddyfile --config "$work/caddy/Caddyfile" 2>"$work/caddy/caddy.log" &
+caddy_pid=$!
+pids+=("$caddy_pid")
+wait_port "$CADDY_PORT"
+
+# HAProxy: one process with 2 threads, keep-alive on both sides and
+# upstream connections reused across clients (http-reuse always), no log;
+# it does not buffer responses, so SSE chunks pass at once.
+cat >"$work/haproxy.cfg" <<EOF
+global
+	maxconn 8000
+	nbthread 2
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 120s
+	timeout server 120s
+	http-reuse always
+frontend fe
+	bind 127.0.0.1:$HAPROXY_PORT
+	default_backend be
+backend be
+	server up 127.0.0.1:$UP_PORT
+EOF
+"$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
+haproxy_pid=$!
+pids+=("$haproxy_pid")
+wait_port "$HAPROXY_PORT"
+
 # start_llmlb NAME PORT ADMIN_PORT BINARY [VAR=VALUE...]: one llmlb serve
 # in front of the upstream; sets lb_pid.
 start_llmlb() {
@@ -154,8 +214,12 @@ EOF
 }
 
 declare -A pid_of port_of_t
-targets=(direct nginx goproxy llmlb)
+targets=(direct nginx goproxy llmlb caddy haproxy)
 pid_of[direct]=$up_pid
+pid_of[caddy]=$caddy_pid
+port_of_t[caddy]=$CADDY_PORT
+pid_of[haproxy]=$haproxy_pid
+port_of_t[haproxy]=$HAPROXY_PORT
 port_of_t[direct]=$UP_PORT
 port_of_t[nginx]=$NGINX_PORT
 pid_of[goproxy]=$go_pid
@@ -175,9 +239,9 @@ for spec in "${extras[@]}"; do
 		*=*) envs+=("$kv") ;;
 		esac
 	done
-	start_llmlb "$name" $((BASE_PORT + 5 + 2 * i)) $((BASE_PORT + 6 + 2 * i)) "$bin" "${envs[@]}"
+	start_llmlb "$name" $((BASE_PORT + 7 + 2 * i)) $((BASE_PORT + 8 + 2 * i)) "$bin" "${envs[@]}"
 	pid_of[$name]=$lb_pid
-	port_of_t[$name]=$((BASE_PORT + 5 + 2 * i))
+	port_of_t[$name]=$((BASE_PORT + 7 + 2 * i))
 	targets+=("$name")
 	i=$((i + 1))
 done
@@ -281,8 +345,9 @@ for t in "${targets[@]:1}"; do
 done
 
 # Summary: per metric, each target's median over rounds, then the ratios
-# of each llmlb (and EXTRA) to NGINX and of llmlb to goproxy, per round and
-# their medians. "added" metrics subtract the round's direct figure.
+# of each proxy (EXTRA included) to NGINX, of llmlb and Caddy to goproxy and
+# of llmlb to Caddy, per round and their medians. "added" metrics subtract
+# the round's direct figure.
 echo
 echo "== results (median over $ROUNDS rounds; ratios with per-round values in brackets)"
 awk -v R="$ROUNDS" -v T="${targets[*]}" '
@@ -316,9 +381,13 @@ END {
 	printf "\n\n"
 	for (k = 1; k in order; k++) {
 		m = order[k]
-		for (i = 3; i <= nt; i++) for (ref = 1; ref <= 2; ref++) {
-			num = tg[i]; den = (ref == 1) ? "nginx" : "goproxy"
-			if (ref == 2 && num != "llmlb") continue
+		np = 0
+		for (i = 3; i <= nt; i++) { np++; pn[np] = tg[i]; pd[np] = "nginx" }
+		np++; pn[np] = "llmlb"; pd[np] = "goproxy"
+		np++; pn[np] = "caddy"; pd[np] = "goproxy"
+		np++; pn[np] = "llmlb"; pd[np] = "caddy"
+		for (p = 1; p <= np; p++) {
+			num = pn[p]; den = pd[p]
 			rs = ""; shown = ""
 			for (r = 1; r <= R; r++) {
 				a = val(r, den, m); b = val(r, num, m)
@@ -331,6 +400,7 @@ END {
 	}
 	for (i = 3; i <= nt; i++) printf "%-30s %-18s %6.2f\n", "memory per stream", tg[i] "/nginx", (mem["nginx"] > 0 ? mem[tg[i]] / mem["nginx"] : 0)
 	printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/goproxy", (mem["goproxy"] > 0 ? mem["llmlb"] / mem["goproxy"] : 0)
+	printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/caddy", (mem["caddy"] > 0 ? mem["llmlb"] / mem["caddy"] : 0)
 }' "$results"
 echo
 echo "(added p50: proxied minus direct in the same round; CPU is the proxy's own processes (NGINX: master + workers), for direct the upstream's; goproxy: a bare httputil.ReverseProxy, the floor of a Go proxy)"
