@@ -330,3 +330,23 @@ func TestCurlHTTP2(t *testing.T) {
 		})
 	}
 }
+
+func TestSlowBodyOverBoth(t *testing.T) {
+	overBoth(t, func(t *testing.T, start starter) {
+		e := start(t, 1, func(c *config.Config) { c.Server.ReadBodyTimeout = 300 * time.Millisecond })
+		// The body starts and never ends: the deadline answers 408, over
+		// HTTP/2 as over HTTP/1.1 (a stream's own read deadline there).
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go func() { _, _ = pw.Write([]byte(`{"model":"` + model + `","messages":[`)) }()
+		res, err := e.http.Post(e.proxy+"/v1/chat/completions", "application/json", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusRequestTimeout {
+			b, _ := io.ReadAll(res.Body)
+			t.Errorf("got %d %s, want 408 after server.read_body_timeout", res.StatusCode, b)
+		}
+	})
+}
