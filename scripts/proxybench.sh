@@ -6,8 +6,11 @@
 # httputil.ReverseProxy over http.Transport, `proxybench goproxy`) and
 # `llmlb serve` in front of it, and wrk. Each round measures direct, NGINX,
 # goproxy and llmlb back to back (the order rotates per round) so background
-# load hits all alike; the summary prints per-round ratios llmlb/NGINX and
-# llmlb/goproxy and their medians:
+# load hits all alike, with Caddy (Debian's caddy: reverse_proxy with
+# flush_interval -1 and keep-alive to the upstream) and HAProxy (Debian's
+# haproxy: 2 threads, keep-alive and connection reuse to the upstream) in the
+# same rounds; the summary prints per-round ratios of each proxy to NGINX,
+# of llmlb and Caddy to goproxy and of llmlb to Caddy, and their medians:
 #   - added p50 at c=1 (proxied p50 - direct p50), JSON and SSE (whole stream)
 #   - requests/s at c=64, JSON and SSE
 #   - CPU per request at c=64 (utime+stime of the proxy's processes from
@@ -20,15 +23,21 @@
 #
 # Environment: ROUNDS (4), DURATION (seconds per wrk run, 5), CONNS (64),
 # TTFB_N (2000), HOLD (1000), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
-# proxy, +3 llmlb admin, +4 goproxy, +5 and on: EXTRA), KEEP (1: keep the
+# proxy, +3 llmlb admin, +4 goproxy, +5 Caddy, +6 HAProxy, +7 and on: EXTRA),
+# KEEP (1: keep the
 # work directory), PROFILE (1: also write a 10 s CPU profile of llmlb under
 # JSON c=64 to the work dir), LLMLB_ENV (environment of llmlb, e.g.
 # "GOGC=100"), EXTRA (more llmlb targets measured in the same rounds, each
 # NAME:SETTINGS with SETTINGS comma-separated VAR=VALUE for its environment
 # and BIN=PATH for another binary, e.g.
 #   EXTRA="before:BIN=/tmp/llmlb-old gc400:GOGC=400"
-# their ratios to NGINX are printed too).
-# Installs nginx-light and wrk with apt-get when they are missing (as root).
+# their ratios to NGINX are printed too), TLS (1: measure NGINX and llmlb
+# terminating TLS instead of Caddy, HAProxy and goproxy: targets direct,
+# nginx, llmlb, nginx_tls and llmlb_tls, wrk speaking HTTP/1.1 over TLS to
+# the last two with a self-signed certificate made by openssl; the time to
+# first chunk and memory are measured without TLS only).
+# Installs nginx-light, wrk, caddy and haproxy with apt-get when they are
+# missing (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,15 +52,25 @@ NGINX_PORT=$((BASE_PORT + 1))
 LB_PORT=$((BASE_PORT + 2))
 ADMIN_PORT=$((BASE_PORT + 3))
 GO_PORT=$((BASE_PORT + 4))
+CADDY_PORT=$((BASE_PORT + 5))
+HAPROXY_PORT=$((BASE_PORT + 6))
 read -ra extras <<<"${EXTRA:-}"
 read -ra llmlb_env <<<"${LLMLB_ENV:-}"
 TOKEN=proxybench-token
+NGINX_TLS_PORT=$((BASE_PORT + 30))
+LB_TLS_PORT=$((BASE_PORT + 31))
+LB_TLS_ADMIN_PORT=$((BASE_PORT + 32))
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null; then
 	echo "== installing nginx-light and wrk"
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if ! command -v caddy >/dev/null || { ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; }; then
+	echo "== installing caddy and haproxy"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq caddy haproxy >/dev/null
+fi
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 work=$(mktemp -d)
@@ -82,8 +101,28 @@ pids+=("$up_pid")
 wait_port "$UP_PORT"
 
 # NGINX: 2 workers, keep-alive upstream connections, no response buffering
-# (SSE chunks pass at once), no access log (llmlb's is off too).
+# (SSE chunks pass at once), no access log (llmlb's is off too). With TLS=1
+# a second server terminates TLS (session cache on, as usually configured).
 mkdir -p "$work/nginx"
+nginx_tls=
+if [ "${TLS:-}" = 1 ]; then
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+		-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+		-keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+	nginx_tls="server {
+		listen 127.0.0.1:$NGINX_TLS_PORT ssl;
+		ssl_certificate $work/tls.crt;
+		ssl_certificate_key $work/tls.key;
+		ssl_session_cache shared:SSL:10m;
+		location / {
+			proxy_pass http://up;
+			proxy_http_version 1.1;
+			proxy_set_header Connection \"\";
+			proxy_buffering off;
+			proxy_read_timeout 120s;
+		}
+	}"
+fi
 cat >"$work/nginx/nginx.conf" <<EOF
 worker_processes 2;
 daemon off;
@@ -113,6 +152,7 @@ http {
 			proxy_read_timeout 120s;
 		}
 	}
+	$nginx_tls
 }
 EOF
 "$NGINX" -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" &
@@ -124,6 +164,54 @@ wait_port "$NGINX_PORT"
 go_pid=$!
 pids+=("$go_pid")
 wait_port "$GO_PORT"
+
+# Caddy: reverse_proxy with flush_interval -1 (every chunk at once),
+# keep-alive upstream connections, no admin endpoint, no access log (the
+# default), GOMAXPROCS = the machine's cores as for goproxy and llmlb.
+mkdir -p "$work/caddy"
+cat >"$work/caddy/Caddyfile" <<EOF
+{
+	admin off
+	auto_https off
+}
+http://127.0.0.1:$CADDY_PORT {
+	reverse_proxy 127.0.0.1:$UP_PORT {
+		flush_interval -1
+		transport http {
+			keepalive 120s
+			keepalive_idle_conns 128
+		}
+	}
+}
+EOF
+XDG_DATA_HOME=$work/caddy XDG_CONFIG_HOME=$work/caddy caddy run --adapter caddyfile --config "$work/caddy/Caddyfile" 2>"$work/caddy/caddy.log" &
+caddy_pid=$!
+pids+=("$caddy_pid")
+wait_port "$CADDY_PORT"
+
+# HAProxy: one process with 2 threads, keep-alive on both sides and
+# upstream connections reused across clients (http-reuse always), no log;
+# it does not buffer responses, so SSE chunks pass at once.
+cat >"$work/haproxy.cfg" <<EOF
+global
+	maxconn 8000
+	nbthread 2
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 120s
+	timeout server 120s
+	http-reuse always
+frontend fe
+	bind 127.0.0.1:$HAPROXY_PORT
+	default_backend be
+backend be
+	server up 127.0.0.1:$UP_PORT
+EOF
+"$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
+haproxy_pid=$!
+pids+=("$haproxy_pid")
+wait_port "$HAPROXY_PORT"
 
 # start_llmlb NAME PORT ADMIN_PORT BINARY [VAR=VALUE...]: one llmlb serve
 # in front of the upstream; sets lb_pid.
@@ -139,6 +227,7 @@ replicas:
     url: http://127.0.0.1:$UP_PORT
 server:
   max_connections: 60000
+${lb_server_extra:-}
 log:
   level: warn
   access: false
@@ -154,8 +243,22 @@ EOF
 }
 
 declare -A pid_of port_of_t
-targets=(direct nginx goproxy llmlb)
+targets=(direct nginx goproxy llmlb caddy haproxy)
+if [ "${TLS:-}" = 1 ]; then
+	targets=(direct nginx llmlb nginx_tls llmlb_tls)
+	port_of_t[nginx_tls]=$NGINX_TLS_PORT
+	wait_port "$NGINX_TLS_PORT"
+	lb_server_extra=$(printf '  tls:\n    cert_file: %s\n    key_file: %s' "$work/tls.crt" "$work/tls.key")
+	start_llmlb llmlb_tls "$LB_TLS_PORT" "$LB_TLS_ADMIN_PORT" "$work/llmlb" "${llmlb_env[@]}"
+	lb_server_extra=
+	pid_of[llmlb_tls]=$lb_pid
+	port_of_t[llmlb_tls]=$LB_TLS_PORT
+fi
 pid_of[direct]=$up_pid
+pid_of[caddy]=$caddy_pid
+port_of_t[caddy]=$CADDY_PORT
+pid_of[haproxy]=$haproxy_pid
+port_of_t[haproxy]=$HAPROXY_PORT
 port_of_t[direct]=$UP_PORT
 port_of_t[nginx]=$NGINX_PORT
 pid_of[goproxy]=$go_pid
@@ -175,9 +278,9 @@ for spec in "${extras[@]}"; do
 		*=*) envs+=("$kv") ;;
 		esac
 	done
-	start_llmlb "$name" $((BASE_PORT + 5 + 2 * i)) $((BASE_PORT + 6 + 2 * i)) "$bin" "${envs[@]}"
+	start_llmlb "$name" $((BASE_PORT + 7 + 2 * i)) $((BASE_PORT + 8 + 2 * i)) "$bin" "${envs[@]}"
 	pid_of[$name]=$lb_pid
-	port_of_t[$name]=$((BASE_PORT + 5 + 2 * i))
+	port_of_t[$name]=$((BASE_PORT + 7 + 2 * i))
 	targets+=("$name")
 	i=$((i + 1))
 done
@@ -186,11 +289,12 @@ done
 nginx_procs() { echo "$nginx_pid" $(cat /proc/"$nginx_pid"/task/*/children 2>/dev/null); }
 procs() {
 	case $1 in
-	nginx) nginx_procs ;;
+	nginx | nginx_tls) nginx_procs ;;
 	*) echo "${pid_of[$1]}" ;;
 	esac
 }
 port_of() { echo "${port_of_t[$1]}"; }
+scheme_of() { case $1 in *_tls) echo https ;; *) echo http ;; esac; }
 cpu_ticks() { local s=0 p; for p in "$@"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
 rss_kb() { local s=0 p; for p in "$@"; do s=$((s + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status"))); done; echo "$s"; }
 hz=$(getconf CLK_TCK)
@@ -218,7 +322,7 @@ run_wrk() {
 	[ "$c" -gt 1 ] && threads=2
 	ps=$(procs "$target")
 	t0=$(cpu_ticks $ps)
-	out=$(wrk -t"$threads" -c"$c" -d"${DURATION}s" -s "$work/$kind.lua" "http://127.0.0.1:$(port_of "$target")/v1/chat/completions" | grep '^RESULT')
+	out=$(wrk -t"$threads" -c"$c" -d"${DURATION}s" -s "$work/$kind.lua" "$(scheme_of "$target")://127.0.0.1:$(port_of "$target")/v1/chat/completions" | grep '^RESULT')
 	t1=$(cpu_ticks $ps)
 	# shellcheck disable=SC2086
 	set -- $out
@@ -234,6 +338,7 @@ run_wrk() {
 
 run_ttfb() {
 	local target=$1 out
+	[ "$(scheme_of "$target")" = https ] && return 0
 	out=$("$work/proxybench" ttfb -url "http://127.0.0.1:$(port_of "$target")/v1/chat/completions" -n "$TTFB_N")
 	echo "$round $target ttfb_p50_us ${out#ttfb_p50_us=}" | awk '{print $1, $2, $3, $4}' >>"$results"
 }
@@ -267,6 +372,7 @@ fi
 # streams held open (each has its first chunk) minus RSS before.
 echo "== memory per in-flight stream ($HOLD streams held open)"
 for t in "${targets[@]:1}"; do
+	[ "$(scheme_of "$t")" = https ] && continue
 	ps=$(procs "$t")
 	before=$(rss_kb $ps)
 	"$work/proxybench" hold -url "http://127.0.0.1:$(port_of "$t")/v1/chat/completions?hold" -n "$HOLD" >"$work/hold.out" &
@@ -281,8 +387,9 @@ for t in "${targets[@]:1}"; do
 done
 
 # Summary: per metric, each target's median over rounds, then the ratios
-# of each llmlb (and EXTRA) to NGINX and of llmlb to goproxy, per round and
-# their medians. "added" metrics subtract the round's direct figure.
+# of each proxy (EXTRA included) to NGINX, of llmlb and Caddy to goproxy and
+# of llmlb to Caddy, per round and their medians. "added" metrics subtract
+# the round's direct figure.
 echo
 echo "== results (median over $ROUNDS rounds; ratios with per-round values in brackets)"
 awk -v R="$ROUNDS" -v T="${targets[*]}" '
@@ -297,6 +404,7 @@ $1 == "mem" { mem[$2] = $4; next }
 { v[$1, $2, $3] = $4 }
 END {
 	nt = split(T, tg, " ")
+	for (i = 1; i <= nt; i++) has[tg[i]] = 1
 	split("json_c1_p50_us sse_c1_p50_us ttfb_p50_us json_c'"$CONNS"'_rps sse_c'"$CONNS"'_rps json_c'"$CONNS"'_cpu_us_per_req sse_c'"$CONNS"'_cpu_us_per_req", order, " ")
 	printf "%-30s", "metric"
 	for (i = 1; i <= nt; i++) printf " %10s", tg[i]
@@ -305,6 +413,8 @@ END {
 		m = order[k]
 		printf "%-30s", (m ~ /p50_us$/) ? m " (added)" : m
 		for (i = 1; i <= nt; i++) {
+			# not measured (the first chunk and memory over TLS): "-"
+			if (!((1, tg[i], m) in v)) { printf " %10s", "-"; continue }
 			l = ""
 			for (r = 1; r <= R; r++) l = l " " val(r, tg[i], m)
 			printf " %10.1f", median(l)
@@ -312,13 +422,20 @@ END {
 		printf "\n"
 	}
 	printf "%-30s %10s", "memory per stream (KiB)", ""
-	for (i = 2; i <= nt; i++) printf " %10.1f", mem[tg[i]]
+	for (i = 2; i <= nt; i++) if (tg[i] in mem) printf " %10.1f", mem[tg[i]]; else printf " %10s", "-"
 	printf "\n\n"
 	for (k = 1; k in order; k++) {
 		m = order[k]
-		for (i = 3; i <= nt; i++) for (ref = 1; ref <= 2; ref++) {
-			num = tg[i]; den = (ref == 1) ? "nginx" : "goproxy"
-			if (ref == 2 && num != "llmlb") continue
+		np = 0
+		for (i = 3; i <= nt; i++) { np++; pn[np] = tg[i]; pd[np] = "nginx" }
+		split("llmlb/goproxy caddy/goproxy llmlb/caddy llmlb_tls/nginx_tls llmlb_tls/llmlb", pairs, " ")
+		for (q = 1; q in pairs; q++) {
+			split(pairs[q], ab, "/")
+			if ((ab[1] in has) && (ab[2] in has)) { np++; pn[np] = ab[1]; pd[np] = ab[2] }
+		}
+		for (p = 1; p <= np; p++) {
+			num = pn[p]; den = pd[p]
+			if (!((1, num, m) in v) || !((1, den, m) in v)) continue
 			rs = ""; shown = ""
 			for (r = 1; r <= R; r++) {
 				a = val(r, den, m); b = val(r, num, m)
@@ -329,8 +446,9 @@ END {
 			printf "%-30s %-18s %6.2f  [%s ]\n", m, num "/" den, median(rs), shown
 		}
 	}
-	for (i = 3; i <= nt; i++) printf "%-30s %-18s %6.2f\n", "memory per stream", tg[i] "/nginx", (mem["nginx"] > 0 ? mem[tg[i]] / mem["nginx"] : 0)
-	printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/goproxy", (mem["goproxy"] > 0 ? mem["llmlb"] / mem["goproxy"] : 0)
+	for (i = 3; i <= nt; i++) if (tg[i] in mem) printf "%-30s %-18s %6.2f\n", "memory per stream", tg[i] "/nginx", (mem["nginx"] > 0 ? mem[tg[i]] / mem["nginx"] : 0)
+	if (mem["goproxy"] > 0) printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/goproxy", mem["llmlb"] / mem["goproxy"]
+	if (mem["caddy"] > 0) printf "%-30s %-18s %6.2f\n", "memory per stream", "llmlb/caddy", mem["llmlb"] / mem["caddy"]
 }' "$results"
 echo
 echo "(added p50: proxied minus direct in the same round; CPU is the proxy's own processes (NGINX: master + workers), for direct the upstream's; goproxy: a bare httputil.ReverseProxy, the floor of a Go proxy)"

@@ -153,6 +153,7 @@ func reloadWith(parse flagParser, args []string, srv *server.Server, logger *slo
 		return
 	}
 	srv.SetAdminAccess(cfg)
+	srv.ReloadCertificates()
 	logger.Info("reload: admin access applied", slog.Bool("admin_token_set", cfg.AdminToken != ""),
 		slog.Any("allowed_hosts", cfg.Admin.AllowedHosts),
 		slog.Bool("allow_unauthenticated_mutations", cfg.Admin.AllowUnauthenticatedMutations))

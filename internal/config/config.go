@@ -57,6 +57,9 @@ type Admin struct {
 	// host are always allowed; any other name is refused, which defeats DNS
 	// rebinding. "*" allows every name.
 	AllowedHosts []string
+	// TLS makes the admin listener speak HTTPS (admin.tls.cert_file,
+	// admin.tls.key_file; off when empty).
+	TLS TLS
 	// AllowUnauthenticatedMutations opens add/remove/drain without
 	// admin_token (admin.allow_unauthenticated_mutations, false). Only
 	// allowed with admin_listen on a loopback address.
@@ -116,7 +119,23 @@ type Server struct {
 	IdleTimeout       time.Duration // server.idle_timeout (120s)
 	MaxConnections    int           // server.max_connections: open client connections on the proxy listener; more wait in the kernel's backlog (10000)
 	ShutdownTimeout   time.Duration // server.shutdown_timeout: drain deadline on SIGTERM (60s)
+	// TLS makes the proxy listener speak HTTPS, HTTP/2 included through
+	// ALPN (server.tls.cert_file, server.tls.key_file; off when empty).
+	TLS TLS
+	// H2c also serves HTTP/2 without TLS to clients that open with its
+	// preface ("prior knowledge", server.h2c, false).
+	H2c bool
 }
+
+// TLS names a certificate and its key, PEM files re-read on SIGHUP and
+// when their content changes.
+type TLS struct {
+	CertFile string // cert_file: the certificate chain, leaf first
+	KeyFile  string // key_file: the private key of the leaf
+}
+
+// Enabled reports whether a certificate is configured.
+func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
 
 // Log configures logging.
 type Log struct {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -51,6 +52,12 @@ func (c Config) Validate() error {
 	v.positiveInt("server.max_connections", int64(sv.MaxConnections))
 	if sv.ShutdownTimeout < 0 {
 		v.add("server.shutdown_timeout", "must be >= 0, got %s", sv.ShutdownTimeout)
+	}
+
+	v.tls("server.tls", sv.TLS)
+	v.tls("admin.tls", c.Admin.TLS)
+	if sv.H2c && sv.TLS.Enabled() {
+		v.add("server.h2c", "cleartext HTTP/2 needs a cleartext listener; with server.tls, HTTP/2 is negotiated by ALPN: drop server.h2c")
 	}
 
 	v.flowControl(c.FlowControl)
@@ -241,6 +248,24 @@ func (v *validator) admin(c Config) {
 			v.add(key, "%q is not a host name (write e.g. llmlb.internal, without scheme or path)", h)
 		case strings.IndexFunc(h, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0:
 			v.add(key, "%q contains a control or non-ASCII character (write the punycode form)", h)
+		}
+	}
+}
+
+// tls checks that a certificate and its key are both named and load as a
+// pair (the same check the listener makes when it starts or reloads).
+func (v *validator) tls(prefix string, t TLS) {
+	if !t.Enabled() {
+		return
+	}
+	switch {
+	case t.CertFile == "":
+		v.add(prefix+".cert_file", "missing: %s.key_file is set, name the certificate too", prefix)
+	case t.KeyFile == "":
+		v.add(prefix+".key_file", "missing: %s.cert_file is set, name its private key too", prefix)
+	default:
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			v.add(prefix+".cert_file", "cannot load the certificate with %s.key_file %q: %v", prefix, t.KeyFile, err)
 		}
 	}
 }

@@ -52,6 +52,7 @@ type attempt struct {
 	body   *outBody // the request body, read whole
 	start  time.Time
 	w      *trackingWriter
+	tw     trackingWriter // what w points at: one allocation for both
 
 	client    context.Context // the client's request context
 	ctx       context.Context // the attempt's: cancelled with a cause by the proxy

@@ -609,10 +609,11 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // mayRetry says another attempt may follow: a refusal is then held back.
 func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile, mayRetry bool) *attempt {
 	ctx, cancel := context.WithCancelCause(r.Context())
-	a := &attempt{res: res, start: p.now(), w: &trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
+	a := &attempt{res: res, start: p.now(), tw: trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
 		wantDone:   r.Method == http.MethodPost && openai.CompletionsPath(r.URL.Path),
 		tokenFirst: r.Method == http.MethodPost && openai.FirstChunkIsToken(r.URL.Path)}
+	a.w = &a.tw
 	defer func() {
 		a.stopIdle()
 		cancel(nil)

@@ -54,7 +54,7 @@ func decodeObject(data []byte) (*requestBody, error) {
 			return decodeObjectErr(data)
 		}
 		end := jsontop.SkipValue(d, i)
-		name, ok := plainString(d[i:end])
+		name, ok := fieldName(d[i:end])
 		if !ok && json.Unmarshal(d[i:end], &name) != nil {
 			return decodeObjectErr(data)
 		}
@@ -68,8 +68,7 @@ func decodeObject(data []byte) (*requestBody, error) {
 		raw := json.RawMessage(d[i:end])
 		if name == "messages" {
 			msgs, err := decodeMessages(raw)
-			var typeErr *json.UnmarshalTypeError
-			if err != nil && !errors.As(err, &typeErr) {
+			if err != nil && !isTypeError(err) {
 				return decodeObjectErr(data)
 			}
 			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
@@ -92,6 +91,46 @@ func decodeObject(data []byte) (*requestBody, error) {
 			return decodeObjectErr(data)
 		}
 	}
+}
+
+// isTypeError reports whether err is a *json.UnmarshalTypeError (its own
+// function: the target errors.As needs would otherwise be allocated on every
+// request, not only on the error path).
+func isTypeError(err error) bool {
+	var typeErr *json.UnmarshalTypeError
+	return errors.As(err, &typeErr)
+}
+
+// fieldName is plainString for a top-level key: the keys of OpenAI
+// requests come back as constants, without allocating a string each.
+func fieldName(raw []byte) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		switch string(raw[1 : len(raw)-1]) {
+		case "model":
+			return "model", true
+		case "messages":
+			return "messages", true
+		case "max_tokens":
+			return "max_tokens", true
+		case "max_completion_tokens":
+			return "max_completion_tokens", true
+		case "stream":
+			return "stream", true
+		case "stream_options":
+			return "stream_options", true
+		case "prompt":
+			return "prompt", true
+		case "temperature":
+			return "temperature", true
+		case "top_p":
+			return "top_p", true
+		case "tools":
+			return "tools", true
+		case "user":
+			return "user", true
+		}
+	}
+	return plainString(raw)
 }
 
 // plainString returns the value of a JSON string literal that needs no

@@ -109,11 +109,13 @@ func prefixKey(text string, chars int, tenant string) string {
 		n++
 	}
 	sum := md5.Sum([]byte(text))
-	key := hex.EncodeToString(sum[:])
-	if tenant != "" {
-		key = tenant + ":" + key
+	if tenant == "" {
+		return hex.EncodeToString(sum[:])
 	}
-	return key
+	// "tenant:" and the hex digits in one allocation.
+	var digits [2 * md5.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return tenant + ":" + string(digits[:])
 }
 
 // sanitizeKey makes a client-supplied key safe for logs, headers and admin

@@ -95,6 +95,8 @@ type Server struct {
 	reloadMu   sync.Mutex
 	configured map[string]config.Replica // replicas from the config file, by name (Reload's baseline)
 
+	proxyCert, adminCert *certSource // nil: cleartext listener
+
 	mu               sync.Mutex
 	proxyLn, adminLn net.Listener
 	started          bool
@@ -142,6 +144,16 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		cfg.Request.PromptBlocks = true
 	}
 	s.reqCfg = cfg.Request
+	if cfg.Server.TLS.Enabled() {
+		if s.proxyCert, err = newCertSource("proxy", cfg.Server.TLS, logger); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Admin.TLS.Enabled() {
+		if s.adminCert, err = newCertSource("admin", cfg.Admin.TLS, logger); err != nil {
+			return nil, err
+		}
+	}
 	s.proxy, err = proxy.New(proxy.Options{
 		Balancer:  bal,
 		Request:   cfg.Request,
@@ -390,6 +402,17 @@ func (s *Server) SetAdminAccess(cfg config.Config) {
 	s.dash.SetAccess(cfg.AdminToken, cfg.AdminToken == "" && cfg.Admin.AllowUnauthenticatedMutations)
 }
 
+// ReloadCertificates re-reads the TLS certificate and key files of the
+// listeners that have them (SIGHUP); a pair that does not load is logged
+// and the current one kept. Open connections are not dropped.
+func (s *Server) ReloadCertificates() {
+	for _, c := range []*certSource{s.proxyCert, s.adminCert} {
+		if c != nil {
+			c.Reload(false)
+		}
+	}
+}
+
 // UseListeners makes Run serve on the given listeners instead of binding
 // cfg.Listen and cfg.AdminListen. Run closes them.
 func (s *Server) UseListeners(proxyLn, adminLn net.Listener) {
@@ -461,6 +484,17 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	proxySrv, adminSrv := newHTTP(s.handler), newHTTP(s.admin)
+	if s.proxyCert != nil {
+		proxySrv.TLSConfig = s.proxyCert.TLSConfig()
+	} else if s.cfg.Server.H2c {
+		// HTTP/1.1 as before, and HTTP/2 to clients that open with its preface.
+		proxySrv.Protocols = new(http.Protocols)
+		proxySrv.Protocols.SetHTTP1(true)
+		proxySrv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	if s.adminCert != nil {
+		adminSrv.TLSConfig = s.adminCert.TLSConfig()
+	}
 	// Event streams are never idle: end them when the admin listener shuts down.
 	adminSrv.RegisterOnShutdown(s.dash.Close)
 
@@ -499,16 +533,37 @@ func (s *Server) Run(ctx context.Context) error {
 		defer bg.Done()
 		s.flowTick(bgCtx)
 	}()
+	for _, c := range []*certSource{s.proxyCert, s.adminCert} {
+		if c != nil {
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				c.watch(bgCtx, CertCheckInterval)
+			}()
+		}
+	}
 
 	serveErr := make(chan error, 2)
 	serve := func(srv *http.Server, ln net.Listener, what string) {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if srv.TLSConfig != nil {
+			// The certificate comes from TLSConfig.GetCertificate.
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("server: %s listener: %w", what, err)
 		}
 	}
 	s.mu.Lock()
 	frontend := s.frontend
 	s.mu.Unlock()
+	if frontend != nil && s.proxyCert != nil {
+		stopBG()
+		bg.Wait()
+		return errors.New("server: server.tls serves the HTTP proxy only; the gRPC listener of llmlb epp takes no certificate (terminate TLS in the gateway in front of it)")
+	}
 	if frontend != nil {
 		ln := s.limitedProxyListener()
 		go func() {

@@ -356,6 +356,10 @@ func TestKilledReplicaIsEjectedAndGetsNoTraffic(t *testing.T) {
 }
 
 func TestRefusedConnectionSucceedsOnAnotherReplica(t *testing.T) {
+	overBoth(t, testRefusedConnectionSucceedsOnAnotherReplica)
+}
+
+func testRefusedConnectionSucceedsOnAnotherReplica(t *testing.T, start starter) {
 	// Scrapes keep saying the refusing replica is fine: only failover
 	// saves these requests.
 	fake, setIdle := idleFleet()
@@ -376,6 +380,10 @@ func TestRefusedConnectionSucceedsOnAnotherReplica(t *testing.T) {
 }
 
 func TestClientDisconnectMidStreamReleases(t *testing.T) {
+	overBoth(t, testClientDisconnectMidStreamReleases)
+}
+
+func testClientDisconnectMidStreamReleases(t *testing.T, start starter) {
 	e := start(t, 2, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, finish := e.stream(ctx, 5000, "gone")
@@ -426,7 +434,9 @@ func TestShutdownLetsStreamsFinish(t *testing.T) {
 	}
 }
 
-func TestBadInput(t *testing.T) {
+func TestBadInput(t *testing.T) { overBoth(t, testBadInput) }
+
+func testBadInput(t *testing.T, start starter) {
 	e := start(t, 2, func(c *config.Config) { c.Proxy.MaxBodyBytes = 4096 })
 	tests := []struct {
 		name     string
@@ -598,6 +608,10 @@ func TestMetricsExposeOurNames(t *testing.T) {
 }
 
 func TestStreamBrokenMidwayEndsWithErrorEvent(t *testing.T) {
+	overBoth(t, testStreamBrokenMidwayEndsWithErrorEvent)
+}
+
+func testStreamBrokenMidwayEndsWithErrorEvent(t *testing.T, start starter) {
 	e := start(t, 1, nil)
 	if err := e.fleet.Replicas[0].SetFault(simreplica.Fault{Mode: simreplica.Break, AfterTokens: 3}); err != nil {
 		t.Fatal(err)
