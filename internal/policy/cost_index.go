@@ -16,6 +16,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 	clear(p.depth)
 	if len(d.blocks) > 0 {
 		p.index.Match(d.blocks, p.depth)
+		p.preciseDepths(d) // where replicas publish events, what they say
 		d.hotDepth, d.hotHolders, d.hotGap, d.hotSeen = p.hotPrefix(d.blocks, d.nowNS)
 	}
 	if d.inBurst {
