@@ -100,7 +100,17 @@ func NewSubscriber(src Source, idx *Index, log *slog.Logger) *Subscriber {
 // fetches the missed batches from a sequence number on (nil when the
 // replica has no replay socket).
 func (s *Subscriber) Handle(seq uint64, payload []byte, replay func(from uint64) ([]Message, error)) {
-	now := s.now()
+	s.handle(seq, s.now(), replay, func() (Batch, error) { return Decode(payload) })
+}
+
+// HandleBatch is Handle for a batch already decoded, received at now, with
+// no replay socket: the benchmark feeds its in-process engines' events
+// through it.
+func (s *Subscriber) HandleBatch(seq uint64, b Batch, now time.Time) {
+	s.handle(seq, now, nil, func() (Batch, error) { return b, nil })
+}
+
+func (s *Subscriber) handle(seq uint64, now time.Time, replay func(from uint64) ([]Message, error), batch func() (Batch, error)) {
 	switch s.st.check(seq) {
 	case stale:
 		return
@@ -116,7 +126,8 @@ func (s *Subscriber) Handle(seq uint64, payload []byte, replay func(from uint64)
 			s.idx.Clear(s.src.Replica, now)
 		}
 	}
-	s.apply(seq, payload, now)
+	b, err := batch()
+	s.apply(seq, b, err, now)
 }
 
 // replay fetches and applies the batches between the stream's last and seq;
@@ -141,15 +152,15 @@ func (s *Subscriber) replay(seq uint64, replay func(from uint64) ([]Message, err
 			}
 			return false // the publisher's buffer no longer holds them
 		}
-		s.apply(m.Seq, m.Payload, now)
+		b, err := Decode(m.Payload)
+		s.apply(m.Seq, b, err, now)
 		s.Replayed++
 	}
 	return s.st.last+1 == seq
 }
 
-func (s *Subscriber) apply(seq uint64, payload []byte, now time.Time) {
+func (s *Subscriber) apply(seq uint64, b Batch, err error, now time.Time) {
 	s.st.advance(seq)
-	b, err := Decode(payload)
 	if err != nil {
 		// A batch we cannot read is a batch missed: what it stored or
 		// removed is unknown, so start over rather than drift.
