@@ -12,11 +12,12 @@ type kvEventLog struct {
 }
 
 type kvOp struct {
-	hash   uint64
-	stored bool
+	hash    uint64
+	stored  bool
+	cleared bool // AllBlocksCleared (hash and stored unused)
 }
 
-func (l *kvEventLog) add(h uint64, stored bool) { l.ops = append(l.ops, kvOp{h, stored}) }
+func (l *kvEventLog) add(h uint64, stored bool) { l.ops = append(l.ops, kvOp{hash: h, stored: stored}) }
 
 // RecordKVEvents turns on (or off) the log of what the engine caches and
 // evicts, which DrainKVEvents hands out as vLLM's KV events.
@@ -40,8 +41,13 @@ func (e *Engine) DrainKVEvents(dst []kvevents.Event) []kvevents.Event {
 		return dst
 	}
 	for i := 0; i < len(l.ops); {
+		if l.ops[i].cleared {
+			dst = append(dst, kvevents.Event{Kind: kvevents.AllBlocksCleared})
+			i++
+			continue
+		}
 		j := i
-		for j < len(l.ops) && l.ops[j].stored == l.ops[i].stored {
+		for j < len(l.ops) && !l.ops[j].cleared && l.ops[j].stored == l.ops[i].stored {
 			j++
 		}
 		hs := make([]uint64, j-i)
@@ -58,4 +64,23 @@ func (e *Engine) DrainKVEvents(dst []kvevents.Event) []kvevents.Event {
 	}
 	l.ops = l.ops[:0]
 	return dst
+}
+
+// ResetPrefixCache forgets every cached block, as vLLM's
+// /reset_prefix_cache does, and reports whether it did: like vLLM it
+// refuses while requests hold blocks. It logs AllBlocksCleared.
+func (e *Engine) ResetPrefixCache() bool {
+	c := e.kv
+	if c.used() > 0 {
+		return false
+	}
+	for i := range c.blocks {
+		c.blocks[i].hashed = false
+	}
+	c.rebuild()
+	c.gen++
+	if c.events != nil {
+		c.events.ops = append(c.events.ops[:0], kvOp{cleared: true})
+	}
+	return true
 }

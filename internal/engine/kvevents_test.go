@@ -49,3 +49,37 @@ func TestKVEventsFollowTheCache(t *testing.T) {
 		t.Errorf("index holds %d blocks, want 1..64", st.Blocks)
 	}
 }
+
+func TestResetPrefixCacheLogsAllBlocksCleared(t *testing.T) {
+	p, err := Lookup(DefaultProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(p)
+	e.RecordKVEvents(true)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pr := tokenize.FromText(string(make([]byte, 64*8)))
+	if err := e.Add(Request{ID: 1, Prompt: pr, MaxTokens: 2}, now); err != nil {
+		t.Fatal(err)
+	}
+	if e.ResetPrefixCache() {
+		t.Fatal("reset while a request holds blocks")
+	}
+	for {
+		next, ok := e.NextEvent()
+		if !ok {
+			break
+		}
+		e.Advance(next, func(Event) {})
+	}
+	if !e.ResetPrefixCache() {
+		t.Fatal("reset refused on an idle engine")
+	}
+	evs := e.DrainKVEvents(nil)
+	if len(evs) != 1 || evs[0].Kind != kvevents.AllBlocksCleared {
+		t.Fatalf("events after reset: %+v", evs)
+	}
+	if hits := e.kv.matchPrefix(pr.Blocks, nil); len(hits) != 0 {
+		t.Fatalf("%d blocks still cached after reset", len(hits))
+	}
+}
