@@ -71,6 +71,10 @@ type Replica struct {
 	// Metrics is how the replica is scraped, MetricsAuto or MetricsNone
 	// (metrics; "": scrape.metrics).
 	Metrics string
+	// KVEvents is the replica's KV cache event publisher (vLLM's
+	// --kv-events-config endpoint), tcp://host:port; "" for none.
+	// KVEventsReplay is its replay socket, "" for none.
+	KVEvents, KVEventsReplay string
 }
 
 // The values of scrape.metrics and replicas[].metrics.
