@@ -41,7 +41,7 @@ func TestKVEventsFollowTheCache(t *testing.T) {
 	for i, pr := range prompts {
 		var hits []int32
 		hits = e.kv.matchPrefix(pr.Blocks, hits)
-		if gpu, _ := idx.Match("r", pr.Blocks); gpu != len(hits) {
+		if gpu, _ := idx.Match("r", pr.Blocks, now); gpu != len(hits) {
 			t.Errorf("prompt %d: events say %d blocks held, the cache holds %d", i, gpu, len(hits))
 		}
 	}

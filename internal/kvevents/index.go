@@ -30,8 +30,9 @@ type Index struct {
 // repBlocks is one replica's share of the index.
 type repBlocks struct {
 	blocks  map[uint64]media
-	last    time.Time // when its last batch was applied
-	refused uint64    // stored blocks refused for the budget
+	pending map[uint64]time.Time // blocks routed there, not yet reported: until when to count them
+	last    time.Time            // when its last batch was applied
+	refused uint64               // stored blocks refused for the budget
 	events  uint64
 }
 
@@ -70,7 +71,7 @@ func NewIndex(budget int) *Index {
 func (x *Index) rep(name string) *repBlocks {
 	r := x.reps[name]
 	if r == nil {
-		r = &repBlocks{blocks: make(map[uint64]media)}
+		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time)}
 		x.reps[name] = r
 	}
 	return r
@@ -95,9 +96,11 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 					continue
 				}
 				r.blocks[h] = m | bit
+				delete(r.pending, h)
 			}
 		case BlockRemoved:
 			for _, h := range e.BlockHashes {
+				delete(r.pending, h)
 				m, ok := r.blocks[h]
 				if !ok {
 					continue
@@ -110,6 +113,7 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 			}
 		case AllBlocksCleared:
 			clear(r.blocks)
+			clear(r.pending)
 		}
 	}
 	r.refused += uint64(refused)
@@ -123,6 +127,7 @@ func (x *Index) Clear(rep string, now time.Time) {
 	defer x.mu.Unlock()
 	r := x.rep(rep)
 	clear(r.blocks)
+	clear(r.pending)
 	r.last = now
 }
 
@@ -159,10 +164,47 @@ func (x *Index) Publishes(rep string) bool {
 	return ok
 }
 
-// Match returns how many leading blocks of a prompt replica rep holds:
-// gpu in its GPU cache, held in any medium (GPU or offloaded). Hashes are
-// chained, so the match stops at the first block missing.
-func (x *Index) Match(rep string, blocks []uint64) (gpu, held int) {
+// PendingTTL is how long a block routed to a replica counts as held there
+// before its BlockStored arrives: the engine reports a prompt's blocks only
+// once it has computed them, and a second request for the same new prefix
+// that arrives meanwhile should still find it there.
+const PendingTTL = 10 * time.Second
+
+// Expect records that a prompt's blocks were just routed to replica rep (a
+// publishing one): until their BlockStored arrives, or PendingTTL after
+// now, Match counts them as held in the GPU cache. Pending blocks share the
+// replica's budget.
+func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.reps[rep]
+	if r == nil {
+		return
+	}
+	if len(r.pending)+len(blocks) > x.budget/4 {
+		for h, until := range r.pending {
+			if !now.Before(until) {
+				delete(r.pending, h)
+			}
+		}
+	}
+	until := now.Add(PendingTTL)
+	for _, h := range blocks {
+		if _, ok := r.blocks[h]; ok {
+			continue
+		}
+		if len(r.pending) >= x.budget/4 {
+			return
+		}
+		r.pending[h] = until
+	}
+}
+
+// Match returns how many leading blocks of a prompt replica rep holds at
+// now: gpu in its GPU cache (or routed there and not yet reported, see
+// Expect), held in any medium (GPU or offloaded). Hashes are chained, so
+// the match stops at the first block missing.
+func (x *Index) Match(rep string, blocks []uint64, now time.Time) (gpu, held int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	r := x.reps[rep]
@@ -172,6 +214,11 @@ func (x *Index) Match(rep string, blocks []uint64) (gpu, held int) {
 	gpuOpen := true
 	for _, h := range blocks {
 		m, ok := r.blocks[h]
+		if !ok {
+			if until, p := r.pending[h]; p && now.Before(until) {
+				ok, m = true, onGPU
+			}
+		}
 		if !ok {
 			break
 		}

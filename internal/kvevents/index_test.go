@@ -37,8 +37,8 @@ func TestIndexFollowsEvents(t *testing.T) {
 	x := NewIndex(4)
 	for i, s := range steps {
 		x.Apply(s.rep, Batch{Events: s.events}, t0.Add(time.Duration(i)*time.Second))
-		ga, aa := x.Match("a", prompt)
-		gb, ab := x.Match("b", prompt)
+		ga, aa := x.Match("a", prompt, t0)
+		gb, ab := x.Match("b", prompt, t0)
 		if [2]int{ga, aa} != s.wantA || [2]int{gb, ab} != s.wantB {
 			t.Fatalf("%s: a=(%d,%d) b=(%d,%d), want a=%v b=%v", s.name, ga, aa, gb, ab, s.wantA, s.wantB)
 		}
@@ -62,11 +62,45 @@ func TestIndexExpireAndClear(t *testing.T) {
 		t.Fatalf("after Expire: a publishes %v, b %v", x.Publishes("a"), x.Publishes("b"))
 	}
 	x.Clear("b", t0.Add(31*time.Second))
-	if _, n := x.Match("b", []uint64{1}); n != 0 || !x.Publishes("b") {
+	if _, n := x.Match("b", []uint64{1}, t0); n != 0 || !x.Publishes("b") {
 		t.Fatalf("after Clear: b matches %d, publishes %v", n, x.Publishes("b"))
 	}
 	x.Remove("b")
 	if x.Publishes("b") {
 		t.Fatal("b publishes after Remove")
+	}
+}
+
+func TestIndexExpectCountsRoutedBlocksUntilReported(t *testing.T) {
+	x := NewIndex(64)
+	x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
+	x.Expect("a", []uint64{1, 2, 3}, t0)
+	x.Expect("unknown", []uint64{1}, t0) // not publishing: ignored
+	steps := []struct {
+		name string
+		at   time.Duration
+		ev   []Event
+		want int
+	}{
+		{"routed blocks count at once", time.Second, nil, 3},
+		{"a removal drops the expectation", 2 * time.Second, []Event{removed("GPU", 3)}, 2},
+		{"stored blocks stay after the limit", PendingTTL + time.Second, []Event{stored("GPU", 2)}, 2},
+		{"cleared drops everything", PendingTTL + 2*time.Second, []Event{{Kind: AllBlocksCleared}}, 0},
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		if s.ev != nil {
+			x.Apply("a", Batch{Events: s.ev}, now)
+		}
+		if gpu, _ := x.Match("a", []uint64{1, 2, 3}, now); gpu != s.want {
+			t.Fatalf("%s: match %d, want %d", s.name, gpu, s.want)
+		}
+	}
+	x.Expect("a", []uint64{7}, t0)
+	if gpu, _ := x.Match("a", []uint64{7}, t0.Add(PendingTTL)); gpu != 0 {
+		t.Fatal("an expectation outlived PendingTTL")
+	}
+	if x.Publishes("unknown") {
+		t.Fatal("Expect made a replica publish")
 	}
 }

@@ -64,7 +64,7 @@ func TestSubscriberHandleSequence(t *testing.T) {
 			}
 			var held []uint64
 			for _, h := range all {
-				if _, n := idx.Match("r", []uint64{h}); n == 1 {
+				if _, n := idx.Match("r", []uint64{h}, t0); n == 1 {
 					held = append(held, h)
 				}
 			}
@@ -84,10 +84,10 @@ func TestSubscriberMalformedBatchClears(t *testing.T) {
 	s.Handle(0, storedBatch(1), nil)
 	s.Handle(1, []byte{0xc1}, nil)
 	s.Handle(2, storedBatch(2), nil)
-	if _, n := idx.Match("r", []uint64{1}); n != 0 {
+	if _, n := idx.Match("r", []uint64{1}, t0); n != 0 {
 		t.Error("block stored before an unreadable batch still held")
 	}
-	if _, n := idx.Match("r", []uint64{2}); n != 1 {
+	if _, n := idx.Match("r", []uint64{2}, t0); n != 1 {
 		t.Error("block stored after an unreadable batch not held")
 	}
 	if s.Malformed != 1 {
@@ -133,7 +133,7 @@ func TestSubscriberOverZMQ(t *testing.T) {
 		if err := pub.Publish(Batch{Events: []Event{stored("GPU", 1)}}); err != nil {
 			t.Fatal(err)
 		}
-		_, n := idx.Match("r", []uint64{1})
+		_, n := idx.Match("r", []uint64{1}, t0)
 		return n == 1
 	})
 	pub.Skip(Batch{Events: []Event{stored("GPU", 2)}}) // lost: replay must bring it
@@ -141,8 +141,8 @@ func TestSubscriberOverZMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		_, n2 := idx.Match("r", []uint64{2})
-		_, n3 := idx.Match("r", []uint64{3})
+		_, n2 := idx.Match("r", []uint64{2}, t0)
+		_, n3 := idx.Match("r", []uint64{3}, t0)
 		return n2 == 1 && n3 == 1
 	})
 	if err := pub.Publish(Batch{Events: []Event{{Kind: AllBlocksCleared}}}); err != nil {

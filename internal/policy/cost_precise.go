@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // PreciseIndex is what replicas' own KV cache events say they hold
 // (package kvevents): for a replica that publishes, how many leading
 // blocks of a prompt it holds, exactly, where cost's own index guesses.
@@ -7,8 +9,11 @@ type PreciseIndex interface {
 	// Publishes reports whether the replica's events are arriving.
 	Publishes(replica string) bool
 	// Match returns how many leading blocks the replica holds in its GPU
-	// cache (gpu) and in any medium (held).
-	Match(replica string, blocks []uint64) (gpu, held int)
+	// cache (gpu) and in any medium (held) at now.
+	Match(replica string, blocks []uint64, now time.Time) (gpu, held int)
+	// Expect records that blocks were just routed to the replica: they
+	// count as held until its events report them (or a time limit).
+	Expect(replica string, blocks []uint64, now time.Time)
 }
 
 // SetPreciseIndex makes cost read what a publishing replica holds from x
@@ -29,7 +34,19 @@ func (p *Cost) preciseDepths(d *costDecision) {
 		if !p.precise.Publishes(name) {
 			continue
 		}
-		gpu, _ := p.precise.Match(name, d.blocks)
+		gpu, _ := p.precise.Match(name, d.blocks, time.Unix(0, d.nowNS))
 		p.depth[id] = int32(gpu)
+	}
+}
+
+// expectPrecise tells the event-fed index that the prompt was routed to
+// candidate best, so that the next request for it finds it there before
+// the engine's events report it.
+func (p *Cost) expectPrecise(d *costDecision, best int) {
+	if p.precise == nil || len(d.blocks) == 0 {
+		return
+	}
+	if name := p.names[p.candID[best]]; p.precise.Publishes(name) {
+		p.precise.Expect(name, d.blocks, time.Unix(0, d.nowNS))
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
@@ -11,7 +12,9 @@ type fakePrecise map[string]map[uint64]bool
 
 func (f fakePrecise) Publishes(rep string) bool { _, ok := f[rep]; return ok }
 
-func (f fakePrecise) Match(rep string, blocks []uint64) (gpu, held int) {
+func (f fakePrecise) Expect(string, []uint64, time.Time) {}
+
+func (f fakePrecise) Match(rep string, blocks []uint64, _ time.Time) (gpu, held int) {
 	for _, h := range blocks {
 		if !f[rep][h] {
 			break

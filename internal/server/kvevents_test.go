@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/simreplica"
@@ -67,7 +68,7 @@ func TestKVEventsRouteToTheReplicaThatHoldsThePrefix(t *testing.T) {
 			probe++
 			content := fmt.Sprintf("probe %d %s", probe, strings.Repeat("x", 200))
 			direct(r, content)
-			_, n := idx.Match(r.Name(), blocksOf(content))
+			_, n := idx.Match(r.Name(), blocksOf(content), time.Now())
 			return n > 0
 		})
 	}
@@ -81,11 +82,11 @@ func TestKVEventsRouteToTheReplicaThatHoldsThePrefix(t *testing.T) {
 		direct(holder, shared+"first question")
 		want := blocksOf(shared)
 		eventually(t, holder.Name()+"'s events report the shared prefix", func() bool {
-			gpu, _ := idx.Match(holder.Name(), want)
+			gpu, _ := idx.Match(holder.Name(), want, time.Now())
 			return gpu == len(want)
 		})
 		for _, other := range fleet.Replicas {
-			if gpu, _ := idx.Match(other.Name(), want); other != holder && gpu != 0 {
+			if gpu, _ := idx.Match(other.Name(), want, time.Now()); other != holder && gpu != 0 {
 				t.Fatalf("%s's events report %d blocks of a prompt it never saw", other.Name(), gpu)
 			}
 		}
