@@ -65,6 +65,7 @@ type benchOptions struct {
 	balancers   int
 	shareDelay  time.Duration
 	shareLoad   bool
+	kvEvents    benchKVEvents
 	quiet       bool
 	cpuProfile  string
 	flaps       []bench.Flap
@@ -105,6 +106,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.parallel, "parallel", 0, "policies simulated at once (default: number of CPUs)")
 	fs.IntVar(&o.balancers, "balancers", 1, "routing cores in front of the fleet, each request sent to one at random; with more than 1 every policy runs twice, with independent and with shared state (docs/SHARED_STATE.md)")
 	fs.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "--balancers: time for a change of one balancer's pins or block index to reach the others")
+	o.kvEvents.flags(fs)
 	fs.BoolVar(&o.shareLoad, "share-load", true, "--balancers: shared state includes in-flight loads (serve's state.share_load)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
@@ -166,6 +168,9 @@ func (o *benchOptions) validate() error {
 	}
 	if o.shareDelay <= 0 {
 		return fmt.Errorf("--share-delay %s: must be > 0", o.shareDelay)
+	}
+	if err := o.kvEvents.validate(); err != nil {
+		return err
 	}
 	if len(benchSplitList(o.policies)) == 0 {
 		return errors.New("--policies: name at least one policy")
@@ -229,6 +234,10 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 		Balancers:   o.balancers,
 		ShareDelay:  o.shareDelay,
 		NoShareLoad: !o.shareLoad,
+
+		KVEvents:     o.kvEvents.on,
+		KVEventsLag:  o.kvEvents.lag,
+		KVEventsLoss: o.kvEvents.loss,
 
 		FlowControl: o.flowControl == "on",
 		Queue:       &o.queue,

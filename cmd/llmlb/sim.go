@@ -37,6 +37,8 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	maxSeqs := fs.Int("max-num-seqs", 0, "override the profile's running slots per replica (0 = the profile's)")
 	kvTokens := fs.Int("kv-tokens", 0, "override the profile's KV-cache size in tokens per replica (0 = the profile's)")
+	var kvEvents simKVEvents
+	kvEvents.flags(fs)
 	var faults faultFlags
 	fs.Var(&faults, "fault", "initial fault, repeatable: MODE[:k=v,...] for all replicas or NAME=MODE[:...] for one\n"+
 		"(refuse, hang, error:rate=0.5,status=503, slow:factor=4, break:after_tokens=10, flap:period=15s)")
@@ -98,6 +100,10 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			line += "  fault " + f.String()
 		}
 		fmt.Fprintln(stdout, line)
+	}
+	if err := kvEvents.start(ctx, fleet, stdout); err != nil {
+		fleet.Close()
+		return err
 	}
 	fmt.Fprintln(stdout, "Ctrl-C stops.")
 	<-ctx.Done()

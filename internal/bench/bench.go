@@ -158,6 +158,13 @@ type Options struct {
 	// Queue configures flow control's queue (flow_control.*); nil is
 	// flowcontrol.DefaultConfig(). Enabled is implied.
 	Queue *flowcontrol.Config
+	// KVEvents feeds cost from the engines' own KV events (kvevents.go)
+	// instead of its guess, each batch KVEventsLag late and lost with
+	// probability KVEventsLoss (a lost batch clears that replica's entries
+	// until its next events, as a subscriber without replay does).
+	KVEvents     bool
+	KVEventsLag  time.Duration
+	KVEventsLoss float64
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }

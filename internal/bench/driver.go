@@ -53,6 +53,7 @@ type run struct {
 	srcMark, srcScrape0, srcTick, srcArrival, srcBus, srcLoad, srcExpire int
 
 	acc accumulator
+	kv  *kvFeed // the engines' KV events, with Options.KVEvents (kvevents.go)
 }
 
 // simEngine is what the driver needs of an engine; *engine.Engine is the
@@ -176,6 +177,7 @@ func (r *run) setup() error {
 	r.flights = make(map[uint64]*flight)
 	r.emit = r.onEvent
 	r.acc.init(n, o)
+	r.setupKVEvents()
 	return nil
 }
 
@@ -280,6 +282,7 @@ func (r *run) nextAfterDuration(key int64) int64 {
 func (r *run) engineEvent(i int) error {
 	e := r.eng[i]
 	e.Advance(r.at(), r.emit)
+	r.kvDrain(i)
 	r.rekeyEngine(i)
 	if r.h.key[i] <= int64(r.now) {
 		return fmt.Errorf("bench: engine %s made no progress at %v", r.names[i], r.now)
@@ -396,6 +399,7 @@ func (r *run) arrival() error {
 func (r *run) route(req *workload.Request, core int, res *balancer.Reservation, arrived time.Duration, admitted *admission.Request) {
 	now := r.at()
 	bal := r.bals[core]
+	r.kvDeliver()
 	var exclude []string
 	for range r.opts.MaxAttempts {
 		if res == nil {
@@ -464,6 +468,7 @@ func (r *run) onEvent(ev engine.Event) {
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
 			f.cached = ev.CachedTokens
+			r.acc.indexHit(f.res.Explanation.CachedTokens, ev.CachedTokens)
 		}
 		r.bals[f.core].FirstToken(f.res)
 	case engine.Finished, engine.Aborted:

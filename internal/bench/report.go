@@ -82,6 +82,11 @@ type Result struct {
 	MaxReplicaShare float64    `json:"max_replica_share"`
 	Turns2          *TurnStats `json:"turns_2plus,omitempty"`
 
+	// IndexAccuracy is, for a policy that keeps a block index (cost), the
+	// cached prompt tokens the engines found over those its index expected
+	// (each request's found capped at its expected); omitted for others.
+	IndexAccuracy float64 `json:"index_accuracy,omitempty"`
+
 	// TTFTSlowdown is each request's TTFT divided by its TTFT alone on an
 	// idle replica with an empty cache (engine.Profile.IsolatedTTFT): how
 	// much routing and queueing added. A ratio, not seconds; below 1 when a

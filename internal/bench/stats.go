@@ -41,6 +41,10 @@ type accumulator struct {
 
 	turn2Prompt, turn2Cached uint64 // prompt / cached tokens of finished turns 2+
 
+	// Cached tokens the policy's index expected, and how many of them the
+	// engine found (at most the expected, per request): index_accuracy.
+	indexExpected, indexFound uint64
+
 	// routedTokens[w][i]: prompt tokens routed to replica i in window w.
 	routedTokens [][]float64
 	perReplica   []float64 // total routed prompt tokens per replica
@@ -299,6 +303,9 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 	res.ShareWindowSeconds, res.Share = shareSeries(a.routedTokens, a.replicas, a.window, r.opts.Duration)
 	if r.fc != nil && (a.queuedN > 0 || len(a.refusedFC) > 0) {
 		res.FlowControl = a.flowStats(stillHeld, r.fc.limits.stats())
+	}
+	if a.indexExpected > 0 {
+		res.IndexAccuracy = float64(a.indexFound) / float64(a.indexExpected)
 	}
 	res.Tenants, res.TenantFairness = a.tenantStats()
 	res.Priorities = a.priorityStats()

@@ -79,6 +79,10 @@ type Replica struct {
 	// (kv_cache_tokens; 0: as the replica reports it, within plausibility
 	// bounds).
 	KVCacheTokens int
+	// KVEvents is the replica's KV cache event publisher (vLLM's
+	// --kv-events-config endpoint), tcp://host:port; "" for none.
+	// KVEventsReplay is its replay socket, "" for none.
+	KVEvents, KVEventsReplay string
 }
 
 // The values of scrape.metrics and replicas[].metrics.

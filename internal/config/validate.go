@@ -219,6 +219,7 @@ func (v *validator) replicas(rs []Replica) {
 		if r.Metrics != "" { // "": scrape.metrics
 			v.oneOf(key+".metrics", r.Metrics, MetricsModes...)
 		}
+		v.kvEvents(key, r)
 		models := make(map[string]bool, len(r.Models))
 		for j, m := range r.Models {
 			mk := fmt.Sprintf("%s.models[%d]", key, j)

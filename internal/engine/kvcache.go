@@ -42,6 +42,9 @@ type kvCache struct {
 	// knows that its prefix lookup may give more now.
 	gen  uint64
 	sink uint64 // keeps prefetching loads alive
+	// events logs what is cached and evicted, as the engine's KV events
+	// would publish it; nil unless asked for (kvevents.go).
+	events *kvEventLog
 }
 
 func newKVCache(n int) *kvCache {
@@ -107,6 +110,9 @@ func (c *kvCache) alloc() int32 {
 		}
 		b := &c.blocks[e.block]
 		b.freeSeq = 0
+		if b.hashed && c.events != nil {
+			c.events.add(b.hash, false)
+		}
 		b.hashed = false // its index entry is now stale (see hashIndex)
 		b.ref = 1
 		c.numFree--
@@ -153,6 +159,9 @@ func (c *kvCache) cache(i int32, h uint64) {
 	b := &c.blocks[i]
 	b.hash, b.hashed = h, true
 	c.gen++
+	if c.events != nil {
+		c.events.add(h, true)
+	}
 }
 
 // prefetch loads the index slots where hashes live. The loads are

@@ -242,6 +242,7 @@ type Cost struct {
 
 	explain bool
 	rr      uint64
+	precise PreciseIndex // replicas' own KV events; nil: none (cost_precise.go)
 	// fresh is the prompt tokens of the current request that no candidate
 	// holds, if it is of a session seen before: the replicas' marginal
 	// reuse prices what computing them evicts (CostConfig.MarginWindow).

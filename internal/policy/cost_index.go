@@ -16,6 +16,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 	clear(p.depth)
 	if len(d.blocks) > 0 {
 		p.index.Match(d.blocks, p.depth)
+		p.preciseDepths(d) // where replicas publish events, what they say
 		d.hotDepth, d.hotHolders, d.hotGap, d.hotSeen = p.hotPrefix(d.blocks, d.nowNS)
 	}
 	if d.inBurst {
@@ -55,6 +56,7 @@ func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 	if len(d.blocks) > 0 {
 		id := p.candID[best]
 		recorded = recordedToken(p.index.Touch(id, d.blocks), int(p.depth[id]))
+		p.expectPrecise(d, best)
 	}
 	if d.session != "" && p.cfg.Sessions > 0 {
 		p.rememberSession(d, best)

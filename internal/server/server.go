@@ -88,6 +88,7 @@ type Server struct {
 	discovery discovery.Source   // nil: static replicas only
 	syncer    *discovery.Syncer  // applies discovery's sets
 	shared    *sharedstate.Redis // nil: no shared state (state.redis_url unset)
+	kv        *kvFeed            // replicas' KV cache events; nil: none publishes (kvevents.go)
 
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
@@ -138,6 +139,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
+	s.kv = newKVFeed(cfg, bal, logger)
 	// Policies that match prompts by their block hashes (prefix-tree, llm-d,
 	// cost) need the request parser to compute them (docs/POLICIES.md).
 	if f, ok := policy.Lookup(cfg.Routing.Policy); ok && f.PromptBlocks {
@@ -501,6 +503,9 @@ func (s *Server) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Add(5)
+	if s.kv != nil {
+		bg.Go(func() { s.kv.run(bgCtx) })
+	}
 	if s.shared != nil {
 		bg.Add(1)
 		go func() {

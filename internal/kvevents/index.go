@@ -1,0 +1,252 @@
+package kvevents
+
+import (
+	"sync"
+	"time"
+)
+
+// Index is what the replicas' own events say they hold: per replica, the
+// set of block hashes stored and not since removed, with the media each
+// block is in (a block can sit in the GPU cache and in a CPU offload at
+// once). Unlike package kvindex it guesses nothing: a block enters on
+// BlockStored and leaves on BlockRemoved or AllBlocksCleared.
+//
+// Blocks are keyed by the engine's own hashes, so a prompt matches only
+// where the caller hashes it as the engine does (the simulator does; a real
+// vLLM hashes token ids with its own function, which llmlb does not
+// reproduce yet).
+//
+// Each replica is held to a budget of blocks: a replica that reports more
+// stores than it can hold (a flood, or a lie) keeps its first Budget blocks
+// and has the rest refused and counted, so it cannot take memory from the
+// others. An Index is safe for concurrent use: subscribers write it, the
+// routing policy reads it; each call holds the lock for its own work only.
+type Index struct {
+	mu     sync.RWMutex
+	budget int
+	reps   map[string]*repBlocks
+}
+
+// repBlocks is one replica's share of the index.
+type repBlocks struct {
+	blocks  map[uint64]media
+	pending map[uint64]time.Time // blocks routed there, not yet reported: until when to count them
+	last    time.Time            // when its last batch was applied
+	refused uint64               // stored blocks refused for the budget
+	events  uint64
+}
+
+// media is a set of media, one bit each.
+type media uint8
+
+const (
+	onGPU media = 1 << iota
+	onCPU
+	onOther
+)
+
+func mediumBit(m string) media {
+	switch m {
+	case MediumGPU, "":
+		return onGPU
+	case "CPU", "cpu":
+		return onCPU
+	}
+	return onOther
+}
+
+// DefaultBudget is the blocks one replica may hold in the index: 2^20
+// blocks, 16M tokens at vLLM's block size of 16, about 40 MB of map.
+const DefaultBudget = 1 << 20
+
+// NewIndex returns an empty index holding at most budget blocks per replica
+// (DefaultBudget if budget < 1).
+func NewIndex(budget int) *Index {
+	if budget < 1 {
+		budget = DefaultBudget
+	}
+	return &Index{budget: budget, reps: make(map[string]*repBlocks)}
+}
+
+func (x *Index) rep(name string) *repBlocks {
+	r := x.reps[name]
+	if r == nil {
+		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time)}
+		x.reps[name] = r
+	}
+	return r
+}
+
+// Apply records one batch from replica rep, received at now. It returns how
+// many stored blocks the budget refused.
+func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.rep(rep)
+	r.last = now
+	for _, e := range b.Events {
+		r.events++
+		bit := mediumBit(e.Medium)
+		switch e.Kind {
+		case BlockStored:
+			for _, h := range e.BlockHashes {
+				m, ok := r.blocks[h]
+				if !ok && len(r.blocks) >= x.budget {
+					refused++
+					continue
+				}
+				r.blocks[h] = m | bit
+				delete(r.pending, h)
+			}
+		case BlockRemoved:
+			for _, h := range e.BlockHashes {
+				delete(r.pending, h)
+				m, ok := r.blocks[h]
+				if !ok {
+					continue
+				}
+				if m &^= bit; m == 0 {
+					delete(r.blocks, h)
+				} else {
+					r.blocks[h] = m
+				}
+			}
+		case AllBlocksCleared:
+			clear(r.blocks)
+			clear(r.pending)
+		}
+	}
+	r.refused += uint64(refused)
+	return refused
+}
+
+// Clear forgets everything replica rep holds but keeps it known, as after a
+// sequence gap that could not be replayed: its next events rebuild it.
+func (x *Index) Clear(rep string, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.rep(rep)
+	clear(r.blocks)
+	clear(r.pending)
+	r.last = now
+}
+
+// Remove forgets replica rep altogether (it left the pool).
+func (x *Index) Remove(rep string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.reps, rep)
+}
+
+// Expire forgets every replica whose last batch is older than now-maxAge:
+// its events stopped, so what it held is no longer known. It returns the
+// replicas it forgot.
+func (x *Index) Expire(now time.Time, maxAge time.Duration) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var gone []string
+	for name, r := range x.reps {
+		if now.Sub(r.last) > maxAge {
+			gone = append(gone, name)
+			delete(x.reps, name)
+		}
+	}
+	return gone
+}
+
+// Publishes reports whether replica rep has an entry in the index: its
+// events are arriving (or have not yet aged out), so its matches are
+// precise and an empty match means it holds nothing.
+func (x *Index) Publishes(rep string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, ok := x.reps[rep]
+	return ok
+}
+
+// PendingTTL is how long a block routed to a replica counts as held there
+// before its BlockStored arrives: the engine reports a prompt's blocks only
+// once it has computed them, and a second request for the same new prefix
+// that arrives meanwhile should still find it there.
+const PendingTTL = 10 * time.Second
+
+// Expect records that a prompt's blocks were just routed to replica rep (a
+// publishing one): until their BlockStored arrives, or PendingTTL after
+// now, Match counts them as held in the GPU cache. Pending blocks share the
+// replica's budget.
+func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.reps[rep]
+	if r == nil {
+		return
+	}
+	if len(r.pending)+len(blocks) > x.budget/4 {
+		for h, until := range r.pending {
+			if !now.Before(until) {
+				delete(r.pending, h)
+			}
+		}
+	}
+	until := now.Add(PendingTTL)
+	for _, h := range blocks {
+		if _, ok := r.blocks[h]; ok {
+			continue
+		}
+		if len(r.pending) >= x.budget/4 {
+			return
+		}
+		r.pending[h] = until
+	}
+}
+
+// Match returns how many leading blocks of a prompt replica rep holds at
+// now: gpu in its GPU cache (or routed there and not yet reported, see
+// Expect), held in any medium (GPU or offloaded). Hashes are chained, so
+// the match stops at the first block missing.
+func (x *Index) Match(rep string, blocks []uint64, now time.Time) (gpu, held int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	r := x.reps[rep]
+	if r == nil {
+		return 0, 0
+	}
+	gpuOpen := true
+	for _, h := range blocks {
+		m, ok := r.blocks[h]
+		if !ok {
+			if until, p := r.pending[h]; p && now.Before(until) {
+				ok, m = true, onGPU
+			}
+		}
+		if !ok {
+			break
+		}
+		held++
+		if gpuOpen && m&onGPU != 0 {
+			gpu++
+		} else {
+			gpuOpen = false
+		}
+	}
+	return gpu, held
+}
+
+// Stats is one replica's share of the index, for metrics and the admin API.
+type Stats struct {
+	Blocks  int    // blocks held, any medium
+	Events  uint64 // events applied
+	Refused uint64 // stored blocks refused for the budget
+	Last    time.Time
+}
+
+// Stats returns replica rep's figures, and false if it has no entry.
+func (x *Index) Stats(rep string) (Stats, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	r := x.reps[rep]
+	if r == nil {
+		return Stats{}, false
+	}
+	return Stats{Blocks: len(r.blocks), Events: r.events, Refused: r.refused, Last: r.last}, true
+}
