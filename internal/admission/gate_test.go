@@ -12,7 +12,7 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // fleet returns a balancer over replicas a and b serving model m, each seen
-// running 2 with 1 waiting on two scrapes: their limit is learned as 2 and
+// running 2 with 1 waiting on three scrapes: their limit is learned as 2 and
 // with one request of headroom they are full.
 func fleet(t *testing.T) *balancer.Balancer {
 	t.Helper()
@@ -26,6 +26,7 @@ func fleet(t *testing.T) *balancer.Balancer {
 		}
 		b.ObserveScrape(name, balancer.Snapshot{Running: 2, Waiting: 1}, nil, t0)
 		b.ObserveScrape(name, balancer.Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(time.Second))
+		b.ObserveScrape(name, balancer.Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(2*time.Second))
 	}
 	return b
 }

@@ -19,10 +19,10 @@ type SaturationConfig struct {
 	// MaxRunning is every replica's running-slot limit (vLLM's
 	// --max-num-seqs) when the operator knows it: saturation.max_running,
 	// 0 (the default) learns each replica's own from its scrapes: the
-	// most it has run while requests waited in its queue on two scrapes in
-	// a row, raised whenever more run with none waiting. It is a high-water
-	// mark: a lower plateau is a full KV cache or a step's prefill budget,
-	// which move with the prompt mix, not the slot limit.
+	// number running, unchanged over three scrapes in a row while requests
+	// wait in its queue (a plateau), raised whenever more run with none
+	// waiting. It is a high-water mark: a lower plateau is a full KV cache
+	// or a step's prefill budget, which move with the prompt mix.
 	MaxRunning int
 	// Headroom is how many requests a replica may hold waiting in its own
 	// queue, past its limit, before the balancer holds further requests
@@ -58,32 +58,43 @@ const maxHeadroom = 4096
 // capacity is what the balancer learns of a replica's running-slot limit
 // and how many requests it holds, guarded by the balancer's lock.
 type capacity struct {
-	learned    float64 // running-slot limit learned from scrapes (0: not yet)
-	free       float64 // the most seen running with none waiting
-	waitStreak int     // consecutive scrapes with requests waiting
-	atScrape   int     // own + peer in-flight requests at the last scrape
+	learned  float64 // running-slot limit learned from scrapes (0: not yet)
+	free     float64 // the most seen running with none waiting
+	plateau  float64 // running on the last scrapes, all with requests waiting
+	streak   int     // consecutive scrapes with requests waiting and running == plateau
+	atScrape int     // own + peer in-flight requests at the last scrape
 }
+
+// plateauScrapes is how many scrapes in a row must show the same number
+// running while requests wait before that number is taken as the slot
+// limit. An engine at its slot limit runs exactly that many for as long as
+// requests wait; one waiting on its KV cache or on a step's prefill budget
+// runs a number that moves from scrape to scrape, and a burst caught
+// between two engine steps passes within a scrape or two.
+const plateauScrapes = 3
 
 // observe learns from a successful scrape; sent is the replica's own plus
 // peers' in-flight requests at that moment.
 func (c *capacity) observe(snap Snapshot, sent int) {
 	c.atScrape = sent
-	if snap.Waiting >= 1 {
-		// Requests wait although some run: the engine runs all it can.
-		// One scrape may catch a request between arrival and the next
-		// engine step, so the plateau counts from the second in a row.
-		// The limit is the highest plateau seen, and never below what the
-		// replica has run with none waiting: a lower plateau is a full KV
-		// cache or a step's prefill budget taken by long prompts, which
-		// pass with the prompt mix; a limit lowered to it would hold
-		// requests the engine could run a moment later.
-		c.waitStreak++
-		if c.waitStreak >= 2 && snap.Running >= 1 {
+	if snap.Waiting >= 1 && snap.Running >= 1 {
+		// Requests wait although some run. The limit is the highest
+		// plateau seen, and never below what the replica has run with
+		// none waiting.
+		if snap.Running == c.plateau {
+			c.streak++
+		} else {
+			c.plateau, c.streak = snap.Running, 1
+		}
+		if c.streak >= plateauScrapes {
 			c.learned = max(c.learned, snap.Running, c.free)
 		}
 		return
 	}
-	c.waitStreak = 0
+	c.plateau, c.streak = 0, 0
+	if snap.Waiting >= 1 {
+		return
+	}
 	c.free = max(c.free, snap.Running)
 	if c.learned > 0 && snap.Running > c.learned {
 		c.learned = snap.Running // more ran with none waiting: the limit is higher

@@ -6,43 +6,47 @@ import (
 )
 
 // TestSaturationLearnsTheRunningLimit: a replica's running-slot limit is
-// the number running while requests wait on two scrapes in a row (one
-// scrape may catch a request between arrival and the next engine step), it
-// rises when more run with none waiting, and a configured limit wins.
+// the number running, unchanged over three scrapes in a row while requests
+// wait (an engine at its slot limit runs exactly that many; one waiting on
+// its KV cache or prefill budget runs a number that moves, and a burst
+// passes), it rises when more run with none waiting or a higher plateau
+// shows, it is never lowered, and a configured limit wins.
 func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 	b := newFleet(t, 1, nil)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	s := 0
+	scrape := func(running, waiting float64) {
+		s++
+		b.ObserveScrape("a", Snapshot{Running: running, Waiting: waiting}, nil, t0.Add(time.Duration(s)*time.Second))
+	}
 	limit := func() float64 { return b.Replicas(t0)[0].MaxRunning }
 
-	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 1}, nil, at(1))
-	if limit() != 0 {
-		t.Fatalf("one scrape with a request waiting set the limit to %v", limit())
-	}
-	b.ObserveScrape("a", Snapshot{Running: 0}, nil, at(2))
-	b.ObserveScrape("a", Snapshot{Running: 4, Waiting: 2}, nil, at(3))
-	b.ObserveScrape("a", Snapshot{Running: 4, Waiting: 5}, nil, at(4))
-	if limit() != 4 {
-		t.Fatalf("limit %v after two scrapes running 4 with requests waiting, want 4", limit())
-	}
-	b.ObserveScrape("a", Snapshot{Running: 6}, nil, at(5))
-	if limit() != 6 {
-		t.Fatalf("limit %v after 6 ran with none waiting, want 6", limit())
-	}
-	// A lower plateau (a full KV cache) does not lower it below what ran
-	// with none waiting.
-	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 4}, nil, at(6))
-	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 4}, nil, at(7))
-	if limit() != 6 {
-		t.Fatalf("limit %v after a plateau of 3 below a free 6, want 6", limit())
-	}
-	// The limit is a high-water mark: a higher plateau raises it, a lower
-	// one later (long prompts filling the KV cache) does not lower it.
-	b.ObserveScrape("a", Snapshot{Running: 9, Waiting: 2}, nil, at(8))
-	b.ObserveScrape("a", Snapshot{Running: 9, Waiting: 2}, nil, at(9))
-	b.ObserveScrape("a", Snapshot{Running: 7, Waiting: 5}, nil, at(10))
-	b.ObserveScrape("a", Snapshot{Running: 7, Waiting: 5}, nil, at(11))
-	if limit() != 9 {
-		t.Fatalf("limit %v after plateaus of 9 then 7, want the high-water 9", limit())
+	for _, step := range []struct {
+		name             string
+		running, waiting float64
+		want             float64
+	}{
+		{"a request caught between two steps", 3, 1, 0},
+		{"none waiting", 0, 0, 0},
+		{"a moving count while requests wait (KV or prefill budget)", 4, 2, 0},
+		{"still moving", 5, 2, 0},
+		{"moving again", 4, 3, 0},
+		{"4 twice in a row", 4, 1, 0},
+		{"4 three times in a row: the plateau", 4, 5, 4},
+		{"more ran with none waiting", 6, 0, 6},
+		{"a lower plateau (full KV cache), 1", 3, 4, 6},
+		{"a lower plateau, 2", 3, 4, 6},
+		{"a lower plateau, 3: not below what ran free", 3, 4, 6},
+		{"a higher plateau, 1", 9, 2, 6},
+		{"a higher plateau, 2", 9, 2, 6},
+		{"a higher plateau, 3", 9, 2, 9},
+		{"a plateau of 7, 1", 7, 5, 9},
+		{"a plateau of 7, 2", 7, 5, 9},
+		{"a plateau of 7, 3: the high-water mark stays", 7, 5, 9},
+	} {
+		scrape(step.running, step.waiting)
+		if got := limit(); got != step.want {
+			t.Fatalf("%s (running %v, waiting %v): limit %v, want %v", step.name, step.running, step.waiting, got, step.want)
+		}
 	}
 
 	cfg := b.Config()
