@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 9's bar on the run sets of BENCHMARKS.md ("Does `cost` meet issue 9's
-# bar?", "This session"): each run is `llmlb bench --json` with every policy
+# The benchmark bar on the run sets of docs/benchmarks/LAB-2026.md ("Does `cost`
+# meet the benchmark bar?"): each run is `llmlb bench --json` with every policy
 # side by side, written to $OUT/NAME.json (an existing file is kept, so an
 # interrupted set resumes), then scripts/barcheck judges $POLICY against the
 # others and counts the runs that meet the rule.
@@ -271,7 +271,7 @@ bar_runs() {
 	bench longshort32 "$p" --workload longshort --replicas 32 --duration 30m
 }
 
-# slow_runs: the runs of BENCHMARKS.md's "A slower replica": one replica of
+# slow_runs: the runs of docs/benchmarks/LAB-2026.md's "A slower replica": one replica of
 # four twice as slow (--slow replica-4:2), the eight runs of seed 1 and the
 # five synthetic workloads at seeds 2 and 3 (the seed is in the run's name).
 slow_runs() {
