@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 9's bar on the run sets of BENCHMARKS.md ("Does `cost` meet issue 9's
-# bar?", "This session"): each run is `llmlb bench --json` with every policy
+# The benchmark bar on the run sets of docs/benchmarks/LAB-2026.md ("Does `cost`
+# meet the benchmark bar?"): each run is `llmlb bench --json` with every policy
 # side by side, written to $OUT/NAME.json (an existing file is kept, so an
 # interrupted set resumes), then scripts/barcheck judges $POLICY against the
 # others and counts the runs that meet the rule.
@@ -10,13 +10,13 @@
 #   scripts/heldout.sh held4            # 36 trace runs, drawn after the others were used
 #   scripts/heldout.sh held5            # 30 trace runs, drawn 2026-12-02 before any variant ran on them
 #   scripts/heldout.sh held6            # 30 more, drawn the same day; only the defaults ran on them
-#   scripts/heldout.sh held7            # 30 more, drawn in the third session of that day, before any run on them
-#   scripts/heldout.sh held8            # 30 more, drawn in the fifth session of that day, before any run on them
-#   scripts/heldout.sh held9            # 30 more, drawn in the seventh session, before any run on them
-#   scripts/heldout.sh held10           # 30 more, drawn in the ninth session (2026-12-04), before any run on them
-#   scripts/heldout.sh held11           # 30 more, drawn in the tenth session (2026-12-04), before any run on them
+#   scripts/heldout.sh held7            # 30 more, drawn 2026-12-02, before the bounded-load exemption was judged and before any run on them
+#   scripts/heldout.sh held8            # 30 more, drawn 2026-12-02, before any run on them
+#   scripts/heldout.sh held9            # 30 more, drawn 2026-12-02, after the refused-prompt change, before any run on them
+#   scripts/heldout.sh held10           # 30 more, drawn 2026-12-04, after the hot-prefix change, before any run on them
+#   scripts/heldout.sh held11           # 30 more, drawn 2026-12-04, before any run on them
 #   scripts/heldout.sh sess             # held11's 21 Mooncake and conversation runs with session keys
-#   scripts/heldout.sh sess2            # 24 more runs with session keys, drawn in the tenth session
+#   scripts/heldout.sh sess2            # 24 more runs with session keys, drawn 2026-12-04 after the marginal-reuse change
 #   scripts/heldout.sh bar              # the bar's 12 runs (longshort at 32 replicas: ~5 GB, slow)
 #   scripts/heldout.sh slow             # 18 runs with one replica of four twice as slow (--slow replica-4:2)
 #   scripts/heldout.sh traces           # every trace run of the sets below (179; about 70 minutes)
@@ -28,20 +28,20 @@
 # speeds the bar does not name), held1, held2, held3, held4 (held-out runs:
 # traces at REPLICASxSPEED; held4 was drawn at random, seed 20261202, 2-32
 # replicas log-uniform, 0.1-0.4x speed per replica, 1.5x that for Azure,
-# before any variant ran on it; held5 the same way with seed 20261203, at the
-# start of the session that kept it for judging last; held6 with seed
+# before any variant ran on it; held5 the same way with seed 20261203, before the
+# changes it was kept to judge; held6 with seed
 # 20261204, runs already in another set redrawn, judged with the defaults
-# only), held7 (seed 20261205, drawn the same way before the third session's
-# change was judged; runs already in another set redrawn), held8 (seed
-# 20261206, the same way, in the fifth session, before any run on them),
-# held9 (seed 20261207, the same way, in the seventh session, after its
+# only), held7 (seed 20261205, drawn the same way before the bounded-load
+# exemption was judged; runs already in another set redrawn), held8 (seed
+# 20261206, the same way, on 2026-12-02, before any run on them),
+# held9 (seed 20261207, the same way, after the refused-prompt
 # change and before any run on them), held10 (seed 20261208, the same way,
-# in the ninth session, after its change had run on the other sets and
-# before any run on them), held11 (seed 20261209, the same way, in the
-# tenth session, before any run on them), sess (held11's Mooncake and
+# after the hot-prefix change had run on the other sets and
+# before any run on them), held11 (seed 20261209, the same way, on
+# 2026-12-04, before any run on them), sess (held11's Mooncake and
 # conversation runs on those traces rewritten with session keys by
 # scripts/mooncake2bailian into $OUT), sess2 (24 runs with session keys,
-# seed 20261210, drawn after the tenth session's change had run on sess and
+# seed 20261210, drawn after the marginal-reuse change had run on sess and
 # before any run on them), traces (gen and held1-6), all (bar, traces,
 # held7-11, sess, sess2). A trace run NAME is [s]TRACE REPLICAS x SPEED
 # with TRACE mc (traces/mooncake_synthetic_trace.jsonl), conv
@@ -146,9 +146,9 @@ SESS="
   smc25x3.76 sconv3x0.87 smc5x1.02 sconv3x0.95 sconv2x0.35 smc7x1.12 sconv2x0.43
   smc2x0.33"
 
-# 24 more runs with session keys, drawn in the tenth session (seed 20261210,
+# 24 more runs with session keys, drawn 2026-12-04 (seed 20261210,
 # Mooncake or conversation trace, 2-32 replicas log-uniform, 0.1-0.4x speed
-# per replica) after its change had run on sess and before any run on them.
+# per replica) after the marginal-reuse change had run on sess and before any run on them.
 SESS2="
   sconv8x1.40 smc6x1.11 sconv9x1.25 smc7x2.32 smc8x2.83 smc4x0.96 sconv6x2.22
   sconv10x1.97 sconv6x1.64 smc5x1.07 smc19x7.17 sconv4x0.82 sconv7x1.56 smc3x0.42
@@ -271,7 +271,7 @@ bar_runs() {
 	bench longshort32 "$p" --workload longshort --replicas 32 --duration 30m
 }
 
-# slow_runs: the runs of BENCHMARKS.md's "A slower replica": one replica of
+# slow_runs: the runs of docs/benchmarks/LAB-2026.md's "A slower replica": one replica of
 # four twice as slow (--slow replica-4:2), the eight runs of seed 1 and the
 # five synthetic workloads at seeds 2 and 3 (the seed is in the run's name).
 slow_runs() {

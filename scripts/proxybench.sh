@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proxy efficiency vs NGINX (issue 14; BENCHMARKS.md "Proxy efficiency vs
+# Proxy efficiency vs NGINX (BENCHMARKS.md "Proxy efficiency vs
 # NGINX"): a static upstream (scripts/proxybench, answers at once, so the
 # proxy dominates), NGINX (Debian's nginx-light: 2 workers, keep-alive to the
 # upstream, proxy_buffering off), goproxy (the floor of a Go proxy: a bare

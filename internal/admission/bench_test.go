@@ -13,7 +13,7 @@ import (
 // .max_running 8), a request ends, Pump dispatches the oldest waiting
 // request to the replica that freed (Balancer.Dispatch) and a new request
 // is admitted into the queue, 100 waiting throughout. Policy: the default
-// (cost). Results: BENCHMARKS.md "Flow control".
+// (cost). Results: docs/benchmarks/LAB-2026.md "Flow control: dispatch with the queue engaged".
 func BenchmarkQueuedDispatch(b *testing.B) {
 	for _, n := range []int{4, 1024} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {

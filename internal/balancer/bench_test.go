@@ -13,7 +13,7 @@ import (
 
 // BenchmarkSelectRelease measures one Select + Release on the llmlb policy
 // with 100,000 live pins (session and prefix) and scraped loads of 0-8
-// running, some replicas queued. Results: BENCHMARKS.md "Routing core".
+// running, some replicas queued. Results: docs/benchmarks/LAB-2026.md "Routing core".
 func BenchmarkSelectRelease(b *testing.B) {
 	const livePins = 100_000
 	for _, n := range []int{4, 32, 256, 1024} {
@@ -71,7 +71,7 @@ func BenchmarkSelectRelease(b *testing.B) {
 // 10 requests continue a held conversation with 4 new blocks, 1 in 10
 // starts a new one (64 new blocks).
 // It reports the index's memory per (block, replica) entry. Results:
-// BENCHMARKS.md "Routing core".
+// docs/benchmarks/LAB-2026.md "Routing core".
 func BenchmarkSelectReleaseCost(b *testing.B) {
 	const perReplica, promptBlocks = 100_000, 64
 	for _, n := range []int{4, 1000} {

@@ -1,7 +1,7 @@
 // Package jsontop walks the top level of a JSON object without decoding
 // the values nobody reads: the request parser reads a few fields of a body
 // that is mostly "messages", the observer the "usage" of an answer that is
-// mostly "choices" (BENCHMARKS.md, "Proxy efficiency vs NGINX": json.Unmarshal of the whole answer was 5% of
+// mostly "choices" (docs/benchmarks/LAB-2026.md, "Proxy efficiency vs NGINX": json.Unmarshal of the whole answer was 5% of
 // the proxy's CPU).
 package jsontop
 

@@ -21,7 +21,7 @@ import (
 // Our own requests the last scrape has not seen yet (typically the rest of
 // the same agent burst) and long prompts then no longer break the pin; at
 // the gap it moves at once as in llmlb. Steps 2 and 3 are unchanged, so a
-// replica between two scrapes still counts our own requests. BENCHMARKS.md
+// replica between two scrapes still counts our own requests. docs/benchmarks/LAB-2026.md
 // shows why it exists.
 type LLMLB struct {
 	Base

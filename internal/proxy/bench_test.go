@@ -15,7 +15,7 @@ import (
 // BenchmarkProxy compares a request sent straight to an upstream with the
 // same request sent through the proxy (parse, select, reserve, relay,
 // release), on loopback. The ratio proxied/direct is the proxy's overhead;
-// see BENCHMARKS.md "Proxy overhead".
+// see docs/benchmarks/LAB-2026.md "Proxy overhead".
 func BenchmarkProxy(b *testing.B) {
 	const sseChunks = 32
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -5,7 +5,7 @@
 // sharing are not judged on it), P99 no worse than rr's, and on longshort a
 // short-request P99 of rr over the policy's of at least 6.5x. It prints one
 // line per run and how many runs meet the rule; scripts/heldout.sh runs the
-// benchmark sets of BENCHMARKS.md and calls it. A run may be given as several
+// benchmark sets of docs/benchmarks/LAB-2026.md and calls it. A run may be given as several
 // files of the same run joined by "+" (FULL.json+VARIANT.json): their results
 // are judged together, so that a variant run alone (`--policies cost:...`) is
 // compared with the other policies' rows of a full run.

@@ -1,4 +1,4 @@
-// Command overload prints the tables of BENCHMARKS.md's "Overload and flow
+// Command overload prints the tables of docs/benchmarks/LAB-2026.md's "Overload and flow
 // control" from the runs scripts/overload.sh wrote into a directory:
 //
 //	go run ./scripts/overload /tmp/llmlb-overload
