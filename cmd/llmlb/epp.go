@@ -45,7 +45,10 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		Logger:       srv.Logger(),
 		// The shared token of the gRPC port (docs/EPP.md): from the
 		// environment only, never a flag (it would show in ps).
-		Token: os.Getenv(EPPTokenEnv),
+		Token:                 os.Getenv(EPPTokenEnv),
+		BodyTimeout:           cfg.Server.ReadBodyTimeout,
+		FirstByteTimeout:      cfg.Proxy.FirstByteTimeout,
+		MaxInFlightPerReplica: cfg.EPP.MaxInFlightPerReplica,
 	})
 }
 

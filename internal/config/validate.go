@@ -61,6 +61,7 @@ func (c Config) Validate() error {
 	}
 
 	v.flowControl(c.FlowControl)
+	v.positiveInt("epp.max_in_flight_per_replica", int64(c.EPP.MaxInFlightPerReplica))
 
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
