@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -233,5 +234,93 @@ func TestMaxInFlightPerReplica(t *testing.T) {
 	e := &envoy{stream: r.open(t, ctx), c: subsetCall("s6", target)}
 	if p, err := e.request(); err != nil || p.endpoint != target {
 		t.Fatalf("after one ended: endpoint %q, err %v, immediate %v", p.endpoint, err, p.immediate)
+	}
+}
+
+// BenchmarkBodyFlood: 40 exchanges each send 8 MiB of a full-duplex body
+// that never ends (the attack held 2.35 GB this way for as long as the
+// client liked). Reported: the live heap while the bodies are held
+// (held-MB) and once BodyTimeout (1 s) has answered them all 408
+// (after-MB). go test -run '^$' -bench BodyFlood -benchtime 1x ./internal/epp
+func BenchmarkBodyFlood(b *testing.B) {
+	const exchanges, size = 40, 8 << 20
+	for range b.N {
+		bal, err := balancer.New(balancer.DefaultConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r0", URL: "http://10.0.0.1:8000", Models: []string{"m"}}, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+		srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), BodyTimeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = srv.Serve(ln) }()
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		client := extprocv3.NewExternalProcessorClient(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		heap := func() float64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return float64(m.HeapAlloc) / (1 << 20)
+		}
+		base := heap()
+		chunk := make([]byte, 62000)
+		answered := make(chan int, exchanges)
+		sent := make(chan struct{}, exchanges)
+		for range exchanges {
+			go func() {
+				st, err := client.Process(ctx)
+				if err != nil {
+					answered <- 0
+					sent <- struct{}{}
+					return
+				}
+				_ = st.Send(headersOnly(call{mode: fullDuplex}))
+				for n := 0; n < size; n += len(chunk) {
+					if st.Send(bodyMsg(chunk, false)) != nil {
+						break
+					}
+				}
+				sent <- struct{}{}
+				for {
+					resp, err := st.Recv()
+					if err != nil {
+						answered <- 0
+						return
+					}
+					if im := resp.GetImmediateResponse(); im != nil {
+						answered <- int(im.GetStatus().GetCode())
+						return
+					}
+				}
+			}()
+		}
+		for range exchanges {
+			<-sent
+		}
+		held := heap() - base
+		n408 := 0
+		for range exchanges {
+			if <-answered == http.StatusRequestTimeout {
+				n408++
+			}
+		}
+		after := heap() - base
+		b.ReportMetric(held, "held-MB")
+		b.ReportMetric(after, "after-MB")
+		b.ReportMetric(float64(n408), "answered-408")
+		cancel()
+		_ = conn.Close()
+		_ = srv.Shutdown(context.Background())
 	}
 }
