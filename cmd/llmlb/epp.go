@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,13 @@ func runEPP(ctx context.Context, args []string) error {
 // control as the flow_control section configures it (epp's own queue).
 func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 	cfg := srv.Config()
+	var tlsCfg *tls.Config
+	if cfg.EPP.TLS.Enabled() {
+		var err error
+		if tlsCfg, err = epp.LoadTLS(cfg.EPP.TLS.CertFile, cfg.EPP.TLS.KeyFile, cfg.EPP.ClientCAFile); err != nil {
+			return nil, err
+		}
+	}
 	return epp.New(epp.Options{
 		Balancer:     srv.Balancer(),
 		Request:      srv.RequestConfig(),
@@ -49,6 +57,7 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		BodyTimeout:           cfg.Server.ReadBodyTimeout,
 		FirstByteTimeout:      cfg.Proxy.FirstByteTimeout,
 		MaxInFlightPerReplica: cfg.EPP.MaxInFlightPerReplica,
+		TLS:                   tlsCfg,
 	})
 }
 

@@ -59,6 +59,12 @@ type EPP struct {
 	// a replica at the bound is not picked; a request no other replica may
 	// take is refused 429 with Retry-After.
 	MaxInFlightPerReplica int
+	// TLS makes the gRPC port speak TLS (epp.tls.cert_file,
+	// epp.tls.key_file; off when empty). Read at start.
+	TLS TLS
+	// ClientCAFile makes it mutual TLS: clients must present a certificate
+	// chaining to one of this PEM file's (epp.client_ca_file; needs epp.tls).
+	ClientCAFile string
 }
 
 // Admin decides who may use the admin listener besides the token holder

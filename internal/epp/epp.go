@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"math"
@@ -29,6 +30,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -141,6 +143,10 @@ type Options struct {
 	// can take is refused 429 with Retry-After. 0 means
 	// DefaultMaxInFlightPerReplica.
 	MaxInFlightPerReplica int
+	// TLS, when set, makes the gRPC port speak TLS only (health service
+	// included); with ClientAuth RequireAndVerifyClientCert it is mutual
+	// TLS (LoadTLS).
+	TLS *tls.Config
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default (serve's
@@ -253,6 +259,9 @@ func New(opts Options) (*Server, error) {
 	}
 	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32)))}
+	if opts.TLS != nil {
+		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
 	if opts.Token != "" {
 		srvOpts = append(srvOpts, grpc.StreamInterceptor(tokenCheck(opts.Token)))
 	}
