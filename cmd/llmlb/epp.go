@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,13 @@ func runEPP(ctx context.Context, args []string) error {
 // control as the flow_control section configures it (epp's own queue).
 func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 	cfg := srv.Config()
+	var tlsCfg *tls.Config
+	if cfg.EPP.TLS.Enabled() {
+		var err error
+		if tlsCfg, err = epp.LoadTLS(cfg.EPP.TLS.CertFile, cfg.EPP.TLS.KeyFile, cfg.EPP.ClientCAFile); err != nil {
+			return nil, err
+		}
+	}
 	return epp.New(epp.Options{
 		Balancer:     srv.Balancer(),
 		Request:      srv.RequestConfig(),
@@ -45,7 +53,11 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		Logger:       srv.Logger(),
 		// The shared token of the gRPC port (docs/EPP.md): from the
 		// environment only, never a flag (it would show in ps).
-		Token: os.Getenv(EPPTokenEnv),
+		Token:                 os.Getenv(EPPTokenEnv),
+		BodyTimeout:           cfg.Server.ReadBodyTimeout,
+		FirstByteTimeout:      cfg.Proxy.FirstByteTimeout,
+		MaxInFlightPerReplica: cfg.EPP.MaxInFlightPerReplica,
+		TLS:                   tlsCfg,
 	})
 }
 

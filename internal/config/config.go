@@ -47,6 +47,24 @@ type Config struct {
 	// State shares pins and the KV block index with other llmlb instances
 	// through Redis (state.redis_url; docs/SHARED_STATE.md). Off by default.
 	State sharedstate.Config
+
+	// EPP bounds `llmlb epp`'s picks (epp; docs/EPP.md). serve ignores it.
+	EPP EPP
+}
+
+// EPP configures what `llmlb epp` alone uses.
+type EPP struct {
+	// MaxInFlightPerReplica bounds the requests the picker routed to one
+	// replica and has not seen end (epp.max_in_flight_per_replica, 1024):
+	// a replica at the bound is not picked; a request no other replica may
+	// take is refused 429 with Retry-After.
+	MaxInFlightPerReplica int
+	// TLS makes the gRPC port speak TLS (epp.tls.cert_file,
+	// epp.tls.key_file; off when empty). Read at start.
+	TLS TLS
+	// ClientCAFile makes it mutual TLS: clients must present a certificate
+	// chaining to one of this PEM file's (epp.client_ca_file; needs epp.tls).
+	ClientCAFile string
 }
 
 // Admin decides who may use the admin listener besides the token holder
@@ -180,6 +198,7 @@ func Default() Config {
 		Log:         Log{Level: "info", Format: "text", Access: true},
 		FlowControl: DefaultFlowControl(),
 		State:       sharedstate.DefaultConfig(),
+		EPP:         EPP{MaxInFlightPerReplica: 1024},
 	}
 }
 

@@ -207,7 +207,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "unknown key found elsewhere", yaml: "session_ttl: 5m\n",
 			want: []string{`config: test.yaml: line 1: session_ttl: unknown key (did you mean "routing.affinity.session_ttl"?)`}},
 		{name: "unknown top-level key lists the known ones", yaml: "\n\nfrobnicate: 1\n",
-			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, admin, replicas, discovery, routing, request, scrape, proxy, server, log, flow_control, state, admin_token_env)`}},
+			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, admin, replicas, discovery, routing, request, scrape, proxy, server, log, flow_control, state, epp, admin_token_env)`}},
 		{name: "x- keys only at the top", yaml: "routing:\n  x-note: 1\n",
 			want: []string{`config: test.yaml: line 2: routing.x-note: unknown key`}},
 		{name: "unknown replica key", yaml: "replicas:\n  - url: http://a:8000\n    apikey: x\n",

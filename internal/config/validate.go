@@ -2,9 +2,11 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +63,19 @@ func (c Config) Validate() error {
 	}
 
 	v.flowControl(c.FlowControl)
+	v.positiveInt("epp.max_in_flight_per_replica", int64(c.EPP.MaxInFlightPerReplica))
+	v.tls("epp.tls", c.EPP.TLS)
+	if f := c.EPP.ClientCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		switch {
+		case !c.EPP.TLS.Enabled():
+			v.add("epp.client_ca_file", "needs epp.tls.cert_file and epp.tls.key_file (mutual TLS is TLS first)")
+		case err != nil:
+			v.add("epp.client_ca_file", "cannot read %q: %v", f, err)
+		case !x509.NewCertPool().AppendCertsFromPEM(pem):
+			v.add("epp.client_ca_file", "%q holds no PEM certificate", f)
+		}
+	}
 
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")

@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"math"
@@ -29,6 +30,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -124,7 +126,36 @@ type Options struct {
 	// grpc_service.initial_metadata); others are refused Unauthenticated.
 	// The health service stays open (kubelet's probe sends no metadata).
 	Token string
+	// BodyTimeout bounds the time from an exchange's request headers to
+	// the end of its body (server.read_body_timeout, as serve's): past it
+	// the exchange is answered 408 and its buffered body dropped. 0 means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// FirstByteTimeout bounds the time from a pick to the response headers
+	// reaching the picker (proxy.first_byte_timeout): past it the pick's
+	// reservation is released, so a gateway that never reports a response
+	// stops counting against the replica. 0 means
+	// proxy.DefaultFirstByteTimeout.
+	FirstByteTimeout time.Duration
+	// MaxInFlightPerReplica bounds the exchanges this picker has routed to
+	// one replica and not yet seen end (epp.max_in_flight_per_replica): a
+	// replica at the bound is not picked, and a request no other replica
+	// can take is refused 429 with Retry-After. 0 means
+	// DefaultMaxInFlightPerReplica.
+	MaxInFlightPerReplica int
+	// TLS, when set, makes the gRPC port speak TLS only (health service
+	// included); with ClientAuth RequireAndVerifyClientCert it is mutual
+	// TLS (LoadTLS).
+	TLS *tls.Config
 }
+
+// DefaultBodyTimeout is Options.BodyTimeout's default (serve's
+// server.read_body_timeout).
+const DefaultBodyTimeout = 60 * time.Second
+
+// DefaultMaxInFlightPerReplica is Options.MaxInFlightPerReplica's default
+// (epp.max_in_flight_per_replica).
+const DefaultMaxInFlightPerReplica = 1024
 
 // Server is the ext_proc service and its gRPC server (with the standard
 // health service). It implements server.Frontend.
@@ -149,6 +180,12 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *grpchealth.Server
+
+	bodyTimeout, firstByteTimeout time.Duration
+	maxPerReplica                 int
+
+	picksMu sync.Mutex
+	picks   map[string]int // replica name -> exchanges routed there, not yet released
 
 	mu   sync.Mutex
 	stop context.CancelFunc // ends the health loop of Serve
@@ -183,6 +220,20 @@ func New(opts Options) (*Server, error) {
 		now:         opts.Now,
 		gate:        admission.New(opts.Balancer, flow),
 		flow:        flow,
+
+		bodyTimeout:      opts.BodyTimeout,
+		firstByteTimeout: opts.FirstByteTimeout,
+		maxPerReplica:    opts.MaxInFlightPerReplica,
+		picks:            map[string]int{},
+	}
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = DefaultBodyTimeout
+	}
+	if s.firstByteTimeout <= 0 {
+		s.firstByteTimeout = proxy.DefaultFirstByteTimeout
+	}
+	if s.maxPerReplica <= 0 {
+		s.maxPerReplica = DefaultMaxInFlightPerReplica
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = proxy.DefaultMaxBodyBytes
@@ -208,6 +259,9 @@ func New(opts Options) (*Server, error) {
 	}
 	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32)))}
+	if opts.TLS != nil {
+		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
 	if opts.Token != "" {
 		srvOpts = append(srvOpts, grpc.StreamInterceptor(tokenCheck(opts.Token)))
 	}
@@ -381,6 +435,44 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	x := &exchange{s: s, stream: stream, start: s.now()}
 	defer x.end()
 	return x.run()
+}
+
+// countPick counts one more exchange routed to replica.
+func (s *Server) countPick(replica string) {
+	s.picksMu.Lock()
+	s.picks[replica]++
+	s.picksMu.Unlock()
+}
+
+// uncountPick counts one exchange routed to replica fewer.
+func (s *Server) uncountPick(replica string) {
+	s.picksMu.Lock()
+	if s.picks[replica]--; s.picks[replica] <= 0 {
+		delete(s.picks, replica)
+	}
+	s.picksMu.Unlock()
+}
+
+// atCap lists the replicas with MaxInFlightPerReplica exchanges routed to
+// them and not released (not to be picked).
+func (s *Server) atCap() []string {
+	s.picksMu.Lock()
+	defer s.picksMu.Unlock()
+	var out []string
+	for name, n := range s.picks {
+		if n >= s.maxPerReplica {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// PicksInFlight reports how many exchanges this picker routed to replica
+// and has not released yet (what MaxInFlightPerReplica bounds).
+func (s *Server) PicksInFlight(replica string) int {
+	s.picksMu.Lock()
+	defer s.picksMu.Unlock()
+	return s.picks[replica]
 }
 
 type nopRecorder struct{}

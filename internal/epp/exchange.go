@@ -26,8 +26,11 @@ import (
 
 // exchange is one ext_proc stream: one HTTP request and its response. It
 // runs on the stream's own goroutine only (Recv, decide, Send in turn), so
-// it needs no lock and leaves nothing running when the stream ends. A
-// request flow control holds waits on that goroutine too (exchange.wait).
+// it needs no lock. While a deadline runs (the request's end, the
+// response's start) each Recv runs on a goroutine of its own that the
+// exchange waits for with the deadline's timer: it ends with the stream,
+// which ends when the exchange returns. A request flow control holds waits
+// on the stream's goroutine too (exchange.wait).
 type exchange struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
@@ -60,13 +63,103 @@ type exchange struct {
 	usage    openai.UsageReader // the model and usage of a 2xx answer
 	done     bool               // the response ended; the reservation was released
 	served   string             // the endpoint the gateway says served the request
+
+	counted bool // res is counted in Server.picks (MaxInFlightPerReplica)
+	capped  int  // replicas left out of the pick for being at MaxInFlightPerReplica
+}
+
+// recvd is one Recv's result.
+type recvd struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// Deadlines of an exchange (exchange.deadline).
+const (
+	noDeadline   = iota
+	bodyDeadline // the request (headers and body) must have ended
+	pickDeadline // the response headers must have reached the picker
+)
+
+// deadline returns the exchange's running deadline and which it is: the
+// request's end (BodyTimeout from the stream's start) until the request
+// phase is answered, then the response's start (FirstByteTimeout from the
+// pick) until the response headers come.
+func (x *exchange) deadline() (time.Time, int) {
+	switch {
+	case !x.decided:
+		return x.start.Add(x.s.bodyTimeout), bodyDeadline
+	case x.res != nil && !x.done && x.status == 0:
+		return x.picked.Add(x.s.firstByteTimeout), pickDeadline
+	}
+	return time.Time{}, noDeadline
+}
+
+// next returns the stream's next message. While a deadline runs it waits
+// for it at most until the deadline and, past it, answers the deadline
+// (expire) and returns nil, nil. pending carries a Recv still running
+// from one call to the next.
+func (x *exchange) next(pending *chan recvd) (*extprocv3.ProcessingRequest, error) {
+	at, which := x.deadline()
+	if which == noDeadline && *pending == nil {
+		return x.stream.Recv()
+	}
+	if *pending == nil {
+		ch := make(chan recvd, 1) // the goroutine never blocks, even if nobody reads
+		go func() {
+			req, err := x.stream.Recv()
+			ch <- recvd{req, err}
+		}()
+		*pending = ch
+	}
+	var timeout <-chan time.Time
+	if which != noDeadline {
+		t := time.NewTimer(max(at.Sub(x.s.now()), 0))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case r := <-*pending:
+		*pending = nil
+		return r.req, r.err
+	case <-timeout:
+		return nil, x.expire(which)
+	}
+}
+
+// expire answers a deadline that passed: a request that did not end is
+// answered 408 (its buffered body dropped); a pick whose response did not
+// start is released as cancelled, so it stops counting against the
+// replica (a response that comes later is relayed, not counted again).
+func (x *exchange) expire(which int) error {
+	switch which {
+	case bodyDeadline:
+		n := len(x.body)
+		x.body = nil
+		x.s.log.Info("epp: request body timeout", slog.Duration("timeout", x.s.bodyTimeout), slog.Int("bytes", n))
+		return x.reject(http.StatusRequestTimeout, openai.TypeInvalidRequest, openai.CodeBodyTimeout,
+			fmt.Sprintf("the request did not end within %s", x.s.bodyTimeout))
+	case pickDeadline:
+		x.s.log.Warn("epp: no response from the gateway in time: reservation released",
+			slog.String("replica", x.res.Replica), slog.Duration("timeout", x.s.firstByteTimeout))
+		x.done = true
+		x.release(balancer.OutcomeCanceled, http.StatusGatewayTimeout)
+	}
+	return nil
 }
 
 // run reads the stream until it ends, answering each message.
 func (x *exchange) run() error {
 	first := true
+	var pending chan recvd
 	for {
-		req, err := x.stream.Recv()
+		req, err := x.next(&pending)
+		if err == nil && req == nil {
+			if x.over() {
+				return nil
+			}
+			continue // a deadline passed and was answered
+		}
 		if err != nil {
 			if err == io.EOF || status.Code(err) == codes.Canceled || x.stream.Context().Err() != nil {
 				return nil
@@ -256,6 +349,10 @@ func (x *exchange) decide(headersOnly bool) error {
 		return x.reject(http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeNoHealthyInstances,
 			"no replica of the gateway's endpoint subset is known to the picker")
 	}
+	if capped := x.s.atCap(); len(capped) > 0 {
+		x.capped = len(capped)
+		exclude = append(exclude, capped...)
+	}
 	res, err := x.reserve(exclude, now)
 	if err != nil || res == nil {
 		return err // answered (refused, failed), or the stream ended while held
@@ -270,6 +367,8 @@ func (x *exchange) decide(headersOnly bool) error {
 			"the chosen replica has no ip:port address")
 	}
 	x.res, x.picked = res, now
+	x.counted = true
+	x.s.countPick(res.Replica)
 	x.logDecision(ep)
 	if x.s.decisions != nil {
 		x.s.decisions(now, res, &x.prof, 1)
@@ -434,6 +533,12 @@ func (x *exchange) outsideSubset(now time.Time) (exclude []string, ok bool) {
 // selectFailed answers as the proxy does when Select finds no replica.
 func (x *exchange) selectFailed(err error) error {
 	switch {
+	case x.capped > 0 && errors.Is(err, balancer.ErrNoHealthyInstances):
+		// Replicas were left out for their picks in flight: the request
+		// may be taken once some end.
+		x.s.log.Warn("epp: every replica the request may use is at epp.max_in_flight_per_replica",
+			slog.Int("limit", x.s.maxPerReplica), slog.Int("replicas_at_limit", x.capped))
+		return x.refuse(replicaLimit, flowcontrol.DefaultRetryAfter)
 	case errors.Is(err, balancer.ErrUnknownModel):
 		a := openai.ModelNotFound(x.prof.Model)
 		return x.reject(a.Status, a.Type, a.Code, a.Message)
@@ -453,6 +558,11 @@ func (x *exchange) reject(code int, typ, errCode, msg string) error {
 	x.s.metrics.Request("", "", code)
 	return x.send(immediateError(code, typ, errCode, msg))
 }
+
+// replicaLimit is the answer to a request every replica it may use has
+// MaxInFlightPerReplica picks in flight on.
+var replicaLimit = openai.Answer{Status: http.StatusTooManyRequests, Type: openai.TypeRateLimit,
+	Code: "replica_in_flight_limit", Message: "every replica the request may use has as many requests in flight from this picker as epp.max_in_flight_per_replica allows"}
 
 // refuse ends the exchange with flow control's 429 and its Retry-After.
 func (x *exchange) refuse(a openai.Answer, after time.Duration) error {
@@ -574,6 +684,10 @@ func (x *exchange) end() {
 }
 
 func (x *exchange) release(o balancer.Outcome, code int) {
+	if x.counted {
+		x.counted = false
+		x.s.uncountPick(x.res.Replica)
+	}
 	x.s.metrics.Request(x.res.Replica, x.res.Reason, code)
 	if x.served != "" {
 		if ep, err := hostPort(x.res.URL); err == nil && ep != x.served {
