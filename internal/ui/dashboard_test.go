@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +16,24 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable virtual clock.
-type clock struct{ t time.Time }
+// clock is a settable virtual clock, safe to read from the server's
+// goroutines while the test sets it.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
 
 // newTestDashboard returns a dashboard over a balancer with replicas a, b, c
 // (scraped once, idle) and its clock at t0.
@@ -65,7 +80,7 @@ func TestSnapshotFleetFigures(t *testing.T) {
 		route(t, d, bal, p, t0.Add(time.Duration(i)*time.Second/3))
 	}
 	// 100 first bytes of 1..100 ms: p50 50 ms, p99 99 ms.
-	clk.t = t0.Add(9500 * time.Millisecond) // the 10 s window holds seconds 0..9
+	clk.set(t0.Add(9500 * time.Millisecond)) // the 10 s window holds seconds 0..9
 	for i := 1; i <= 100; i++ {
 		d.FirstByte("a", time.Duration(i)*time.Millisecond)
 	}
@@ -73,7 +88,7 @@ func TestSnapshotFleetFigures(t *testing.T) {
 	d.Request("b", balancer.ReasonLoad, 503)
 	d.StreamError("b")
 
-	s := d.Snapshot(clk.t)
+	s := d.Snapshot(clk.now())
 	f := s.Fleet
 	if f.RequestsPerSecond != 3 {
 		t.Errorf("requests/s = %v, want 3", f.RequestsPerSecond)

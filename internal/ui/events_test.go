@@ -100,14 +100,14 @@ func TestEventStream(t *testing.T) {
 	// Publishing never waits for subscribers, even ones that read nothing;
 	// each wakes up to the latest snapshot.
 	for i := 1; i <= 50; i++ {
-		clk.t = t0.Add(time.Duration(i) * time.Second)
-		d.publish(clk.t)
+		clk.set(t0.Add(time.Duration(i) * time.Second))
+		d.publish(clk.now())
 	}
-	route(t, d, bal, &request.Profile{SessionKey: "bob"}, clk.t)
-	clk.t = clk.t.Add(time.Second)
-	d.publish(clk.t)
+	route(t, d, bal, &request.Profile{SessionKey: "bob"}, clk.now())
+	clk.set(clk.now().Add(time.Second))
+	d.publish(clk.now())
 	var last *Snapshot
-	for last == nil || !last.At.Equal(clk.t) {
+	for last == nil || !last.At.Equal(clk.now()) {
 		last = admin.next(t)
 	}
 	if last.Decisions[0].Session != "bob" {
