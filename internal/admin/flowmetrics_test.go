@@ -19,7 +19,7 @@ import (
 func TestFlowMetrics(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg := balancer.DefaultConfig()
-	cfg.Saturation.MaxRunning = 1 // full at two in flight
+	cfg.Saturation.MaxRunning, cfg.Saturation.Headroom = 1, 1 // full at two in flight
 	bal, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)

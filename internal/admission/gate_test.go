@@ -12,8 +12,8 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // fleet returns a balancer over replicas a and b serving model m, each seen
-// running 2 with 1 waiting on three scrapes: their limit is learned as 2 and
-// with one request of headroom they are full.
+// running 2 with 1 waiting on three scrapes: their limit is learned as 2, and
+// with a request waiting in each engine they are full.
 func fleet(t *testing.T) *balancer.Balancer {
 	t.Helper()
 	b, err := balancer.New(balancer.DefaultConfig())
@@ -59,9 +59,9 @@ func TestGateHoldsAtSaturationAndDispatchesLate(t *testing.T) {
 	if got := g.Pump(now); len(got) != 0 {
 		t.Fatalf("pumped %d with every replica full", len(got))
 	}
-	// b's scrape shows its queue gone: it has room for one.
+	// b's scrape shows its queue gone and a slot free: room for one.
 	later := now.Add(300 * time.Millisecond)
-	b.ObserveScrape("b", balancer.Snapshot{Running: 2}, nil, later)
+	b.ObserveScrape("b", balancer.Snapshot{Running: 1}, nil, later)
 	got := g.Pump(later)
 	if len(got) != 1 || got[0].Request.ID != 2 || got[0].Err != nil || got[0].Res.Replica != "b" {
 		t.Fatalf("pump = %+v, want the priority-5 request on b", got)
@@ -172,7 +172,7 @@ func TestGateDispatchHonoursExclude(t *testing.T) {
 	if d, _ := g.Admit(r, now); d.Outcome != flowcontrol.Queued {
 		t.Fatalf("%v, want queued", d.Outcome)
 	}
-	b.ObserveScrape("b", balancer.Snapshot{Running: 2}, nil, now) // b has room, a none
+	b.ObserveScrape("b", balancer.Snapshot{Running: 1}, nil, now) // b has room, a none
 	got := g.Pump(now)
 	if len(got) != 1 || got[0].Err != nil || got[0].Res.Replica != "a" {
 		t.Fatalf("pump = %+v, want the request on a (b is excluded)", got)

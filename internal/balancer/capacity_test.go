@@ -10,7 +10,8 @@ import (
 // wait (an engine at its slot limit runs exactly that many; one waiting on
 // its KV cache or prefill budget runs a number that moves, and a burst
 // passes), it rises when more run with none waiting or a higher plateau
-// shows, it is never lowered, and a configured limit wins.
+// shows (the probe below lets it show); it is never lowered, and a
+// configured limit wins.
 func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 	b := newFleet(t, 1, nil)
 	s := 0
@@ -42,6 +43,8 @@ func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 		{"a plateau of 7, 1", 7, 5, 9},
 		{"a plateau of 7, 2", 7, 5, 9},
 		{"a plateau of 7, 3: the high-water mark stays", 7, 5, 9},
+		{"one more than the limit ran with none waiting", 10, 0, 10},
+		{"fewer run with none waiting: the limit stays", 5, 0, 10},
 	} {
 		scrape(step.running, step.waiting)
 		if got := limit(); got != step.want {
@@ -64,7 +67,7 @@ func TestSaturationLearnsTheRunningLimit(t *testing.T) {
 // end; the pool is saturated only when every replica is full, and Dispatch
 // offers the policy only the replicas with room.
 func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
-	b := newFleet(t, 2, func(c *Config) { c.Saturation.MaxRunning = 2 }) // full at 2 + 1 headroom
+	b := newFleet(t, 2, func(c *Config) { c.Saturation.MaxRunning, c.Saturation.Headroom = 2, 1 }) // full at 2 + 1 headroom
 	if b.Saturated("", t0) {
 		t.Fatal("an idle pool is saturated")
 	}
@@ -101,5 +104,106 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 			t.Fatalf("Dispatch chose full %s, want %s", d.Replica, freed)
 		}
 		b.Release(d, OutcomeOK, t0)
+	}
+}
+
+// TestSaturationFromTheEngineQueue: a replica whose last scrape showed
+// requests waiting in its own queue is full, whatever its limit, until as
+// many of the requests it holds have ended as waited then (plus the
+// headroom); one that has queued and has no limit learned yet is full at
+// twice the most it ran with none waiting, so a held pool fills it by
+// doublings rather than all at once.
+func TestSaturationFromTheEngineQueue(t *testing.T) {
+	for _, headroom := range []int{0, 1} {
+		b := newFleet(t, 1, func(c *Config) { c.Saturation.Headroom = headroom })
+		full := func() bool { return b.Replicas(t0)[0].Full }
+		var held []*Reservation
+		for range 5 {
+			res, err := b.Select(&Profile{}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, res)
+		}
+		if full() {
+			t.Fatalf("headroom %d: full with no limit and nothing waiting", headroom)
+		}
+		// Of the 5 sent, 3 run and 2 wait in the engine's queue.
+		b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 2}, nil, t0.Add(time.Second))
+		// Full until 3 - headroom of them end: each end lets one of the
+		// 2 waiting start, and the third frees a slot (headroom 0) or
+		// leaves room for one to wait (headroom 1).
+		ends := 3 - headroom
+		for i := range ends {
+			if !full() {
+				t.Fatalf("headroom %d: room after %d of %d ends", headroom, i, ends)
+			}
+			b.Release(held[i], OutcomeOK, t0.Add(time.Second))
+		}
+		if full() {
+			t.Fatalf("headroom %d: full with the engine's queue below the headroom", headroom)
+		}
+		// It has queued: with none waiting now and the most it ran
+		// with none waiting, r, its limit is 2r until one is learned.
+		held = held[ends:]
+		r := len(held)
+		b.ObserveScrape("a", Snapshot{Running: float64(r)}, nil, t0.Add(2*time.Second))
+		for len(held) < 2*r+headroom {
+			if full() {
+				t.Fatalf("headroom %d: full holding %d, want room below %d", headroom, len(held), 2*r+headroom)
+			}
+			res, err := b.Select(&Profile{}, t0.Add(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, res)
+		}
+		if !full() {
+			t.Fatalf("headroom %d: room holding %d, twice the %d it ran free plus the headroom", headroom, len(held), r)
+		}
+	}
+}
+
+// TestSaturationProbesPastTheLimit: after three scrapes that show a replica
+// running its limit with none waiting, one request more than the limit may
+// be sent, until a scrape shows otherwise.
+func TestSaturationProbesPastTheLimit(t *testing.T) {
+	b := newFleet(t, 1, nil)
+	for i := range 3 { // a plateau of 2 with requests waiting: limit 2
+		b.ObserveScrape("a", Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(time.Duration(i)*time.Second))
+	}
+	full := func() bool { return b.Replicas(t0)[0].Full }
+	send := func() *Reservation {
+		res, err := b.Select(&Profile{}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// It drained: nothing held, none waiting, running 0.
+	b.ObserveScrape("a", Snapshot{}, nil, t0.Add(3*time.Second))
+	send()
+	send()
+	if !full() {
+		t.Fatal("room at the limit of 2 with no probe")
+	}
+	// Three scrapes show the 2 running and none waiting: one more may go.
+	for i := range 3 {
+		if !full() {
+			t.Fatalf("a probe after %d scrapes at the limit, want 3", i)
+		}
+		b.ObserveScrape("a", Snapshot{Running: 2}, nil, t0.Add(time.Duration(4+i)*time.Second))
+	}
+	if full() {
+		t.Fatal("no probe after the limit ran with none waiting")
+	}
+	send()
+	if !full() {
+		t.Fatal("room past the probe")
+	}
+	// The probe waited in the engine's queue: the limit holds, no probe.
+	b.ObserveScrape("a", Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(7*time.Second))
+	if got := b.Replicas(t0)[0].MaxRunning; got != 2 || !full() {
+		t.Fatalf("limit %v, full %v after the probe waited: want 2, full", got, full())
 	}
 }

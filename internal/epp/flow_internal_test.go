@@ -31,7 +31,7 @@ func (deadStream) Send(*extprocv3.ProcessingResponse) error    { return context.
 // reservation made for it and its tenant slot are released when it ends.
 func TestHeldRequestCanceledAsItIsDispatched(t *testing.T) {
 	cfg := balancer.DefaultConfig()
-	cfg.Saturation.MaxRunning = 1 // full at 2
+	cfg.Saturation.MaxRunning, cfg.Saturation.Headroom = 1, 1 // full at 2
 	bal, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ type flowRig struct {
 func startFlowRig(t *testing.T, fc flowcontrol.Config) *flowRig {
 	t.Helper()
 	cfg := balancer.DefaultConfig()
-	cfg.Saturation.MaxRunning = 1
+	cfg.Saturation.MaxRunning, cfg.Saturation.Headroom = 1, 1 // full at 2
 	bal, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -89,9 +89,10 @@ func startHold(t *testing.T, n int, logger *slog.Logger, tweak func(*config.Conf
 		logger = testLogger()
 	}
 	e := startURLs(t, f.urls, logger, func(c *config.Config) {
-		c.Routing.Saturation.MaxRunning = 1
-		// Least in-flight first: the fill requests spread evenly, so the
-		// fleet is saturated exactly when every replica holds two.
+		// One slot and one request of headroom each; least in-flight
+		// first: the fill requests spread evenly, so the fleet is
+		// saturated exactly when every replica holds two.
+		c.Routing.Saturation.MaxRunning, c.Routing.Saturation.Headroom = 1, 1
 		c.Routing.Policy = policy.NameLeastRequest
 		if tweak != nil {
 			tweak(c)

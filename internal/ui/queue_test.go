@@ -14,7 +14,7 @@ import (
 // oldest wait, a row per priority, the top tenants and the refusals.
 func TestSnapshotShowsTheQueue(t *testing.T) {
 	cfg := balancer.DefaultConfig()
-	cfg.Saturation.MaxRunning = 1 // full at two in flight
+	cfg.Saturation.MaxRunning, cfg.Saturation.Headroom = 1, 1 // full at two in flight
 	bal, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
