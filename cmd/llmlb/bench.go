@@ -116,6 +116,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	o.queue = flowcontrol.DefaultConfig()
 	fs.StringVar(&o.flowControl, "flow-control", "off", "on: every policy runs behind flow control (serve's flow_control: requests wait in the balancer while every replica is full); off: none, except policies named NAME+fc in --policies")
 	fs.DurationVar(&o.queue.MaxQueueTime, "max-queue-time", o.queue.MaxQueueTime, "flow control: longest wait in the queue before a 429 queue_timeout (flow_control.max_queue_time)")
+	fs.DurationVar(&o.queue.LIFOAfter, "lifo-after", o.queue.LIFOAfter, "flow control: a tenant's newest request goes first once its oldest has waited this long; 0 keeps first come, first served (flow_control.lifo_after)")
 	fs.IntVar(&o.queue.MaxQueued, "max-queued", o.queue.MaxQueued, "flow control: most requests queued (flow_control.max_queued)")
 	fs.IntVar(&o.queue.Tenant.MaxConcurrent, "tenant-max-concurrent", 0, "flow control: each tenant's requests queued or running at once, 0 = no limit (flow_control.tenant_max_concurrent)")
 	fs.IntVar(&o.queue.Tenant.TokensPerMinute, "tenant-tokens-per-minute", 0, "flow control: each tenant's estimated tokens a minute, 0 = no limit (flow_control.tenant_tokens_per_minute)")

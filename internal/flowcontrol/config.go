@@ -24,6 +24,16 @@ type Config struct {
 	// MaxQueueTime is the longest a request waits before Expire hands it
 	// back for a 429 (max_queue_time, 60s).
 	MaxQueueTime time.Duration
+	// LIFOAfter turns a tenant's order around once its oldest queued
+	// request has waited this long (lifo_after; 0 keeps first come,
+	// first served; default 5s): its newest request goes first, while its oldest wait
+	// out MaxQueueTime. Under sustained overload one first-come queue
+	// makes every request wait about as long as the oldest; newest first,
+	// most requests are served as fast as the fleet frees slots and the
+	// excess is refused, the "adaptive LIFO" of Facebook's "Fail at
+	// Scale" (ACM Queue, 2015). Short bursts, which drain before anything
+	// waits this long, keep their arrival order.
+	LIFOAfter time.Duration
 	// MaxTenants bounds the tenants remembered at once (max_tenants, 10,000);
 	// requests of further tenants share one overflow tenant (OverflowTenant).
 	MaxTenants int
@@ -73,6 +83,7 @@ const (
 	DefaultMaxQueued      = 10_000
 	DefaultMaxQueuedBytes = 256 << 20
 	DefaultMaxQueueTime   = 60 * time.Second
+	DefaultLIFOAfter      = 5 * time.Second
 	DefaultMaxTenants     = 10_000
 )
 
@@ -83,6 +94,7 @@ func DefaultConfig() Config {
 		MaxQueued:      DefaultMaxQueued,
 		MaxQueuedBytes: DefaultMaxQueuedBytes,
 		MaxQueueTime:   DefaultMaxQueueTime,
+		LIFOAfter:      DefaultLIFOAfter,
 		MaxTenants:     DefaultMaxTenants,
 		PriorityHeader: true,
 	}
@@ -102,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxQueueTime <= 0 {
 		bad("max_queue_time: must be > 0, got %s", c.MaxQueueTime)
+	}
+	if c.LIFOAfter < 0 {
+		bad("lifo_after: must be >= 0 (0: first come, first served), got %s", c.LIFOAfter)
 	}
 	if c.MaxTenants < 1 {
 		bad("max_tenants: must be >= 1, got %d", c.MaxTenants)

@@ -266,7 +266,8 @@ func (q *Queue) push(it Item, t *tenant) {
 
 // Next returns the next request to dispatch when a replica has room: the
 // highest priority first; within a priority the tenant with the smallest
-// start tag; within a tenant the oldest. The tenant keeps a slot until Done.
+// start tag; within a tenant the oldest, or the newest once the oldest has
+// waited Config.LIFOAfter. The tenant keeps a slot until Done.
 func (q *Queue) Next(now time.Time) (Item, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -276,10 +277,16 @@ func (q *Queue) Next(now time.Time) (Item, bool) {
 	}
 	f := q.bh[0].fh[0]
 	e := f.head
+	if q.cfg.LIFOAfter > 0 && now.Sub(e.item.Enqueued) >= q.cfg.LIFOAfter {
+		e = f.tail // the flow is behind: newest first (Config.LIFOAfter)
+	}
 	f.band.v = f.start
 	f.start += max(e.item.Tokens, 1)
 	e.t.inflight++ // before unlink, so the tenant never looks idle
 	q.unlink(e)
+	if f.hidx >= 0 {
+		f.band.fh.fix(f.hidx) // its start tag moved (unlink fixes it only for a head)
+	}
 	q.dispatched++
 	return e.item, true
 }
@@ -386,9 +393,9 @@ func (q *Queue) Done(tenant string, now time.Time) bool {
 	return true
 }
 
-// Drain takes out every queued request in the order Next would have
-// dispatched them, releasing their tenant slots (shutdown: the shell
-// dispatches or answers each).
+// Drain takes out every queued request, highest priority first, tenants
+// in their fair order, each tenant's oldest first, releasing their tenant
+// slots (shutdown: the shell dispatches or answers each).
 func (q *Queue) Drain() []Item {
 	q.mu.Lock()
 	defer q.mu.Unlock()

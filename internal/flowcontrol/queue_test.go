@@ -218,6 +218,22 @@ func TestQueueSteps(t *testing.T) {
 			next(sec, "3"), next(sec, "5"), next(sec, "none"),
 			{at: sec, op: "remove", id: 5, want: "missing"},
 		}},
+		{name: "a tenant whose oldest waited lifo_after goes newest first", cfg: func(c *Config) { c.LIFOAfter = 5 * sec }, steps: []step{
+			admit(0, 1, 0, "a", 10, true, "queued"),
+			admit(sec, 2, 0, "a", 10, true, "queued"),
+			admit(2*sec, 3, 0, "a", 10, true, "queued"),
+			admit(2*sec, 4, 0, "b", 10, true, "queued"),
+			next(3*sec, "1"), // waited 3 s: first come, first served
+			next(6*sec, "4"), // the fair share: b's turn
+			next(6*sec, "3"), // a's oldest (2) waited 5 s: its newest first
+			next(6*sec, "2"),
+			next(6*sec, "none"),
+		}},
+		{name: "lifo_after 0 keeps arrival order however long the wait", cfg: func(c *Config) { c.LIFOAfter = 0 }, steps: []step{
+			admit(0, 1, 0, "a", 10, true, "queued"),
+			admit(sec, 2, 0, "a", 10, true, "queued"),
+			next(50*sec, "1"), next(50*sec, "2"),
+		}},
 		{name: "drain in dispatch order", steps: []step{
 			admit(0, 1, 0, "a", 10, true, "queued"),
 			admit(0, 2, 0, "a", 10, true, "queued"),
