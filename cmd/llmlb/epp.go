@@ -43,7 +43,6 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		Balancer:     srv.Balancer(),
 		Request:      srv.RequestConfig(),
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
-		MaxStreams:   cfg.Server.MaxConnections,
 		RouteHeaders: cfg.Proxy.RouteHeaders,
 		FlowControl:  cfg.FlowControl.Queue(),
 		Metrics:      srv.Recorder(),
@@ -57,7 +56,10 @@ func newEPPFrontend(srv *server.Server) (server.Frontend, error) {
 		BodyTimeout:           cfg.Server.ReadBodyTimeout,
 		FirstByteTimeout:      cfg.Proxy.FirstByteTimeout,
 		MaxInFlightPerReplica: cfg.EPP.MaxInFlightPerReplica,
-		TLS:                   tlsCfg,
+		// One gateway connection's share; server.max_connections still
+		// bounds the connections themselves.
+		MaxExchangesPerConnection: cfg.EPP.MaxExchangesPerConnection,
+		TLS:                       tlsCfg,
 	})
 }
 

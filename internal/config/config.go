@@ -59,6 +59,12 @@ type EPP struct {
 	// a replica at the bound is not picked; a request no other replica may
 	// take is refused 429 with Retry-After.
 	MaxInFlightPerReplica int
+	// MaxExchangesPerConnection bounds the exchanges (HTTP requests) one
+	// gateway connection may hold open at once
+	// (epp.max_exchanges_per_connection, 256): the gRPC port's HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS. Envoy opens another connection when
+	// one is full; a client that ignores the bound has the stream refused.
+	MaxExchangesPerConnection int
 	// TLS makes the gRPC port speak TLS (epp.tls.cert_file,
 	// epp.tls.key_file; off when empty). Read at start.
 	TLS TLS
@@ -198,7 +204,7 @@ func Default() Config {
 		Log:         Log{Level: "info", Format: "text", Access: true},
 		FlowControl: DefaultFlowControl(),
 		State:       sharedstate.DefaultConfig(),
-		EPP:         EPP{MaxInFlightPerReplica: 1024},
+		EPP:         EPP{MaxInFlightPerReplica: 1024, MaxExchangesPerConnection: 256},
 	}
 }
 

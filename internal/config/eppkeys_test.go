@@ -10,21 +10,26 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestEPPKeys: epp.max_in_flight_per_replica has its default, parses from
-// YAML and names itself when invalid.
+// TestEPPKeys: epp.max_in_flight_per_replica and
+// epp.max_exchanges_per_connection have their defaults, parse from YAML and
+// name themselves when invalid.
 func TestEPPKeys(t *testing.T) {
-	if got := Default().EPP.MaxInFlightPerReplica; got != 1024 {
-		t.Fatalf("default epp.max_in_flight_per_replica %d, want 1024", got)
+	if d := Default().EPP; d.MaxInFlightPerReplica != 1024 || d.MaxExchangesPerConnection != 256 {
+		t.Fatalf("defaults: max_in_flight_per_replica %d, max_exchanges_per_connection %d; want 1024, 256",
+			d.MaxInFlightPerReplica, d.MaxExchangesPerConnection)
 	}
 	tests := []struct {
-		name string
-		yaml string
-		want int
-		errs []string
+		name          string
+		yaml          string
+		perReplica    int
+		perConnection int
+		errs          []string
 	}{
-		{"set", "epp:\n  max_in_flight_per_replica: 64\n", 64, nil},
-		{"zero", "epp:\n  max_in_flight_per_replica: 0\n", 0, []string{`config: epp.max_in_flight_per_replica: must be > 0, got 0`}},
-		{"negative", "epp:\n  max_in_flight_per_replica: -3\n", -3, []string{`config: epp.max_in_flight_per_replica: must be > 0, got -3`}},
+		{"set", "epp:\n  max_in_flight_per_replica: 64\n  max_exchanges_per_connection: 32\n", 64, 32, nil},
+		{"zero", "epp:\n  max_in_flight_per_replica: 0\n", 0, 256, []string{`config: epp.max_in_flight_per_replica: must be > 0, got 0`}},
+		{"negative", "epp:\n  max_in_flight_per_replica: -3\n", -3, 256, []string{`config: epp.max_in_flight_per_replica: must be > 0, got -3`}},
+		{"zero per connection", "epp:\n  max_exchanges_per_connection: 0\n", 1024, 0, []string{`config: epp.max_exchanges_per_connection: must be > 0, got 0`}},
+		{"negative per connection", "epp:\n  max_exchanges_per_connection: -1\n", 1024, -1, []string{`config: epp.max_exchanges_per_connection: must be > 0, got -1`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,8 +37,8 @@ func TestEPPKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.EPP.MaxInFlightPerReplica != tc.want {
-				t.Fatalf("parsed %d, want %d", c.EPP.MaxInFlightPerReplica, tc.want)
+			if c.EPP.MaxInFlightPerReplica != tc.perReplica || c.EPP.MaxExchangesPerConnection != tc.perConnection {
+				t.Fatalf("parsed %d, %d; want %d, %d", c.EPP.MaxInFlightPerReplica, c.EPP.MaxExchangesPerConnection, tc.perReplica, tc.perConnection)
 			}
 			if d := cmp.Diff(tc.errs, messages(c.Validate())); d != "" {
 				t.Errorf("Validate mismatch (-want +got):\n%s", d)
@@ -70,7 +75,7 @@ func TestValidateEPPTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
-			tt.epp.MaxInFlightPerReplica = 1
+			tt.epp.MaxInFlightPerReplica, tt.epp.MaxExchangesPerConnection = 1, 1
 			c.EPP = tt.epp
 			got := messages(c.Validate())
 			if len(got) != len(tt.want) {

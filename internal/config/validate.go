@@ -64,6 +64,7 @@ func (c Config) Validate() error {
 
 	v.flowControl(c.FlowControl)
 	v.positiveInt("epp.max_in_flight_per_replica", int64(c.EPP.MaxInFlightPerReplica))
+	v.positiveInt("epp.max_exchanges_per_connection", int64(c.EPP.MaxExchangesPerConnection))
 	v.tls("epp.tls", c.EPP.TLS)
 	if f := c.EPP.ClientCAFile; f != "" {
 		pem, err := os.ReadFile(f)

@@ -97,11 +97,14 @@ type Options struct {
 	// MaxBodyBytes bounds a buffered request body (proxy.max_body_bytes);
 	// 0 means proxy.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// MaxStreams bounds the exchanges (HTTP requests) one gateway
-	// connection may have open at once, as server.max_connections bounds
-	// serve's clients: each may buffer a body up to MaxBodyBytes. 0 means
-	// DefaultMaxStreams.
-	MaxStreams int
+	// MaxExchangesPerConnection bounds the exchanges (HTTP requests) one
+	// gateway connection may hold open at once
+	// (epp.max_exchanges_per_connection), each of which may buffer a body
+	// up to MaxBodyBytes and hold a pick. It is the HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS of the port: a gateway at the bound
+	// opens another connection (Envoy) or waits (gRPC-Go), and a stream
+	// beyond it is refused. 0 means DefaultMaxExchangesPerConnection.
+	MaxExchangesPerConnection int
 	// FlowControl holds requests while every replica of their model is
 	// saturated (balancer saturation), with priorities, fair tenant shares
 	// and limits (package flowcontrol); the zero Config means
@@ -191,9 +194,10 @@ type Server struct {
 	stop context.CancelFunc // ends the health loop of Serve
 }
 
-// DefaultMaxStreams is Options.MaxStreams's default (serve's default
-// server.max_connections).
-const DefaultMaxStreams = 10000
+// DefaultMaxExchangesPerConnection is Options.MaxExchangesPerConnection's
+// default: a quarter of DefaultMaxInFlightPerReplica, so that one
+// connection alone cannot fill a replica's share of picks.
+const DefaultMaxExchangesPerConnection = 256
 
 // New returns a Server. It starts nothing: Serve does.
 func New(opts Options) (*Server, error) {
@@ -253,9 +257,9 @@ func New(opts Options) (*Server, error) {
 	// A BUFFERED gateway sends the whole body in one message: let one up to
 	// the body limit through (gRPC's default is 4 MiB) so that it is
 	// answered 413 or routed, not failed by the transport.
-	streams := opts.MaxStreams
+	streams := opts.MaxExchangesPerConnection
 	if streams <= 0 {
-		streams = DefaultMaxStreams
+		streams = DefaultMaxExchangesPerConnection
 	}
 	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(s.maxBody, 1<<30)) + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(min(streams, math.MaxUint32)))}

@@ -16,73 +16,112 @@ import (
 	"github.com/llmlb/llmlb/internal/request"
 )
 
-// TestMaxStreamsBoundsOpenExchanges: one gateway connection holds at most
-// MaxStreams exchanges open at once (each may buffer a body up to the body
-// limit); a further one waits until one ends, then is answered.
-func TestMaxStreamsBoundsOpenExchanges(t *testing.T) {
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+// TestExchangesPerConnectionAreBounded: one gateway connection holds at
+// most MaxExchangesPerConnection exchanges open at once (each may buffer a
+// body up to the body limit and hold a pick); a further one on that
+// connection waits until one ends, while another connection is served
+// meanwhile. One connection held 2,000 exchanges when the bound was
+// server.max_connections (10,000); the default row fails there.
+func TestExchangesPerConnectionAreBounded(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured int // Options.MaxExchangesPerConnection
+		held       int // the bound in effect
+	}{
+		{"configured", 2, 2},
+		{"default", 0, 256}, // epp.max_exchanges_per_connection's documented default
 	}
-	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r0", URL: "http://10.0.0.1:8000", Models: []string{"m"}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), MaxStreams: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := extprocv3.NewExternalProcessorClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bal, err := balancer.New(balancer.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r0", URL: "http://10.0.0.1:8000", Models: []string{"m"}}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), MaxExchangesPerConnection: tc.configured})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ln) }()
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+				<-served
+			})
+			// Two gateway connections (a ClientConn each).
+			dial := func() extprocv3.ExternalProcessorClient {
+				conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = conn.Close() })
+				return extprocv3.NewExternalProcessorClient(conn)
+			}
+			a, b := dial(), dial()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
 
-	// models is an exchange the picker answers at its headers.
-	models := func(ctx context.Context) error {
-		s, err := client.Process(ctx)
-		if err != nil {
-			return err
-		}
-		h := map[string]string{":method": http.MethodGet, ":path": "/v1/models"}
-		if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-			RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(h), EndOfStream: true}}}); err != nil {
-			return err
-		}
-		_, err = s.Recv()
+			if err := modelsExchange(ctx, a); err != nil { // a is up, its settings known
+				t.Fatal(err)
+			}
+			// a holds the bound's worth of exchanges: POSTs whose body never comes.
+			releases := make([]context.CancelFunc, tc.held)
+			for i := range releases {
+				holdCtx, release := context.WithCancel(ctx)
+				releases[i] = release
+				held, err := a.Process(holdCtx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := held.Send(headersOnly(call{mode: fullDuplex})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer func() {
+				for _, release := range releases {
+					release()
+				}
+			}()
+			answered := make(chan error, 1)
+			go func() { answered <- modelsExchange(ctx, a) }()
+			// Another connection is not held up by a's.
+			if err := modelsExchange(ctx, b); err != nil {
+				t.Fatalf("an exchange on another connection: %v", err)
+			}
+			// The wait below can only let a broken bound pass unnoticed,
+			// never fail a working one.
+			select {
+			case err := <-answered:
+				t.Fatalf("exchange %d on one connection was answered (%v) with %d held", tc.held+1, err, tc.held)
+			case <-time.After(300 * time.Millisecond):
+			}
+			releases[0]()
+			if err := <-answered; err != nil {
+				t.Fatalf("the waiting exchange, once a slot freed: %v", err)
+			}
+		})
+	}
+}
+
+// modelsExchange is an exchange the picker answers at its headers.
+func modelsExchange(ctx context.Context, client extprocv3.ExternalProcessorClient) error {
+	s, err := client.Process(ctx)
+	if err != nil {
 		return err
 	}
-	if err := models(ctx); err != nil { // the connection is up, its settings known
-		t.Fatal(err)
+	h := map[string]string{":method": http.MethodGet, ":path": "/v1/models"}
+	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(h), EndOfStream: true}}}); err != nil {
+		return err
 	}
-	// One exchange stays open: a POST whose body never comes.
-	holdCtx, release := context.WithCancel(ctx)
-	held, err := client.Process(holdCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := held.Send(headersOnly(call{mode: fullDuplex})); err != nil {
-		t.Fatal(err)
-	}
-	answered := make(chan error, 1)
-	go func() { answered <- models(ctx) }()
-	// The wait below can only let a broken bound pass unnoticed, never fail
-	// a working one.
-	select {
-	case err := <-answered:
-		t.Fatalf("a second exchange was answered (%v) while the only stream slot was held", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	release()
-	if err := <-answered; err != nil {
-		t.Fatalf("the waiting exchange, once the slot freed: %v", err)
-	}
+	_, err = s.Recv()
+	return err
 }

@@ -67,9 +67,9 @@ func TestEPPSharedToken(t *testing.T) {
 		}
 		stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 		if err == nil {
-			// The server's verdict comes with the first receive; a send
-			// that finds the stream already refused returns io.EOF, and
-			// the status is Recv's too.
+			// The server's verdict comes with the first receive. A server
+			// that refused the stream before the send makes Send return
+			// io.EOF; the status is then Recv's too.
 			err = stream.Send(&extprocv3.ProcessingRequest{})
 			if err == nil || errors.Is(err, io.EOF) {
 				_ = stream.CloseSend()
