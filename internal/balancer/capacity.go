@@ -70,10 +70,17 @@ type capacity struct {
 	plateau  float64 // running on the last scrapes, all with requests waiting
 	streak   int     // consecutive scrapes with requests waiting and running == plateau
 	atScrape int     // own + peer in-flight requests at the last scrape
-	queuedAt bool    // some scrape showed requests waiting in its queue
+	queuedAt bool    // some scrape showed requests waiting for memory
 	atLimit  int     // consecutive scrapes running the limit with none waiting
 	probe    bool    // one request past the limit may be sent
 }
+
+// kvFullUsage is the KV cache usage from which requests waiting in a
+// replica's queue are taken as waiting for memory (vLLM admits a request
+// only when its blocks fit). Below it, requests wait for a step's token
+// budget: they start as prefills progress, long before others end, and
+// holding them back would leave the engine's budget unused.
+const kvFullUsage = 0.75
 
 // plateauScrapes is how many scrapes in a row must show the same number
 // running while requests wait before that number is taken as the slot
@@ -87,7 +94,7 @@ const plateauScrapes = 3
 // peers' in-flight requests at that moment.
 func (c *capacity) observe(snap Snapshot, sent int) {
 	c.atScrape = sent
-	c.queuedAt = c.queuedAt || snap.Waiting >= 1
+	c.queuedAt = c.queuedAt || (snap.Waiting >= 1 && snap.KVCacheUsage >= kvFullUsage)
 	c.probe = false
 	if snap.Waiting >= 1 {
 		c.atLimit = 0
@@ -147,12 +154,15 @@ func (r *replica) occupancy() float64 {
 }
 
 // queued is how many requests wait in the replica's own queue now, when
-// its last scrape showed some waiting: that number, moved by what this
-// balancer and its peers sent (each waits behind them) and saw end (each
-// lets one start) since. ok is false when the last scrape showed none
-// waiting: the replica had room then, and how much is its limit's to say.
+// its last scrape showed some waiting for memory (KV cache usage at least
+// kvFullUsage): that number, moved by what this balancer and its peers
+// sent (each waits behind them) and saw end (each frees the memory or the
+// slot one waiting needs) since. ok is false otherwise: the replica had
+// room then, or its queue was one of requests waiting for a step's token
+// budget, which start as prefills progress; how much room is its limit's
+// to say.
 func (r *replica) queued() (n float64, ok bool) {
-	if r.snap.Waiting < 1 {
+	if r.snap.Waiting < 1 || r.snap.KVCacheUsage < kvFullUsage {
 		return 0, false
 	}
 	return r.snap.Waiting + float64(r.inFlight+r.peerInFlight-r.cap.atScrape), true
@@ -161,8 +171,8 @@ func (r *replica) queued() (n float64, ok bool) {
 // full reports whether the replica holds as many requests as it can run
 // plus the headroom of its own queue. Two signals say so: the occupancy
 // against the slot limit (configured or learned), and the engine's own
-// queue, which a replica bound by its KV cache or its step's token budget
-// fills well below its slot limit.
+// queue of requests waiting for memory, which a replica bound by its KV
+// cache fills well below its slot limit.
 func (b *Balancer) full(r *replica) bool {
 	headroom := float64(b.cfg.Saturation.Headroom)
 	if n, ok := r.queued(); ok && n >= headroom {
@@ -170,7 +180,7 @@ func (b *Balancer) full(r *replica) bool {
 	}
 	limit := b.limit(r)
 	if limit <= 0 && r.cap.queuedAt {
-		// A replica that has queued has a limit, not learned yet: twice
+		// A replica that has queued for memory has a limit, not learned yet: twice
 		// the most it has run with none waiting, so that a pool held at
 		// saturation fills it by doublings, scrape by scrape, rather
 		// than all at once.

@@ -108,9 +108,11 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 }
 
 // TestSaturationFromTheEngineQueue: a replica whose last scrape showed
-// requests waiting in its own queue is full, whatever its limit, until as
+// requests waiting for memory in its own queue (its KV cache at least
+// kvFullUsage used; below, they wait for a step's token budget and start
+// as prefills progress) is full, whatever its limit, until as
 // many of the requests it holds have ended as waited then (plus the
-// headroom); one that has queued and has no limit learned yet is full at
+// headroom); one that has queued so and has no limit learned yet is full at
 // twice the most it ran with none waiting, so a held pool fills it by
 // doublings rather than all at once.
 func TestSaturationFromTheEngineQueue(t *testing.T) {
@@ -128,8 +130,15 @@ func TestSaturationFromTheEngineQueue(t *testing.T) {
 		if full() {
 			t.Fatalf("headroom %d: full with no limit and nothing waiting", headroom)
 		}
-		// Of the 5 sent, 3 run and 2 wait in the engine's queue.
-		b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 2}, nil, t0.Add(time.Second))
+		// Of the 5 sent, 3 run and 2 wait in the engine's queue, with
+		// the KV cache below kvFullUsage: they wait for a step's token
+		// budget, and start as prefills progress.
+		b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 2, KVCacheUsage: 0.5}, nil, t0.Add(time.Second))
+		if full() {
+			t.Fatalf("headroom %d: full with requests waiting for the token budget", headroom)
+		}
+		// The same with the KV cache full: they wait for memory.
+		b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 2, KVCacheUsage: 0.95}, nil, t0.Add(time.Second))
 		// Full until 3 - headroom of them end: each end lets one of the
 		// 2 waiting start, and the third frees a slot (headroom 0) or
 		// leaves room for one to wait (headroom 1).
