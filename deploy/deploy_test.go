@@ -194,7 +194,7 @@ func TestEveryMetricInDashboardAndRulesIsExported(t *testing.T) {
 	}
 }
 
-// TestRuleFile: the seeds' four alerts and the SLO alerts are there, each
+// TestRuleFile: the four routing alerts (docs/ROUTING.md, "Alerts") and the SLO alerts are there, each
 // with a severity and a runbook section in docs/OPERATIONS.md.
 func TestRuleFile(t *testing.T) {
 	ops := strings.ToLower(string(read(t, "../docs/OPERATIONS.md")))

@@ -18,8 +18,8 @@ import (
 	"github.com/llmlb/llmlb/internal/testutil/hostile"
 )
 
-// Regression tests of issue 10 (hostile clients and upstreams) on the proxy
-// port. Each names its item; each failed on the code before the fix.
+// Regression tests of docs/SECURITY.md's "Proxy port and upstreams" on the
+// proxy port (hostile clients and upstreams). Each names its attack; each failed on the code before the fix.
 
 const streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 
