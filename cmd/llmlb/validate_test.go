@@ -100,8 +100,9 @@ func TestValidateCommand(t *testing.T) {
 }
 
 // TestValidateReadsWhatServeReads: validate takes serve's --policy and
-// --log-level and the same LLMLB_* environment, and routing.policy in the
-// file accepts the other routers' names that --policy does.
+// --log-level and the same LLMLB_* environment, runs without a file when
+// they say what to serve (as serve does), and routing.policy in the file
+// accepts the other routers' names that --policy does.
 func TestValidateReadsWhatServeReads(t *testing.T) {
 	dir := t.TempDir()
 	aliased := filepath.Join(dir, "aliased.yaml")
@@ -123,6 +124,9 @@ func TestValidateReadsWhatServeReads(t *testing.T) {
 		{"--policy wins over LLMLB_POLICY", []string{"--policy", "sticky", example}, map[string]string{"LLMLB_POLICY": "rr"}, "policy sticky\n", ""},
 		{"LLMLB_CONFIG", nil, map[string]string{"LLMLB_CONFIG": example}, "ok: 4 replicas, policy cost\n", ""},
 		{"LLMLB_REPLICA", []string{example}, map[string]string{"LLMLB_REPLICA": "http://x:1,http://y:1"}, "ok: 2 replicas", ""},
+		{"no file: serve's flags alone, as serve runs", []string{"--replica", "a=http://x:1", "--policy", "rr"}, nil, "ok: 1 replicas, policy rr\n", ""},
+		{"no file: LLMLB_REPLICA alone", nil, map[string]string{"LLMLB_REPLICA": "http://x:1,http://y:1"}, "ok: 2 replicas, policy cost\n", ""},
+		{"no file: a bad flag is named", []string{"--replica", "a=ftp://x:1"}, nil, "", "flags: 1 problem(s)"},
 		{"a policy llmlb lacks", []string{example}, map[string]string{"LLMLB_POLICY": "random"}, "", "no equivalent policy"},
 		{"a bad LLMLB_LOG_LEVEL", []string{example}, map[string]string{"LLMLB_LOG_LEVEL": "loud"}, "", "problem(s)"},
 	}
