@@ -53,13 +53,13 @@ func TestValidateCommand(t *testing.T) {
 			`config: replicas[0].url: "http://a:8000/v1" ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)`,
 			`config: replicas[1].name: "a" is also the name of replicas[0]; names must be unique`,
 		}},
-		// Attack 11: a replica name that is not UTF-8 fails validate (it
+		// docs/SECURITY.md [11]: a replica name that is not UTF-8 fails validate (it
 		// used to pass and panic serve on the first scrape).
 		{name: "non-UTF-8 replica name", args: []string{"--replica", "gpu\xff=http://127.0.0.1:8000", "--config", "../../examples/llmlb.yaml"},
 			wantErr: "1 problem(s)", wantStderr: []string{
 				`config: replicas[0].name: "gpu\xff" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
 			}},
-		// Attack 13: an admin listener on the network without a token is
+		// docs/SECURITY.md [13]: an admin listener on the network without a token is
 		// valid but said loudly.
 		{name: "admin on the network without a token", args: []string{"--admin-listen", "0.0.0.0:9090", "--config", secret},
 			wantStdout: "ok: 1 replicas", wantStderr: []string{
