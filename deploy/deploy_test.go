@@ -39,8 +39,11 @@ func read(t *testing.T, path string) []byte {
 
 // exported returns every series name on llmlb's /metrics right after
 // start-up (two replicas with declared models, nothing scraped or served
-// yet), histograms with their _bucket, _sum and _count names.
-func exported(t *testing.T) (map[string]bool, string) {
+// yet), histograms with their _bucket, _sum and _count names; and
+// separately the flow-control series, which exist once a model's first
+// request has passed flow control and, for the queue-wait histogram, once a
+// held request was dispatched.
+func exported(t *testing.T) (names map[string]bool, body string, flow map[string]bool) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Replicas = []config.Replica{
@@ -51,6 +54,22 @@ func exported(t *testing.T) (map[string]bool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	names, body = metricsPage(t, srv)
+
+	// One request of the model (its replicas are unreachable: the answer
+	// is an error) gives it a flow-control queue; a wait recorded as the
+	// proxy records a held request's gives the queue-wait histogram a series.
+	rec := httptest.NewRecorder()
+	srv.ProxyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"qwen","messages":[{"role":"user","content":"hi"}]}`)))
+	srv.Metrics().QueueWait(0, time.Second)
+	flow, _ = metricsPage(t, srv)
+	return names, body, flow
+}
+
+// metricsPage returns the series names on srv's /metrics and the page.
+func metricsPage(t *testing.T, srv *server.Server) (map[string]bool, string) {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusOK {
@@ -132,9 +151,10 @@ func rules(t *testing.T) ruleFile {
 
 // TestEveryMetricInDashboardAndRulesIsExported: a dashboard panel or an
 // alert naming a metric llmlb does not export (yet) would stay empty or
-// never fire; every name must be on /metrics from start-up.
+// never fire; every name must be on /metrics from start-up, except flow
+// control's, which must be there once the model's first request passed.
 func TestEveryMetricInDashboardAndRulesIsExported(t *testing.T) {
-	names, body := exported(t)
+	names, body, flow := exported(t)
 	exprs := dashboardExprs(t)
 	for _, g := range rules(t).Groups {
 		for _, r := range g.Rules {
@@ -145,7 +165,12 @@ func TestEveryMetricInDashboardAndRulesIsExported(t *testing.T) {
 	for _, e := range exprs {
 		for _, m := range metricName.FindAllString(e, -1) {
 			seen++
-			if !names[m] {
+			switch {
+			case strings.HasPrefix(m, "llmlb_flow_"):
+				if !flow[m] {
+					t.Errorf("%s (in %q) is not exported by /metrics once flow control saw a request", m, e)
+				}
+			case !names[m]:
 				t.Errorf("%s (in %q) is not exported by /metrics at start-up", m, e)
 			}
 		}
@@ -169,7 +194,7 @@ func TestEveryMetricInDashboardAndRulesIsExported(t *testing.T) {
 	}
 }
 
-// TestRuleFile: the seeds' four alerts and the SLO alerts are there, each
+// TestRuleFile: the four routing alerts (docs/ROUTING.md, "Alerts") and the SLO alerts are there, each
 // with a severity and a runbook section in docs/OPERATIONS.md.
 func TestRuleFile(t *testing.T) {
 	ops := strings.ToLower(string(read(t, "../docs/OPERATIONS.md")))

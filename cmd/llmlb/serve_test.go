@@ -26,7 +26,7 @@ func adminDo(h http.Handler, method, path, auth string) int {
 	return w.Code
 }
 
-// Attack 13: an admin_token added to the file and applied by SIGHUP guards
+// docs/SECURITY.md [13]: an admin_token added to the file and applied by SIGHUP guards
 // the admin API at once (it used to be ignored until a restart); a reload
 // of an invalid file changes nothing, says so at ERROR and is counted.
 func TestReloadAppliesAdminToken(t *testing.T) {
@@ -82,7 +82,7 @@ func TestReloadAppliesAdminToken(t *testing.T) {
 	}
 }
 
-// Attack 13: serve on a non-loopback admin address without a token warns
+// docs/SECURITY.md [13]: serve on a non-loopback admin address without a token warns
 // at start (it keeps running: reads for monitoring, mutations disabled).
 func TestServeWarnsAboutAnExposedAdmin(t *testing.T) {
 	cfg, err := serveConfig([]string{"--admin-listen", "0.0.0.0:9090"}, &bytes.Buffer{})

@@ -30,7 +30,7 @@ func validateMain(args []string, stdout, stderr io.Writer) error {
 func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "configuration `FILE` to check (required)")
+	path := fs.String("config", "", "configuration `FILE` to check (without it, the defaults with serve's flags, as serve runs)")
 	printCfg := fs.Bool("print", false, "print the effective configuration (defaults filled in, secrets redacted)")
 	listen := fs.String("listen", "", "as for serve: override listen")
 	adminListen := fs.String("admin-listen", "", "as for serve: override admin_listen")
@@ -43,7 +43,7 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmlb validate --config FILE [--print] [serve's --listen, --admin-listen, --replica, --policy, --log-level]")
+		fmt.Fprintln(stderr, "usage: llmlb validate [--config FILE] [--print] [serve's --listen, --admin-listen, --replica, --policy, --log-level]")
 		fmt.Fprintln(stderr, "\nChecks a configuration and explains every error (docs/CONFIG.md). As serve, it reads")
 		fmt.Fprintln(stderr, "LLMLB_<FLAG> environment variables (LLMLB_CONFIG, LLMLB_POLICY, ...) for flags not given.")
 		fmt.Fprintln(stderr, "\nflags:")
@@ -60,12 +60,19 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 	if err := flagsFromEnv(fs, lookupEnv); err != nil {
 		return err
 	}
-	if *path == "" {
+	// Like serve, validate runs without a file when flags (or LLMLB_*
+	// variables) say what to serve: it then checks the defaults with them.
+	source := *path
+	cfg, err := config.Default(), error(nil)
+	switch {
+	case *path != "":
+		cfg, err = config.Load(*path)
+	case fs.NFlag() == 0:
 		fs.Usage()
-		return errors.New("--config FILE is required")
+		return errors.New("--config FILE is required (or serve's flags, such as --replica, to check without a file)")
+	default:
+		source = "flags"
 	}
-
-	cfg, err := config.Load(*path)
 	if err == nil || cfg.Listen != "" { // decoded, perhaps with errors: check the rest too
 		ferr := config.ApplyFlags(&cfg, *listen, *adminListen, replicas)
 		if *logLevel != "" {
@@ -87,7 +94,7 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
 		}
-		return fmt.Errorf("%s: %d problem(s)", *path, len(problems))
+		return fmt.Errorf("%s: %d problem(s)", source, len(problems))
 	}
 
 	if *printCfg {

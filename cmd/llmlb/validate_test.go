@@ -53,13 +53,13 @@ func TestValidateCommand(t *testing.T) {
 			`config: replicas[0].url: "http://a:8000/v1" ends in /v1; give the server's root (llmlb adds /v1/... and /metrics itself)`,
 			`config: replicas[1].name: "a" is also the name of replicas[0]; names must be unique`,
 		}},
-		// Attack 11: a replica name that is not UTF-8 fails validate (it
+		// docs/SECURITY.md [11]: a replica name that is not UTF-8 fails validate (it
 		// used to pass and panic serve on the first scrape).
 		{name: "non-UTF-8 replica name", args: []string{"--replica", "gpu\xff=http://127.0.0.1:8000", "--config", "../../examples/llmlb.yaml"},
 			wantErr: "1 problem(s)", wantStderr: []string{
 				`config: replicas[0].name: "gpu\xff" has a forbidden character at byte 3: names are letters, digits and . _ : - (it appears in headers, metrics and admin URLs)`,
 			}},
-		// Attack 13: an admin listener on the network without a token is
+		// docs/SECURITY.md [13]: an admin listener on the network without a token is
 		// valid but said loudly.
 		{name: "admin on the network without a token", args: []string{"--admin-listen", "0.0.0.0:9090", "--config", secret},
 			wantStdout: "ok: 1 replicas", wantStderr: []string{
@@ -100,8 +100,9 @@ func TestValidateCommand(t *testing.T) {
 }
 
 // TestValidateReadsWhatServeReads: validate takes serve's --policy and
-// --log-level and the same LLMLB_* environment, and routing.policy in the
-// file accepts the other routers' names that --policy does.
+// --log-level and the same LLMLB_* environment, runs without a file when
+// they say what to serve (as serve does), and routing.policy in the file
+// accepts the other routers' names that --policy does.
 func TestValidateReadsWhatServeReads(t *testing.T) {
 	dir := t.TempDir()
 	aliased := filepath.Join(dir, "aliased.yaml")
@@ -123,6 +124,9 @@ func TestValidateReadsWhatServeReads(t *testing.T) {
 		{"--policy wins over LLMLB_POLICY", []string{"--policy", "sticky", example}, map[string]string{"LLMLB_POLICY": "rr"}, "policy sticky\n", ""},
 		{"LLMLB_CONFIG", nil, map[string]string{"LLMLB_CONFIG": example}, "ok: 4 replicas, policy cost\n", ""},
 		{"LLMLB_REPLICA", []string{example}, map[string]string{"LLMLB_REPLICA": "http://x:1,http://y:1"}, "ok: 2 replicas", ""},
+		{"no file: serve's flags alone, as serve runs", []string{"--replica", "a=http://x:1", "--policy", "rr"}, nil, "ok: 1 replicas, policy rr\n", ""},
+		{"no file: LLMLB_REPLICA alone", nil, map[string]string{"LLMLB_REPLICA": "http://x:1,http://y:1"}, "ok: 2 replicas, policy cost\n", ""},
+		{"no file: a bad flag is named", []string{"--replica", "a=ftp://x:1"}, nil, "", "flags: 1 problem(s)"},
 		{"a policy llmlb lacks", []string{example}, map[string]string{"LLMLB_POLICY": "random"}, "", "no equivalent policy"},
 		{"a bad LLMLB_LOG_LEVEL", []string{example}, map[string]string{"LLMLB_LOG_LEVEL": "loud"}, "", "problem(s)"},
 	}

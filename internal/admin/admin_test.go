@@ -381,7 +381,7 @@ func TestMetricsGather(t *testing.T) {
 	m.ForgetReplica("a")
 }
 
-// Attack 11, defence in depth: a URL with credentials that reached the core
+// docs/SECURITY.md [11], defence in depth: a URL with credentials that reached the core
 // some other way is shown without them.
 func TestReplicasNeverShowCredentials(t *testing.T) {
 	h, bal := newAdmin(t, "")

@@ -349,8 +349,8 @@ type stateCollector struct {
 var (
 	descInFlight       = prometheus.NewDesc("llmlb_replica_in_flight", "The balancer's own in-flight requests to the replica.", []string{"replica"}, nil)
 	descInFlightWeight = prometheus.NewDesc("llmlb_replica_in_flight_weight", "The balancer's in-flight requests to the replica, each weighted by its estimated tokens (routing.load.token_unit tokens weigh 1).", []string{"replica"}, nil)
-	descEffRunning     = prometheus.NewDesc("llmlb_replica_effective_running", "Requests the routing counts as running on the replica: the larger of the scraped running count and the balancer's own in-flight.", []string{"replica"}, nil)
-	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "Requests the routing counts as queued on the replica: the scraped waiting count plus the balancer's in-flight not yet seen running.", []string{"replica"}, nil)
+	descEffRunning     = prometheus.NewDesc("llmlb_replica_effective_running", "The running load the routing counts on the replica, token-weighted (1 = routing.load.token_unit tokens): the larger of the scraped running count and the balancer's own in-flight weight. vLLM's own count is llmlb_replica_scraped_running.", []string{"replica"}, nil)
+	descEffWaiting     = prometheus.NewDesc("llmlb_replica_effective_waiting", "The queued load the routing counts on the replica, token-weighted: the scraped waiting count plus the balancer's in-flight weight not yet seen running. vLLM's own count is llmlb_replica_scraped_waiting.", []string{"replica"}, nil)
 	descScrRunning     = prometheus.NewDesc("llmlb_replica_scraped_running", "vllm:num_requests_running at the last scrape.", []string{"replica"}, nil)
 	descScrWaiting     = prometheus.NewDesc("llmlb_replica_scraped_waiting", "vllm:num_requests_waiting at the last scrape.", []string{"replica"}, nil)
 	descLoad           = prometheus.NewDesc("llmlb_replica_load", "The load the routing counts on the replica: effective running plus waiting, requests weighted by their tokens (1 = routing.load.token_unit tokens).", []string{"replica"}, nil)

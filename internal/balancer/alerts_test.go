@@ -52,7 +52,7 @@ func firing(b *Balancer, now time.Time, name string) bool {
 	return false
 }
 
-// TestAlerts has one case per alert of SPEC s5, each checked just before
+// TestAlerts has one case per alert of docs/ROUTING.md, "Alerts", each checked just before
 // and at its threshold.
 func TestAlerts(t *testing.T) {
 	m := time.Minute

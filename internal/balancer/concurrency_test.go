@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestConcurrentSelectSpreadsEvenly is incident 2 under -race: 64 goroutines
+// TestConcurrentSelectSpreadsEvenly is the WLC blind spot under -race: 64 goroutines
 // select at the same instant on one stale scrape snapshot (all idle) across 4
 // replicas; the atomic reservation makes each see the others' load.
 func TestConcurrentSelectSpreadsEvenly(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"github.com/llmlb/llmlb/internal/policy"
 )
 
-// Config is the routing core's configuration: plain data with the seeds'
-// values as defaults (DefaultConfig) and a Validate that names the bad key.
+// Config is the routing core's configuration: plain data with the
+// defaults of docs/ROUTING.md (DefaultConfig) and a Validate that names the bad key.
 // The YAML keys are given in the field comments; package config maps them.
 type Config struct {
 	// Policy names the policy that makes the choice (routing.policy; ""

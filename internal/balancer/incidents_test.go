@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// sim is a fleet on a simulated clock for the four incidents of seed 002:
+// sim is a fleet on a simulated clock for the four failures docs/ROUTING.md's rules prevent
+// (crystallization, the WLC blind spot, users' requests as probes, flapping):
 // every request holds a slot on its replica until it ends; every 3 s each
 // replica is scraped (running = its requests up to slots, waiting = the
 // rest) unless down(name, now) says its /metrics fails.
@@ -73,7 +74,7 @@ func (s *sim) send(p *Profile, now time.Time, d time.Duration) *Reservation {
 	return res
 }
 
-// Incident 1, crystallization: one shared system prompt (one prefix key) and
+// Crystallization (docs/ROUTING.md, "Pin life cycle"): one shared system prompt (one prefix key) and
 // 200 agent sessions for 60 simulated minutes must not end up on one replica.
 func TestIncident1NoCrystallization(t *testing.T) {
 	s := newSim(t, 4)
@@ -126,7 +127,7 @@ func TestIncident1NoCrystallization(t *testing.T) {
 	}
 }
 
-// Incident 2, the WLC blind spot: a burst between two scrapes (all replicas
+// The WLC blind spot (docs/ROUTING.md, "Effective load"): a burst between two scrapes (all replicas
 // scraped idle) is spread by the reservations, never double-booked.
 func TestIncident2BurstBetweenScrapes(t *testing.T) {
 	tests := []struct {
@@ -176,7 +177,7 @@ func TestIncident2BurstBetweenScrapes(t *testing.T) {
 	}
 }
 
-// Incident 3, health through user traffic: an ejected replica receives no
+// Health without users' requests as probes (docs/ROUTING.md, "Health"): an ejected replica receives no
 // request until it has passed the way back (2 scrapes after the cooldown,
 // PROBING, a clean 15 s), with steady traffic all along.
 func TestIncident3NoUserRequestAsProbe(t *testing.T) {
@@ -228,7 +229,7 @@ func TestIncident3NoUserRequestAsProbe(t *testing.T) {
 	}
 }
 
-// Incident 4, flapping: a replica whose /metrics alternates 15 s down / 15 s
+// Flapping (docs/ROUTING.md, "Health"): a replica whose /metrics alternates 15 s down / 15 s
 // up gets the growing cooldowns 30/60/120/240/300/300, never becomes LIVE
 // again, and never gets a pin.
 func TestIncident4Flapping(t *testing.T) {

@@ -6,17 +6,18 @@ import (
 	"time"
 )
 
-// TestRules has one named case per rule of SPEC s2.2 and s3; the health
-// rules of s4 are in package health (TestMachine, TestBackoffSequence,
-// TestStreakReset) plus the balancer-level cases below and in
-// TestHealthThroughBalancer; the alerts of s5 are in TestAlerts.
+// TestRules has one named case per rule of docs/ROUTING.md's "Effective
+// load", "Selection" (steps 1-5) and "Pin life cycle"; the health rules are
+// in package health (TestMachine, TestBackoffSequence, TestStreakReset) plus
+// the balancer-level cases below and in TestHealthThroughBalancer; the
+// alerts are in TestAlerts.
 //
-// SPEC s2.2  effective_running = max(scraped_running, wlc_in_flight);
+// load    effective_running = max(scraped_running, wlc_in_flight);
 //
 //	effective_waiting = scraped_waiting + max(0, wlc - scraped_running);
 //	wlc weighted by tokens.
 //
-// SPEC s3    1. pool: LIVE and PROBING (EJECTED, draining: none; PROBING capped)
+// steps   1. pool: LIVE and PROBING (EJECTED, draining: none; PROBING capped)
 //  2. no-wait, else LIVE, else all routable
 //  3. least-loaded, ties round-robin, LIVE over PROBING
 //  4. pin: session first, then prefix; usable only if LIVE, no queue,
@@ -33,107 +34,107 @@ func TestRules(t *testing.T) {
 		replicas int
 		steps    []ev
 	}{
-		// SPEC s2.2: effective load.
-		{"s2.2 WLC: the balancer's own in-flight requests count between scrapes", 3, []ev{
+		// Effective load.
+		{"load: WLC: the balancer's own in-flight requests count between scrapes", 3, []ev{
 			{op: "select", want: "a"}, {op: "select", want: "b"}, {op: "select", want: "c"}, {op: "select", want: "a"},
 		}},
-		{"s2.2 in-flight requests are weighted by tokens", 2, []ev{
+		{"load: in-flight requests are weighted by tokens", 2, []ev{
 			{op: "select", tokens: 100_000, want: "a"},
 			{op: "scrape", r: "a", run: 1}, {op: "scrape", r: "b", run: 5},
 			{op: "select", want: "b"}, // a: running max(1,100), waiting 99
 		}},
 
-		// SPEC s3 step 1: the pool.
-		{"s3.1 pool: an EJECTED replica gets no traffic", 2, []ev{
+		// Step 1: the pool.
+		{"step 1 pool: an EJECTED replica gets no traffic", 2, []ev{
 			{op: "fail", r: "a", state: "EJECTED"},
 			{op: "select", want: "b", release: true}, {op: "select", want: "b", release: true},
 		}},
-		{"s3.1 pool: a draining replica gets no new traffic", 2, []ev{
+		{"step 1 pool: a draining replica gets no new traffic", 2, []ev{
 			{op: "drain", r: "a"},
 			{op: "select", want: "b", release: true}, {op: "select", want: "b", release: true},
 		}},
-		{"s3.1 pool: PROBING takes at most probing.max_in_flight", 2, []ev{
+		{"step 1 pool: PROBING takes at most probing.max_in_flight", 2, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "probe", r: "b", state: "PROBING"},
 			{at: 40 * s, op: "select", want: "b"}, {at: 40 * s, op: "select", want: "b"},
 			{at: 40 * s, op: "select", want: "any", reason: ReasonFallback},
 		}},
 
-		// SPEC s3 step 2: no-wait.
-		{"s3.2 no-wait: a LIVE replica without queue beats a less loaded queued one", 3, []ev{
+		// Step 2: no-wait.
+		{"step 2 no-wait: a LIVE replica without queue beats a less loaded queued one", 3, []ev{
 			{op: "scrape", r: "a", run: 1, wait: 2}, {op: "scrape", r: "b", run: 5}, {op: "scrape", r: "c", run: 9, wait: 1},
 			{op: "select", want: "b", reason: ReasonLoad},
 		}},
-		{"s3.2 otherwise LIVE ones: a queued LIVE replica beats an idle PROBING one", 2, []ev{
+		{"step 2 otherwise LIVE ones: a queued LIVE replica beats an idle PROBING one", 2, []ev{
 			{op: "fail", r: "b"}, {op: "probe", r: "b", state: "PROBING"},
 			{at: 40 * s, op: "scrape", r: "a", run: 4, wait: 1},
 			{at: 40 * s, op: "select", want: "a"},
 		}},
-		{"s3.2 otherwise all routable: PROBING when no replica is LIVE", 2, []ev{
+		{"step 2 otherwise all routable: PROBING when no replica is LIVE", 2, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "probe", r: "b"},
 			{at: 40 * s, op: "select", want: "b", reason: ReasonLoad},
 		}},
 
-		// SPEC s3 step 3: least-loaded.
-		{"s3.3 least-loaded: the minimum effective_running wins", 3, []ev{
+		// Step 3: least-loaded.
+		{"step 3 least-loaded: the minimum effective_running wins", 3, []ev{
 			{op: "scrape", r: "a", run: 3}, {op: "scrape", r: "b", run: 1}, {op: "scrape", r: "c", run: 2},
 			{op: "select", want: "b"},
 		}},
-		{"s3.3 ties are broken round-robin", 3, []ev{
+		{"step 3 ties are broken round-robin", 3, []ev{
 			{op: "select", want: "a", release: true}, {op: "select", want: "b", release: true},
 			{op: "select", want: "c", release: true}, {op: "select", want: "a", release: true},
 		}},
-		{"s3.3 LIVE is preferred over PROBING on a tie", 2, []ev{
+		{"step 3 LIVE is preferred over PROBING on a tie", 2, []ev{
 			{op: "fail", r: "b"}, {op: "probe", r: "b", state: "PROBING"},
 			{at: 40 * s, op: "select", want: "a", release: true}, {at: 40 * s, op: "select", want: "a", release: true},
 			{at: 40 * s, op: "select", want: "a", release: true},
 		}},
 
-		// SPEC s3 step 4: pins.
-		{"s3.4 a new session is pinned where it lands", 3, []ev{
+		// Step 4: pins.
+		{"step 4 a new session is pinned where it lands", 3, []ev{
 			{op: "select", sess: "s1", want: "a", pin: "session new", release: true},
 			{op: "pinned", sess: "s1", want: "a"},
 		}},
-		{"s3.4 a usable session pin routes there (affinity)", 3, []ev{
+		{"step 4 a usable session pin routes there (affinity)", 3, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity, pin: "session used"},
 		}},
-		{"s3.4 session key first, then prefix key", 3, []ev{
+		{"step 4 session key first, then prefix key", 3, []ev{
 			{op: "select", pfx: "p1", want: "a", release: true},
 			{op: "select", sess: "s1", want: "b", release: true},
 			{op: "select", sess: "s1", pfx: "p1", want: "b", reason: ReasonAffinity, pin: "session used"},
 		}},
-		{"s3.4 usable only if LIVE (a PROBING pin spills)", 2, []ev{
+		{"step 4 usable only if LIVE (a PROBING pin spills)", 2, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{at: 1 * s, op: "fail", r: "a"}, {at: 1 * s, op: "probe", r: "a", state: "PROBING"},
 			{at: 40 * s, op: "select", sess: "s1", want: "b", reason: ReasonLoad, pin: "spill: not LIVE"},
 		}},
-		{"s3.4 usable only if effective_waiting == 0", 3, []ev{
+		{"step 4 usable only if effective_waiting == 0", 3, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", wait: 1},
 			{op: "select", sess: "s1", want: "b", pin: "spill: queue"},
 		}},
-		{"s3.4 session pin usable within min_r + 1", 3, []ev{
+		{"step 4 session pin usable within min_r + 1", 3, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 1},
 			{op: "select", sess: "s1", want: "a", reason: ReasonAffinity},
 		}},
-		{"s3.4 session pin not usable above min_r + 1", 3, []ev{
+		{"step 4 session pin not usable above min_r + 1", 3, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 2},
 			{op: "select", sess: "s1", want: "b", reason: ReasonLoad, pin: "spill: running > min_r+slack"},
 		}},
-		{"s3.4 prefix pin usable at min_r (slack 0)", 3, []ev{
+		{"step 4 prefix pin usable at min_r (slack 0)", 3, []ev{
 			{op: "select", pfx: "p1", want: "a", pin: "prefix new", release: true},
 			{op: "select", pfx: "p1", want: "a", reason: ReasonAffinity, pin: "prefix used"},
 		}},
-		{"s3.4 prefix pin not usable above min_r", 3, []ev{
+		{"step 4 prefix pin not usable above min_r", 3, []ev{
 			{op: "select", pfx: "p1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 1},
 			{op: "select", pfx: "p1", want: "b", pin: "prefix spill"},
 		}},
 
-		// SPEC s3: the pin life cycle (incident 1).
-		{"s3 spills are counted and a used pin resets them", 2, []ev{
+		// The pin life cycle (against crystallization).
+		{"pins: spills are counted and a used pin resets them", 2, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 2},
 			{op: "select", sess: "s1", want: "b", pin: "spill", release: true},
@@ -145,7 +146,7 @@ func TestRules(t *testing.T) {
 			{op: "select", sess: "s1", want: "b", pin: "spill", release: true},
 			{op: "pinned", sess: "s1", want: "a"},
 		}},
-		{"s3 3 consecutive spills rebind the session to the replica chosen", 2, []ev{
+		{"pins: 3 consecutive spills rebind the session to the replica chosen", 2, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 2},
 			{op: "select", sess: "s1", want: "b", pin: "spill", release: true},
@@ -154,13 +155,13 @@ func TestRules(t *testing.T) {
 			{op: "pinned", sess: "s1", want: "b"},
 			{op: "select", sess: "s1", want: "b", reason: ReasonAffinity},
 		}},
-		{"s3 running(pin) - min_r >= 3 rebinds at once", 2, []ev{
+		{"pins: running(pin) - min_r >= 3 rebinds at once", 2, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 3},
 			{op: "select", sess: "s1", want: "b", pin: "force rebind", release: true},
 			{op: "pinned", sess: "s1", want: "b"},
 		}},
-		{"s3 a repeated prefix spill deletes the key", 2, []ev{
+		{"pins: a repeated prefix spill deletes the key", 2, []ev{
 			{op: "select", pfx: "p1", want: "a", release: true},
 			{op: "scrape", r: "a", run: 1},
 			{op: "select", pfx: "p1", want: "b", pin: "prefix spill", release: true},
@@ -168,71 +169,71 @@ func TestRules(t *testing.T) {
 			{op: "select", pfx: "p1", want: "b", pin: "prefix dropped", release: true},
 			{op: "pinned", pfx: "p1", want: ""},
 		}},
-		{"s3 session pins expire 60 min after their last use", 3, []ev{
+		{"pins: session pins expire 60 min after their last use", 3, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{at: 59 * m, op: "select", sess: "s1", want: "a", pin: "used", release: true},
 			{at: 118 * m, op: "select", sess: "s1", want: "a", pin: "used", release: true},
 			{at: 178 * m, op: "select", sess: "s1", want: "any", pin: "session new", release: true},
 		}},
-		{"s3 prefix pins expire 5 min after their last use", 3, []ev{
+		{"pins: prefix pins expire 5 min after their last use", 3, []ev{
 			{op: "select", pfx: "p1", want: "a", release: true},
 			{at: 4 * m, op: "select", pfx: "p1", want: "a", pin: "used", release: true},
 			{at: 9*m + s, op: "select", pfx: "p1", want: "any", pin: "prefix new", release: true},
 		}},
-		{"s3 a pin on an EJECTED replica never blocks", 2, []ev{
+		{"pins: a pin on an EJECTED replica never blocks", 2, []ev{
 			{op: "select", sess: "s1", want: "a", release: true},
 			{at: 1 * s, op: "fail", r: "a"},
 			{at: 2 * s, op: "select", sess: "s1", want: "b", pin: "dead: rebind"},
 			{at: 2 * s, op: "pinned", sess: "s1", want: "b"},
 		}},
-		{"s3 PROBING replicas accept no new pins", 2, []ev{
+		{"pins: PROBING replicas accept no new pins", 2, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "probe", r: "b"},
 			{at: 40 * s, op: "select", sess: "s1", pfx: "p1", want: "b"},
 			{at: 40 * s, op: "pinned", sess: "s1", want: ""}, {at: 40 * s, op: "pinned", pfx: "p1", want: ""},
 		}},
-		{"s3 new pins only on LIVE replicas (not by fallback)", 2, []ev{
+		{"pins: new pins only on LIVE replicas (not by fallback)", 2, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "alive", r: "a"}, {op: "alive", r: "b"},
 			{op: "select", sess: "s1", want: "any", reason: ReasonFallback},
 			{op: "pinned", sess: "s1", want: ""},
 		}},
 
-		// SPEC s3 step 5.
-		{"s3.5 fallback: a random known replica when none is LIVE or PROBING", 3, []ev{
+		// Step 5: fallback.
+		{"step 5 fallback: a random known replica when none is LIVE or PROBING", 3, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"},
 			{op: "alive", r: "a"}, {op: "alive", r: "b"}, {op: "alive", r: "c"},
 			{op: "select", want: "any", reason: ReasonFallback},
 		}},
-		{"s3.5 fallback only to replicas answering their scrapes", 3, []ev{
+		{"step 5 fallback only to replicas answering their scrapes", 3, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"}, {op: "alive", r: "b"},
 			{op: "select", want: "b", reason: ReasonFallback},
 		}},
-		{"s3.5 (s13) all replicas dead by their scrapes: no_healthy_instances at once", 3, []ev{
+		{"step 5 all replicas dead by their scrapes: no_healthy_instances at once", 3, []ev{
 			{op: "fail", r: "a"}, {op: "fail", r: "b"}, {op: "fail", r: "c"},
 			{op: "select", want: "err:no healthy instances"},
 		}},
-		{"s3.5 no_healthy_instances when no replica is known", 0, []ev{
+		{"step 5 no_healthy_instances when no replica is known", 0, []ev{
 			{op: "select", want: "err:no healthy instances"},
 		}},
-		{"s3.5 no_healthy_instances when every replica is draining", 1, []ev{
+		{"step 5 no_healthy_instances when every replica is draining", 1, []ev{
 			{op: "drain", r: "a"}, {op: "select", want: "err:no healthy instances"},
 		}},
 
-		// SPEC s4 through the balancer.
-		{"s4 3 consecutive 5xx of proxied requests eject", 1, []ev{
+		// Health through the balancer.
+		{"health: 3 consecutive 5xx of proxied requests eject", 1, []ev{
 			{op: "5xx", r: "a", state: "LIVE"}, {op: "5xx", r: "a", state: "LIVE"}, {op: "5xx", r: "a", state: "EJECTED"},
 		}},
-		{"s4 one failed scrape ejects; 2 scrapes after the cooldown probe; 15 s clean -> LIVE", 1, []ev{
+		{"health: one failed scrape ejects; 2 scrapes after the cooldown probe; 15 s clean -> LIVE", 1, []ev{
 			{op: "fail", r: "a", state: "EJECTED"},
 			{op: "probe", r: "a", state: "PROBING"}, // scrapes at 30 s and 33 s
 			{at: 47 * s, op: "tick", r: "a", state: "PROBING"},
 			{at: 48 * s, op: "tick", r: "a", state: "LIVE"},
 		}},
-		{"s4 a 5xx inside the PROBING window sends it back to EJECTED", 1, []ev{
+		{"health: a 5xx inside the PROBING window sends it back to EJECTED", 1, []ev{
 			{op: "fail", r: "a", state: "EJECTED"},
 			{op: "probe", r: "a", state: "PROBING"},
 			{at: 40 * s, op: "5xx", r: "a", state: "EJECTED"},
 		}},
-		{"s4 a 4xx inside the PROBING window is no failure: LIVE after 15 s", 1, []ev{
+		{"health: a 4xx inside the PROBING window is no failure: LIVE after 15 s", 1, []ev{
 			{op: "fail", r: "a", state: "EJECTED"},
 			{op: "probe", r: "a", state: "PROBING"},
 			{at: 40 * s, op: "4xx", r: "a", state: "PROBING"},

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue 13: --balancers N runs every policy with N independent cores and
+// Shared state (docs/SHARED_STATE.md): --balancers N runs every policy with N independent cores and
 // with N cores sharing state; sharing gives back the affinity that
 // independent cores lose, deterministically.
 func TestSeveralBalancers(t *testing.T) {

@@ -50,7 +50,7 @@ const (
 )
 
 // AllPolicies are the policies compared by default: every registered one,
-// in the registry's order (the baselines, llm-d's scheduler, the seed
+// in the registry's order (the baselines, llm-d's scheduler, the pin
 // algorithm, its hybrid, then llmlb's own policy cost).
 var AllPolicies = policy.Names()
 

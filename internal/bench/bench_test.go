@@ -76,7 +76,7 @@ func TestRunIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestLLMLBBeatsRoundRobinOnLongshort is seed 000's picture: occasional 100K
+// TestLLMLBBeatsRoundRobinOnLongshort is the longshort workload's point: occasional 100K
 // prefills amid short requests; round-robin queues short requests behind
 // them, llmlb's no-wait and token-weighted load do not.
 func TestLLMLBBeatsRoundRobinOnLongshort(t *testing.T) {
@@ -185,7 +185,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	}
 }
 
-// BenchmarkRun is issue 5's speed target: all policies on one workload, 4
+// BenchmarkRun is the benchmark's speed target: all policies on one workload, 4
 // replicas, 30 virtual minutes (target: under 60 s a run on 2 cores).
 // BENCHMARKS.md records the figures and the 100-replica run.
 func BenchmarkRun(b *testing.B) {

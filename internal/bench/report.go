@@ -46,8 +46,8 @@ type Quantile struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// TurnStats are the figures of turns 2+ of sessioned workloads (the seeds'
-// session-affinity claim: TTFT and prefill work on later turns).
+// TurnStats are the figures of turns 2+ of sessioned workloads (what session
+// affinity is meant to improve: TTFT and prefill work on later turns).
 type TurnStats struct {
 	Requests      int         `json:"requests"`
 	TTFT          Percentiles `json:"ttft_seconds"`

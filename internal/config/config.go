@@ -1,5 +1,5 @@
-// Package config is llmlb's YAML configuration: plain data with the seeds'
-// values as defaults, strict parsing (an unknown key is an error naming the key
+// Package config is llmlb's YAML configuration: plain data with the
+// defaults of docs/CONFIG.md, strict parsing (an unknown key is an error naming the key
 // and its line) and a Validate that explains every error. A section that
 // belongs to one subsystem (routing, request, discovery, proxy, state) is
 // that package's Config type, with its defaults and validation; this

@@ -376,7 +376,7 @@ func TestValidate(t *testing.T) {
 			`config: replicas[3].models[2]: "m" is listed twice`,
 			`config: replicas[4].api_key: contains a space, control or non-ASCII character at byte 6 (a stray newline from the environment?)`,
 		}},
-		// Attack 11: `--replica $'gpu\xff=http://...'` passed validation and
+		// docs/SECURITY.md [11]: `--replica $'gpu\xff=http://...'` passed validation and
 		// panicked the metrics on the first scrape.
 		{name: "replica names: strict charset and length", modify: func(c *Config) {
 			c.Replicas = []Replica{
@@ -525,7 +525,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// Attack 13: an admin listener on the network without a token is reported
+// docs/SECURITY.md [13]: an admin listener on the network without a token is reported
 // (serve logs it at WARN at start, validate prints it).
 func TestWarnings(t *testing.T) {
 	tests := []struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestProxyHardeningKeys: the keys of issue 10's proxy-side defences have
+// TestProxyHardeningKeys: the keys of the proxy-side defences (docs/SECURITY.md) have
 // their defaults, parse from YAML and name themselves when invalid.
 func TestProxyHardeningKeys(t *testing.T) {
 	c := Default()

@@ -43,7 +43,7 @@ var ErrUnknownProfile = errors.New("engine: unknown profile")
 // default against docs/SIMULATOR.md's figures.
 var builtins = []Profile{
 	{
-		// 2x RTX 3090, tensor parallel 2 (the seeds' deployment).
+		// 2x RTX 3090, tensor parallel 2 (the reference deployment, docs/SIMULATOR.md).
 		Name:                DefaultProfile,
 		MaxNumSeqs:          64,
 		MaxNumBatchedTokens: 2048, // vLLM's API-server default on <70 GiB GPUs
@@ -89,7 +89,7 @@ func ProfileNames() []string {
 	return names
 }
 
-// DefaultProfile is the seeds' deployment (docs/SIMULATOR.md).
+// DefaultProfile is the reference deployment (docs/SIMULATOR.md).
 const DefaultProfile = "2x3090-tp2"
 
 // Blocks is the profile's KV capacity in 16-token blocks.

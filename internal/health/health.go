@@ -1,5 +1,5 @@
-// Package health is the per-replica LIVE / PROBING / EJECTED machine of SPEC
-// s4 (incidents 3 and 4). It is pure: every call takes now, nothing runs in the
+// Package health is the per-replica LIVE / PROBING / EJECTED machine of
+// docs/ROUTING.md, "Health". It is pure: every call takes now, nothing runs in the
 // background, and every state change is returned so the caller logs and counts
 // it once.
 package health
@@ -33,7 +33,7 @@ func (s State) String() string {
 	return "UNKNOWN"
 }
 
-// Config holds the thresholds of docs/ROUTING.md "Health"; Default returns the seed's values.
+// Config holds the thresholds of docs/ROUTING.md "Health"; Default returns the defaults.
 // The YAML keys (under routing.health) are given in brackets.
 type Config struct {
 	ScrapeFailuresToEject  int           // [scrape_failures_to_eject] consecutive failed scrapes that eject a LIVE replica (1)
@@ -46,7 +46,7 @@ type Config struct {
 	StreakReset            time.Duration // [streak_reset] steady LIVE that resets the streak (600 s)
 }
 
-// Default returns the seed 002 thresholds: 1 failed scrape or 3 failed proxied
+// Default returns the default thresholds: 1 failed scrape or 3 failed proxied
 // requests eject; 2 good scrapes after a 30 s * 2^(n-1) cooldown (cap 300 s)
 // lead to PROBING, and a clean 15 s window to LIVE.
 func Default() Config {
@@ -185,7 +185,7 @@ func (m *Machine) Tick(now time.Time) []Transition {
 		out = m.move(out, Live, "clean window", now)
 	}
 	if m.state == Live && m.streak > 0 && now.Sub(m.since) >= m.cfg.StreakReset {
-		// Incident 4: only a long steady LIVE earns a short cooldown again.
+		// Against flapping: only a long steady LIVE earns a short cooldown again.
 		m.streak, m.cooldown, m.cappedAt = 0, 0, time.Time{}
 	}
 	return out
@@ -220,7 +220,7 @@ func (m *Machine) ObserveScrape(ok bool, cause string, now time.Time) []Transiti
 			}
 			return out
 		}
-		// Incident 3: the way back is through scrapes only, and only those
+		// Users' requests are never probes: the way back is through scrapes only, and only those
 		// after the cooldown count (hysteresis: stricter than the eject).
 		if !ok || now.Before(m.cooldownUntil) {
 			m.goodScrapes = 0

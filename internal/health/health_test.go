@@ -215,8 +215,8 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestPendingReplica: a replica never seen healthy (SPEC s13, start-up
-// order) gets no traffic, no cooldown and no ejection while its scrapes
+// TestPendingReplica: a replica never seen healthy (docs/ROUTING.md,
+// "Start-up order") gets no traffic, no cooldown and no ejection while its scrapes
 // fail, and is LIVE on its first good scrape; after that the ordinary rules
 // apply (a failed scrape ejects it with the base cooldown).
 func TestPendingReplica(t *testing.T) {

@@ -73,7 +73,7 @@ const MaxKeyBytes = 128
 // measured by TestMemoryPerPin.
 const EntryBytes = 160
 
-// DefaultConfig returns the seed 002 values.
+// DefaultConfig returns the defaults of docs/ROUTING.md, "Pin life cycle".
 func DefaultConfig() Config {
 	return Config{SessionTTL: 60 * time.Minute, PrefixTTL: 5 * time.Minute,
 		SpillsToRebind: 3, PrefixSpills: 2, MaxPins: 1_000_000, MaxBytes: DefaultMaxBytes}

@@ -20,7 +20,7 @@ type op struct {
 	want    string
 }
 
-// TestLifeCycle has one case per pin life-cycle rule of SPEC s3.
+// TestLifeCycle has one case per pin life-cycle rule of docs/ROUTING.md.
 func TestLifeCycle(t *testing.T) {
 	m := time.Minute
 	tests := []struct {

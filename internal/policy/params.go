@@ -54,7 +54,7 @@ func (s Settings) Validate() error {
 }
 
 // aliases are short parameter names accepted beside the snake_case field
-// names (the issue tracker's and SGLang's command-line spellings).
+// names (shorter spellings of SGLang's command-line flags).
 var aliases = map[string]string{
 	"balance_abs": "balance_abs_threshold",
 	"balance_rel": "balance_rel_threshold",

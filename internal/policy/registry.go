@@ -114,7 +114,7 @@ func Lookup(name string) (Factory, bool) {
 
 // Names lists the registered policies in the benchmark's order: the
 // baselines (rr, least-request, sticky, prefix-tree), llm-d's scheduler,
-// the seeds' llmlb and llmlb-warm, cost, then any registered later.
+// the pin policies llmlb and llmlb-warm, cost, then any registered later.
 func Names() []string {
 	registry.RLock()
 	defer registry.RUnlock()

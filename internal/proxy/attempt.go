@@ -145,7 +145,7 @@ func (a *attempt) retry() bool {
 
 // outcome is how the attempt ended, for Release (health). A first-byte
 // timeout, or the idle timeout before a streaming request's headers, is the
-// replica's failure (issue 10, item 8: a replica whose /metrics answers
+// replica's failure (docs/SECURITY.md, "LIVE but dead": a replica whose /metrics answers
 // while its API hangs must still be ejected); an attempt cancelled because
 // the replica was already ejected, a stream gone silent after its headers,
 // and a protocol upgrade say nothing new about it.
@@ -372,7 +372,7 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 			b.tail = b.errorEvent()
 			return n, nil
 		}
-		// A JSON answer is not flushed as it goes (issue 14): without a
+		// A JSON answer is not flushed as it goes (one write per answer): without a
 		// flush the abort would drop its status and bytes, and the client
 		// would see a bare reset instead of a cut answer.
 		if n > 0 {
@@ -427,8 +427,8 @@ func (b *upstreamBody) Close() error { return b.rc.Close() }
 
 // copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
 // proxy_buffer_size) rather than ReverseProxy's own 32 KiB, since a stream
-// holds its buffer as long as it lasts and SSE chunks are small (issue 14:
-// memory per in-flight stream); a large JSON answer takes a few more reads.
+// holds its buffer as long as it lasts and SSE chunks are small (memory per
+// in-flight stream); a large JSON answer takes a few more reads.
 const copyBufferSize = 8 << 10
 
 // bufferPool recycles ReverseProxy's copy buffers across responses.

@@ -64,7 +64,7 @@ func proxyWith(t *testing.T, url string, tr http.RoundTripper) *Proxy {
 	return p
 }
 
-// TestRequestLeavesInOneWrite (issue 14): the body is read whole before it
+// TestRequestLeavesInOneWrite: the body is read whole before it
 // is routed, so the request to the replica (headers and body) goes out in
 // one write, with its Content-Length, not headers first and body after.
 func TestRequestLeavesInOneWrite(t *testing.T) {
@@ -100,7 +100,7 @@ type flushCounter struct {
 
 func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
 
-// TestOnlyStreamsAreFlushed (issue 14): a JSON answer of known length is
+// TestOnlyStreamsAreFlushed: a JSON answer of known length is
 // written once when the handler ends (no flush per write, no flush timer);
 // an SSE answer is flushed as it is relayed (TestClientGoneMidStreamReleases
 // shows its first event arrives while the replica still holds the stream).
@@ -141,7 +141,7 @@ func TestOnlyStreamsAreFlushed(t *testing.T) {
 	}
 }
 
-// TestPooledBodiesStayIntact: request bodies are pooled (issue 14); under
+// TestPooledBodiesStayIntact: request bodies are pooled (fewer allocations per request); under
 // concurrent requests of many sizes, every replica receives exactly the
 // body its client sent.
 func TestPooledBodiesStayIntact(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"github.com/llmlb/llmlb/internal/testutil/hostile"
 )
 
-// Regression tests of issue 10 (hostile clients and upstreams) on the proxy
-// port. Each names its item; each failed on the code before the fix.
+// Regression tests of docs/SECURITY.md's "Proxy port and upstreams" on the
+// proxy port (hostile clients and upstreams). Each names its attack; each failed on the code before the fix.
 
 const streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 
@@ -87,7 +87,7 @@ func (s *stallingBody) Read(p []byte) (int, error) {
 	return 0, timeoutErr{}
 }
 
-// TestAnnouncedBodyIsNotPreallocated (item 1): a client that announces a
+// TestAnnouncedBodyIsNotPreallocated ("Memory before the body arrives"): a client that announces a
 // 32 MB body and sends one byte gets its 408 without the proxy allocating
 // anything near 32 MB: the buffer grows only as bytes arrive.
 func TestAnnouncedBodyIsNotPreallocated(t *testing.T) {
@@ -145,7 +145,7 @@ func TestReadGrowing(t *testing.T) {
 	}
 }
 
-// TestPathTraversalIsRefused (item 10): dot segments, plain or
+// TestPathTraversalIsRefused ("Path traversal"): dot segments, plain or
 // percent-encoded, never reach a replica (whose /metrics or /health they
 // would hit); they get 400 invalid_path.
 func TestPathTraversalIsRefused(t *testing.T) {
@@ -183,7 +183,7 @@ func TestPathTraversalIsRefused(t *testing.T) {
 	}
 }
 
-// TestWebSocketUpgrade (item 4): a WebSocket (vLLM's /v1/realtime) is
+// TestWebSocketUpgrade ("WebSocket upgrade"): a WebSocket (vLLM's /v1/realtime) is
 // proxied with a real round trip, and upgrades are never counted as
 // replica failures: after several, the replica is LIVE, never ejected.
 func TestWebSocketUpgrade(t *testing.T) {
@@ -235,7 +235,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestHungStreamEndsWithErrorEvent (item 6): a stream whose replica stops
+// TestHungStreamEndsWithErrorEvent ("Hung replica"): a stream whose replica stops
 // sending ends, after proxy.stream_idle_timeout, with the SSE error event,
 // counted as a stream error. Silence inside a started stream is not a
 // health signal (an overloaded replica's queue looks the same; a hung one
@@ -265,7 +265,7 @@ func TestHungStreamEndsWithErrorEvent(t *testing.T) {
 	}
 }
 
-// TestEjectedWhileWaitingFailsOver (item 6): a request waiting for the
+// TestEjectedWhileWaitingFailsOver ("Hung replica"): a request waiting for the
 // answer of a replica that gets EJECTED (by its scrape) fails over at once,
 // since nothing reached its client yet; first_byte_timeout is not awaited.
 func TestEjectedWhileWaitingFailsOver(t *testing.T) {
@@ -330,7 +330,7 @@ func TestEjectionCancelsOnlyItsReplica(t *testing.T) {
 	}
 }
 
-// TestAllDeadIs503AtOnce (item 7): every replica EJECTED by failed
+// TestAllDeadIs503AtOnce ("All replicas dead"): every replica EJECTED by failed
 // scrapes (refused, hung): the answer is 503 no_healthy_instances and no
 // request is sent to them (the old fallback sent it to a hung one and the
 // client waited for first_byte_timeout).
@@ -350,7 +350,7 @@ func TestAllDeadIs503AtOnce(t *testing.T) {
 	}
 }
 
-// TestLiveButDeadIsEjected (item 8): a replica whose /metrics answers but
+// TestLiveButDeadIsEjected ("LIVE but dead"): a replica whose /metrics answers but
 // whose API hangs is LIVE by its scrapes; the balancer's own time-outs of
 // its streaming requests count as its failures, so it is ejected after
 // routing.health.request_failures_to_eject of them, and each of those
@@ -374,7 +374,7 @@ func TestLiveButDeadIsEjected(t *testing.T) {
 	}
 }
 
-// TestCutResponsesAreErrors (item 14): a response that ends before its
+// TestCutResponsesAreErrors ("Truncated answers"): a response that ends before its
 // protocol says it is complete reaches the client as an error and is
 // counted as a stream error: an SSE stream of chat completions without
 // "data: [DONE]" even when the HTTP framing (close-delimited) looks clean,
@@ -418,7 +418,7 @@ func TestCutResponsesAreErrors(t *testing.T) {
 	}
 }
 
-// TestSlowDripIsNotCut (item 6, the other side): a stream that keeps
+// TestSlowDripIsNotCut ("Hung replica", the other side): a stream that keeps
 // sending, each gap shorter than proxy.stream_idle_timeout, is relayed to
 // its end however long it lasts in all.
 func TestSlowDripIsNotCut(t *testing.T) {
@@ -439,7 +439,7 @@ func TestSlowDripIsNotCut(t *testing.T) {
 	}
 }
 
-// TestFirstByteTimeoutsEject (item 8, non-streaming requests): each expiry
+// TestFirstByteTimeoutsEject ("LIVE but dead", non-streaming requests): each expiry
 // of proxy.first_byte_timeout answers 504 and is the replica's failure, so
 // request_failures_to_eject (3) of them eject a replica whose API hangs.
 func TestFirstByteTimeoutsEject(t *testing.T) {

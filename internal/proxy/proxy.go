@@ -1,4 +1,4 @@
-// Package proxy is llmlb's OpenAI-compatible balancing proxy (SPEC s10): it
+// Package proxy is llmlb's OpenAI-compatible balancing proxy: it
 // reads a request once, profiles it, asks the routing core for a replica,
 // relays the answer through httputil.ReverseProxy (SSE chunk by chunk) and
 // releases the in-flight reservation when the response ends, fails or the
@@ -35,7 +35,7 @@ import (
 // client went away before any answer, after nginx's 499.
 const StatusClientClosed = 499
 
-// Header names set on every proxied response (SPEC s10).
+// Header names set on every proxied response (docs/CONFIG.md, proxy.route_headers).
 const (
 	HeaderReplica = "X-LLMLB-Replica"
 	HeaderRoute   = "X-LLMLB-Route"
@@ -56,7 +56,7 @@ const (
 	DefaultFirstByteTimeout = 10 * time.Minute
 	DefaultReadBodyTimeout  = time.Minute
 	// DefaultStreamIdleTimeout is proxy.stream_idle_timeout's default: the
-	// longest silence of a replica during a stream (issue 10: hung replica).
+	// longest silence of a replica during a stream (docs/SECURITY.md, "Hung replica").
 	DefaultStreamIdleTimeout = time.Minute
 )
 
@@ -161,7 +161,7 @@ type outBody struct {
 }
 
 // urlCache keeps the replicas' URLs parsed: url.Parse per attempt was an
-// avoidable cost (issue 14). It is cleared when it outgrows maxCachedURLs
+// avoidable cost under load (BENCHMARKS.md, proxy efficiency). It is cleared when it outgrows maxCachedURLs
 // (replicas come and go with discovery).
 type urlCache struct {
 	mu sync.Mutex
@@ -271,7 +271,7 @@ func New(opts Options) (*Proxy, error) {
 		// answer (and of one without Content-Length) by itself, so SSE
 		// chunks still go out at once, while a JSON answer of known length
 		// leaves in one write with its headers, without a flush timer per
-		// response (issue 14: 18% of the CPU under JSON load went there).
+		// response (18% of the CPU under JSON load went there).
 		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
@@ -402,8 +402,8 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // readGrowing reads r to its end. The buffer grows only as bytes arrive
 // (doubling, from the announced length + 1 or 16 KiB, whichever is
 // smaller), so a client that announces 32 MB and sends one byte costs a few
-// KiB, not 32 MB held for read_body_timeout (issue 10, item 1). Buffers
-// of minPooledBody and more come from bodyPool (issue 14); the caller may
+// KiB, not 32 MB held for read_body_timeout (docs/SECURITY.md, "Memory before the body arrives"). Buffers
+// of minPooledBody and more come from bodyPool (fewer allocations per request); the caller may
 // hand the result back with putBody when nothing reads it any more (a body
 // that was not routed). The caller bounds r.
 func readGrowing(r io.Reader, announced int64) ([]byte, error) {
@@ -417,7 +417,7 @@ func readGrowing(r io.Reader, announced int64) ([]byte, error) {
 		// A small body of known length (a usual chat request is a few
 		// hundred bytes) gets a buffer of its own size: a routed body never
 		// goes back to the pool, so the pool's 4 KiB would only be garbage
-		// many times the body's size (issue 14).
+		// many times the body's size.
 		buf = make([]byte, 0, size)
 	} else {
 		buf = getBody(int(size))
@@ -494,7 +494,7 @@ func (p *Proxy) answerWith(w http.ResponseWriter, a openai.Answer) {
 	p.answer(w, a.Status, a.Type, a.Code, a.Message)
 }
 
-// route selects, proxies and fails over (SPEC s3 + failover): at most
+// route selects, proxies and fails over (docs/ROUTING.md, "Selection"; ARCHITECTURE.md, "Attempt"): at most
 // MaxAttempts distinct replicas, and never once a byte reached the client.
 // A replica's refusal (proxy.retry_statuses) is tried elsewhere too, but
 // given to the client as the replica sent it when no other is left.
@@ -643,11 +643,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	a.target = target
 
 	// Registered before the request goes out: an ejection of the replica
-	// cancels the attempt while it waits for the answer (issue 10, item 6).
+	// cancels the attempt while it waits for the answer (docs/SECURITY.md, "Hung replica").
 	p.waiting.add(a)
 	if prof.Stream {
 		// vLLM answers a streaming request's headers at once: a replica
-		// silent this long before them is hung (issue 10, items 6 and 8).
+		// silent this long before them is hung (docs/SECURITY.md, "Hung replica" and "LIVE but dead").
 		a.startIdle()
 	}
 	a.body = body
@@ -678,8 +678,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 
 // Ejected fails over every request still waiting for replica's answer
 // (nothing of it reached its client yet): the replica was just ejected, so
-// waiting up to first_byte_timeout would only delay the client (issue 10,
-// item 6). The server calls it for every transition to EJECTED.
+// waiting up to first_byte_timeout would only delay the client (docs/SECURITY.md,
+// "Hung replica"). The server calls it for every transition to EJECTED.
 func (p *Proxy) Ejected(replica string) {
 	p.waiting.cancel(replica, errReplicaEjected)
 }
@@ -691,7 +691,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	a := attemptFrom(pr.In.Context())
 	// The body was read whole: hand the transport an in-memory reader of a
 	// known length (ReverseProxy's own wrapper hides that), so that the
-	// request's headers and body leave in one write (issue 14), and GetBody
+	// request's headers and body leave in one write (one syscall, one packet when small), and GetBody
 	// lets the transport resend it on a dead keep-alive connection.
 	if body := a.body; len(body.b) > 0 {
 		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))

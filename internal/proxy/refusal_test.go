@@ -175,7 +175,7 @@ func TestReplicaRejectingItsKeyFailsOver(t *testing.T) {
 }
 
 // TestUnavailableReplicaIsEjectedWhileRetried: a 503 is tried elsewhere,
-// and it still counts as the replica's failure (SPEC s4): three in a row
+// and it still counts as the replica's failure (docs/ROUTING.md, "Health"): three in a row
 // eject it, as before the retry.
 func TestUnavailableReplicaIsEjectedWhileRetried(t *testing.T) {
 	var calls atomic.Int32

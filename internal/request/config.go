@@ -18,8 +18,8 @@ type Config struct {
 }
 
 // DefaultConfig returns the key sources of the agents and SDKs llmlb knows
-// (their session and project headers and body fields) and the seeds'
-// defaults. The body field metadata.user_id yields only the session_<uuid>
+// (their session and project headers and body fields) and the default
+// key sources of docs/CONFIG.md. The body field metadata.user_id yields only the session_<uuid>
 // part of a Claude Code user id (user_<hash>_account_<id>_session_<uuid>).
 func DefaultConfig() Config {
 	return Config{

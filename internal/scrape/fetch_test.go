@@ -181,7 +181,7 @@ func TestFetch(t *testing.T) {
 		{name: "non-200", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
 		}, wantErr: "status 503 Service Unavailable"},
-		// Attack 15: a replica redirecting /metrics to another host must not
+		// docs/SECURITY.md [15]: a replica redirecting /metrics to another host must not
 		// be judged on that host's metrics; a redirect to itself is not
 		// followed either (the configured URL is the one scraped).
 		{name: "redirect to another host", handler: redirect(otherMetrics.URL + "/metrics"),

@@ -12,7 +12,7 @@ import (
 	"github.com/llmlb/llmlb/internal/testutil/hostile"
 )
 
-// TestEjectionFailsOverWaitingRequest (issue 10, item 6, through the
+// TestEjectionFailsOverWaitingRequest (docs/SECURITY.md, "Hung replica", through the
 // server's wiring): a replica hangs (SIGSTOP-like: its API, then its
 // /metrics); the scraper ejects it, and the request that was waiting for
 // its answer fails over to the other replica at once instead of waiting

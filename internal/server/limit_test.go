@@ -51,7 +51,7 @@ func TestLimitListener(t *testing.T) {
 	}
 }
 
-// TestProxySaturatedAdminReachable (issue 10, item 12): with the proxy
+// TestProxySaturatedAdminReachable (docs/SECURITY.md, "File-descriptor exhaustion"): with the proxy
 // listener at server.max_connections (idle clients holding every slot), the
 // admin listener still answers, and the proxy serves again as soon as a
 // slot frees.

@@ -628,7 +628,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // limitedProxyListener caps the proxy listener's open connections at
 // server.max_connections, lowered to fit the open-file limit (docs/SECURITY.md,
-// item 12: 21,000 idle connections exhausted the file descriptors and
+// "File-descriptor exhaustion": 21,000 idle connections exhausted the file descriptors and
 // stopped the admin listener too).
 func (s *Server) limitedProxyListener() net.Listener {
 	limit := orDefault(s.cfg.Server.MaxConnections, DefaultMaxConnections)

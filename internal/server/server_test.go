@@ -33,7 +33,7 @@ const model = "sim-model"
 // ejection, a release). It is a generous deadline, not a timing assertion.
 const waitFor = 20 * time.Second
 
-// testConfig is a serve config on loopback ports with the seeds' defaults.
+// testConfig is a serve config on loopback ports with the default settings.
 func testConfig(urls ...string) config.Config {
 	cfg := config.Default()
 	cfg.Proxy.FirstByteTimeout = 30 * time.Second

@@ -28,7 +28,7 @@ func sharedPair(t *testing.T, n int, url string) (a, b *env) {
 	prefix := "test:" + strings.ReplaceAll(t.Name(), "/", "_") + ":"
 	with := func(id string) func(*config.Config) {
 		return func(c *config.Config) {
-			// Pins are what these tests share: the seeds' policy keeps
+			// Pins are what these tests share: policy llmlb keeps
 			// them (cost shares its block index instead, tested in
 			// internal/balancer).
 			c.Routing.Policy = "llmlb"
@@ -56,7 +56,7 @@ func (e *env) waitPin(session, want string) string {
 	}
 }
 
-// Issue 13: with two instances and Redis, a session whose turns alternate
+// Shared state (docs/SHARED_STATE.md): with two instances and Redis, a session whose turns alternate
 // between them stays on one replica.
 func TestSharedStateSessionAlternatesInstances(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -81,7 +81,7 @@ func TestSharedStateSessionAlternatesInstances(t *testing.T) {
 	}
 }
 
-// Issue 13: killing Redis mid-run fails no request; restarting it brings
+// Shared state: killing Redis mid-run fails no request; restarting it brings
 // sharing back by itself.
 func TestSharedStateRedisKilledMidRun(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -149,7 +149,7 @@ func TestSharedStateRedisKilledMidRun(t *testing.T) {
 	}
 }
 
-// Issue 13: an instance adds the other's in-flight requests to its
+// Shared state: an instance adds the other's in-flight requests to its
 // effective load.
 func TestSharedStatePeerInFlightRaisesLoad(t *testing.T) {
 	srv := redisserver.Start(t)

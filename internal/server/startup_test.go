@@ -14,7 +14,7 @@ import (
 	"github.com/llmlb/llmlb/internal/scrape"
 )
 
-// TestStartedBeforeItsReplicas (issue 10, start-up order; SPEC s13): serve
+// TestStartedBeforeItsReplicas (docs/SECURITY.md and docs/ROUTING.md, "Start-up order"): serve
 // starts 10 s before its replicas (normal under Kubernetes or compose). The
 // replicas are not ready meanwhile (no traffic, shown EJECTED with no
 // cooldown and no ejection), and once they are up the first good scrape of

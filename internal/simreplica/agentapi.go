@@ -21,7 +21,8 @@ import (
 // their load shows in /metrics. A request that requires a tool (Anthropic
 // tool_choice any or tool, Responses tool_choice required or a named
 // function) is answered with a call of it (the named one, else the first)
-// with arguments {}, as a model forced to call a tool does.
+// whose arguments fill the tool's required parameters with placeholders
+// (toolArguments), as a model forced to call a tool does.
 
 // drive runs g through the engine. While streaming it calls progress with
 // each newer state; it returns the final state, or false when the request
@@ -128,12 +129,15 @@ func textOf(raw json.RawMessage) (string, error) {
 // --- Anthropic Messages API ---
 
 type anthropicRequest struct {
-	Model      string                  `json:"model"`
-	System     json.RawMessage         `json:"system"`
-	Messages   []anthropicMessage      `json:"messages"`
-	MaxTokens  *int                    `json:"max_tokens"`
-	Stream     bool                    `json:"stream"`
-	Tools      []struct{ Name string } `json:"tools"`
+	Model     string             `json:"model"`
+	System    json.RawMessage    `json:"system"`
+	Messages  []anthropicMessage `json:"messages"`
+	MaxTokens *int               `json:"max_tokens"`
+	Stream    bool               `json:"stream"`
+	Tools     []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	} `json:"tools"`
 	ToolChoice *struct {
 		Type string `json:"type"` // auto | any | tool | none
 		Name string `json:"name"`
@@ -195,6 +199,13 @@ func (r *Replica) handleMessages(w http.ResponseWriter, req *http.Request) {
 			tool = body.Tools[0].Name
 		}
 	}
+	args := "{}"
+	for _, t := range body.Tools {
+		if tool != "" && t.Name == tool {
+			args = toolArguments(t.InputSchema)
+			break
+		}
+	}
 	id := "msg_sim" + strconv.FormatUint(r.nextID.Load()+1, 10)
 	toolID := "toolu_sim" + strconv.FormatUint(r.nextID.Load()+1, 10)
 	stopReason := func(s reqState) string {
@@ -216,7 +227,7 @@ func (r *Replica) handleMessages(w http.ResponseWriter, req *http.Request) {
 		}
 		content := []map[string]any{{"type": "text", "text": outputText(s.tokens)}}
 		if tool != "" {
-			content = []map[string]any{{"type": "tool_use", "id": toolID, "name": tool, "input": map[string]any{}}}
+			content = []map[string]any{{"type": "tool_use", "id": toolID, "name": tool, "input": json.RawMessage(args)}}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": id, "type": "message", "role": "assistant", "model": r.model, "content": content,
@@ -251,7 +262,7 @@ func (r *Replica) handleMessages(w http.ResponseWriter, req *http.Request) {
 				if sent > 0 {
 					continue
 				}
-				d = map[string]any{"type": "input_json_delta", "partial_json": "{}"}
+				d = map[string]any{"type": "input_json_delta", "partial_json": args}
 			}
 			if err := e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": d}); err != nil {
 				return err
@@ -280,8 +291,9 @@ type responsesRequest struct {
 	MaxOutputTokens *int            `json:"max_output_tokens"`
 	Stream          bool            `json:"stream"`
 	Tools           []struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type       string          `json:"type"`
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"` // "auto" | "required" | "none" | {"type":"function","name":...}
 }
@@ -372,13 +384,20 @@ func (r *Replica) handleResponses(w http.ResponseWriter, req *http.Request) {
 	if len(body.Tools) > 0 {
 		tool = requiredTool(body.ToolChoice, body.Tools[0].Name)
 	}
+	toolArgs := "{}"
+	for _, t := range body.Tools {
+		if tool != "" && t.Name == tool {
+			toolArgs = toolArguments(t.Parameters)
+			break
+		}
+	}
 	n := strconv.FormatUint(r.nextID.Load()+1, 10)
 	id, itemID, created := "resp_sim"+n, "msg_sim"+n, time.Now().Unix()
 	item := func(s reqState, status string) map[string]any {
 		if tool != "" {
 			args := ""
 			if status == "completed" {
-				args = "{}"
+				args = toolArgs
 			}
 			return map[string]any{"type": "function_call", "id": "fc_sim" + n, "call_id": "call_sim" + n,
 				"name": tool, "arguments": args, "status": status}
@@ -447,7 +466,7 @@ func (r *Replica) handleResponses(w http.ResponseWriter, req *http.Request) {
 			if tool == "" {
 				err = send("response.output_text.delta", map[string]any{"item_id": itemID, "output_index": 0, "content_index": 0, "delta": tokenText(sent)})
 			} else if sent == 0 {
-				err = send("response.function_call_arguments.delta", map[string]any{"item_id": "fc_sim" + n, "output_index": 0, "delta": "{}"})
+				err = send("response.function_call_arguments.delta", map[string]any{"item_id": "fc_sim" + n, "output_index": 0, "delta": toolArgs})
 			}
 			if err != nil {
 				return err
@@ -464,7 +483,7 @@ func (r *Replica) handleResponses(w http.ResponseWriter, req *http.Request) {
 		_ = send("response.content_part.done", map[string]any{"item_id": itemID, "output_index": 0, "content_index": 0,
 			"part": map[string]any{"type": "output_text", "text": text, "annotations": []any{}}})
 	} else {
-		_ = send("response.function_call_arguments.done", map[string]any{"item_id": "fc_sim" + n, "output_index": 0, "arguments": "{}"})
+		_ = send("response.function_call_arguments.done", map[string]any{"item_id": "fc_sim" + n, "output_index": 0, "arguments": toolArgs})
 	}
 	_ = send("response.output_item.done", map[string]any{"output_index": 0, "item": item(s, "completed")})
 	status := final(s)

@@ -125,6 +125,7 @@ type genRequest struct {
 	stream       bool
 	includeUsage bool
 	tool         string // the function a chat request's tool_choice requires ("": none)
+	toolArgs     string // its arguments, a JSON object its parameters accept
 }
 
 func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
@@ -151,6 +152,15 @@ func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
 	g.chat, g.stream = true, body.Stream
 	if len(body.Tools) > 0 {
 		g.tool = requiredTool(body.ToolChoice, body.Tools[0].Function.Name)
+		for _, t := range body.Tools {
+			if g.tool != "" && t.Function.Name == g.tool {
+				g.toolArgs = toolArguments(t.Function.Parameters)
+				break
+			}
+		}
+		if g.toolArgs == "" {
+			g.toolArgs = "{}"
+		}
 	}
 	g.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	r.generate(w, req, g)
@@ -373,7 +383,7 @@ func (o *output) writeToken(last bool) {
 		c.Delta = &delta{}
 		if o.sent == 0 {
 			zero := 0
-			c.Delta.ToolCalls = []toolCall{{Index: &zero, ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: "{}"}}}
+			c.Delta.ToolCalls = []toolCall{{Index: &zero, ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: o.g.toolArgs}}}
 		}
 	case o.g.chat:
 		c.Delta = &delta{Content: &text}
@@ -432,7 +442,7 @@ func (o *output) writeFull(s reqState) {
 		c.Message = &message{Role: "assistant", Content: &text, ToolCalls: []toolCall{}}
 		if o.g.tool != "" {
 			c.Message.Content = nil
-			c.Message.ToolCalls = []toolCall{{ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: "{}"}}}
+			c.Message.ToolCalls = []toolCall{{ID: o.toolCallID(), Type: "function", Function: toolFunction{Name: o.g.tool, Arguments: o.g.toolArgs}}}
 		}
 	} else {
 		c.Text = &text

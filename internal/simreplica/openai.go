@@ -25,7 +25,8 @@ type chatRequest struct {
 	N                   *int           `json:"n"`
 	Tools               []struct {
 		Function struct {
-			Name string `json:"name"`
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
 		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"` // "auto" | "required" | "none" | {"type":"function","function":{"name":...}}

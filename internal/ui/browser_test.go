@@ -35,7 +35,7 @@ const (
 	// waitFor bounds waits for asynchronous states (the first scrapes, a
 	// drain): generous deadlines, not timing assertions.
 	waitFor = 30 * time.Second
-	// ejectionShownWithin is the bar: the page reflects an ejection
+	// ejectionShownWithin is docs/UI.md's bar: the page reflects an ejection
 	// within 2 s of the admin API reporting it.
 	ejectionShownWithin = 2 * time.Second
 )

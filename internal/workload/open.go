@@ -42,7 +42,7 @@ var oneshotSpec = openSpec{
 	perReplicaRate: 4.3,
 }
 
-// longshortSpec: seed 000's picture, occasional 100K-token prefills amid a
+// longshortSpec (docs/WORKLOADS.md): occasional 100K-token prefills amid a
 // stream of short requests.
 var longshortSpec = openSpec{
 	name:        "longshort",

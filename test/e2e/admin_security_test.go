@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// TestAdminPortSafety is issue 10, attacks 2, 3 and 13, against the real
+// TestAdminPortSafety runs docs/SECURITY.md's admin-port defences [2], [3]
+// and [13] against the real
 // process with its default configuration (no admin_token): a browser page
 // cannot add a replica (mutations are off without a token; text/plain and
 // foreign Origins are refused; a DNS-rebinding Host is refused), and an

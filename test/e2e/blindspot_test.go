@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestWLCBlindSpot is guarantee 2 (incident 2, WLC blind spot): a burst that
+// TestWLCBlindSpot is guarantee 2 of docs/GUARANTEES.md (the WLC blind spot): a burst that
 // arrives inside one scrape interval is spread by the balancer's own
 // in-flight reservations, not by the (stale) scraped load. 8 simultaneous
 // streams on 4 idle replicas land 2 per replica, and a second burst of 8

@@ -12,7 +12,7 @@ import (
 	"github.com/llmlb/llmlb/internal/traffic"
 )
 
-// TestCrystallization is guarantee 1 (incident 1: "after 10 minutes
+// TestCrystallization is guarantee 1 of docs/GUARANTEES.md (crystallization: "after 10 minutes
 // everything sits on one node"): 24 agent users of ONE project (one shared
 // system prompt), sessions of 5 turns with bursts of 1-3 parallel streams.
 // Once the pins have lived through their TTLs, the busiest replica's share

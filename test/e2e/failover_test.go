@@ -18,7 +18,7 @@ import (
 // that were cut mid-way end with an SSE error event in OpenAI's error shape,
 // and llmlb_stream_errors_total counts exactly them.
 //
-// Timers: scrape 2s/1s, near the seed's 3s/1s (the dead replica is ejected
+// Timers: scrape 2s/1s, near the defaults 3s/1s (the dead replica is ejected
 // by its cut streams' transport errors or the next scrape; each request sent
 // to it before that fails over). TestFailoverBeforeFirstByte pins down the
 // failover itself.

@@ -12,15 +12,15 @@ import (
 	"time"
 )
 
-// TestFlap is guarantee 4 (incident 4, flapping): a replica that flaps
+// TestFlap is guarantee 4 of docs/GUARANTEES.md (flapping): a replica that flaps
 // (refuses half of each period, serves the other half) is ejected again and
 // again with cooldowns doubling up to the cap, 30, 60, 120, 240, 300 s with
-// the seed's defaults, receives no pin while it flaps, raises the flapping
+// the defaults, receives no pin while it flaps, raises the flapping
 // alert at the cap, and user traffic sees no error.
 //
-// Timers are the seed's divided by 60: base_cooldown 500ms, max_cooldown 5s
+// Timers are the defaults divided by 60: base_cooldown 500ms, max_cooldown 5s
 // (cooldowns 0.5, 1, 2, 4, 5 s), probing_window 250ms, flap_window and
-// streak_reset 10s, scrape 100ms/80ms, flap period 400ms (seed: 10-20 s).
+// streak_reset 10s, scrape 100ms/80ms, flap period 400ms (at the defaults' scale: 10-20 s).
 func TestFlap(t *testing.T) {
 	const (
 		n      = 3

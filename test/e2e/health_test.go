@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestHealthWithoutUserTraffic is guarantee 3 (incidents 3 and 4): with no
+// TestHealthWithoutUserTraffic is guarantee 3 of docs/GUARANTEES.md: with no
 // user traffic at all, a killed replica (refuse fault) is EJECTED by the
 // active scrape within scrape.interval (+10% jitter) + scrape.timeout; while
 // it is EJECTED no user request reaches it, even once it is back up (its own
@@ -20,7 +20,7 @@ import (
 // scrapes after the cooldown) -> LIVE (a clean probing window).
 //
 // Timers: scrape 500ms/250ms, base_cooldown 3s, probing_window 1s. With the
-// seed's defaults (3s/1s, 30s, 15s): ejected within 4.3 s, back in PROBING no
+// defaults (3s/1s, 30s, 15s): ejected within 4.3 s, back in PROBING no
 // sooner than 30 s + 2 scrapes (~36 s), LIVE 15 s later.
 func TestHealthWithoutUserTraffic(t *testing.T) {
 	const (

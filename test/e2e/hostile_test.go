@@ -36,7 +36,7 @@ func vmRSS(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// TestHostileProxyPort runs attacks of issue 10 against the `llmlb serve`
+// TestHostileProxyPort runs the proxy-port attacks of docs/SECURITY.md against the `llmlb serve`
 // binary in front of a hostile upstream (internal/testutil/hostile), with
 // the default proxy settings (32 MiB bodies, 1 min read_body_timeout):
 // each row is one attack and what the balancer must keep.

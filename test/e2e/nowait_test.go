@@ -15,13 +15,13 @@ import (
 	"time"
 )
 
-// TestNoWaitColdStart is guarantee 6 (seed 002 step 2, "no-wait"): a
+// TestNoWaitColdStart is guarantee 6 of docs/GUARANTEES.md (selection step 2, "no-wait", docs/ROUTING.md): a
 // replica with a queue (vllm:num_requests_waiting > 0) takes no new session
 // while a LIVE replica without a queue exists, even when it holds the warm
 // prefix pin of the sessions' shared system prompt: the new sessions start
 // cold on the idle replicas rather than wait in its queue.
 //
-// Timers: scrape 200ms/150ms (seed 3s/1s: the queue is seen up to 3 s later;
+// Timers: scrape 200ms/150ms (default 3s/1s: the queue is seen up to 3 s later;
 // until then the balancer's own in-flight count steers by load).
 //
 // Policy cost runs the same scenario: the queue it scrapes is work ahead
