@@ -470,7 +470,7 @@ func (r *run) onEvent(ev engine.Event) {
 			f.cached = ev.CachedTokens
 			r.acc.indexHit(f.res.Explanation.CachedTokens, ev.CachedTokens)
 		}
-		r.bals[f.core].FirstToken(f.res)
+		r.bals[f.core].FirstToken(f.res, ev.At)
 	case engine.Finished, engine.Aborted:
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived
