@@ -213,8 +213,9 @@ type replica struct {
 	prefillBusyUntil time.Time
 	rates            learnedRates
 
-	cap  capacity  // running-slot limit and occupancy (capacity.go)
-	ttft ttftTrack // estimates against measured first tokens (limits.go)
+	cap   capacity  // running-slot limit and occupancy (capacity.go)
+	ttft  ttftTrack // estimates against measured first tokens (limits.go)
+	slots slotSeen  // policy cost's quicker view of the slot limit (limits.go)
 }
 
 // effective returns the effective load (docs/ROUTING.md "Effective load": the WLC
@@ -266,6 +267,7 @@ type Balancer struct {
 
 	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
 	fleetDecode  float64      // median of the replicas' decode steps
+	fleetSlots   float64      // the largest slot limit known of a replica (limits.go)
 	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
 
 	// Shared state (shared.go): where the policy's affinity changes are
@@ -513,7 +515,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly 
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight + r.peerInFlight,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
-			MeanOutput:     meanOutput,
+			MeanOutput: meanOutput, MaxRunning: b.slotLimit(r),
 			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests,
 			HeldPrefill: r.heldPrefill})
 		b.candReps = append(b.candReps, r)
@@ -638,6 +640,8 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight)
+	r.slots.observe(r.snap)
+	b.updateFleetSlots()
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }

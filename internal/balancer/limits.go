@@ -11,11 +11,57 @@ import (
 // running-slot limit comes from flow control's plateau (capacity.go); the
 // estimates are checked against the first token each request gets.
 
-// slotLimit is the replica's running-slot limit for policy cost:
-// flow control's, configured (saturation.max_running) or learned from a
-// plateau of scrapes; 0 while not known.
+// slotLimit is the replica's running-slot limit for policy cost: flow
+// control's, configured (saturation.max_running) or learned from a plateau
+// of scrapes; until that is known, the most the replica ran at a scrape
+// that showed a queue; else the largest limit known of another replica
+// (replicas of one pool are mostly alike); 0 while none is known.
+//
+// Flow control waits for three scrapes, since a limit learned too low
+// would hold requests back; policy cost prices a batch by it
+// (its utilisation and the wait for a slot), and pricing a 16-slot
+// replica as a 256-slot one until its queue lasted three scrapes let the
+// first bursts pile onto it (scripts/limits.sh: P99 2.2x that with the
+// true size at 16 slots).
 func (b *Balancer) slotLimit(r *replica) float64 {
-	return b.limit(r)
+	if l := b.limit(r); l > 0 {
+		return l
+	}
+	if r.slots.queued > 0 {
+		return max(r.slots.queued, r.cap.free)
+	}
+	return b.fleetSlots
+}
+
+// slotSeen is what one replica's scrapes showed of its slot limit.
+type slotSeen struct {
+	queued float64 // the most running on two scrapes in a row with requests waiting
+	last   float64 // running at the last scrape, if requests waited then (else 0)
+}
+
+// observe learns from a successful scrape.
+func (s *slotSeen) observe(snap Snapshot) {
+	if snap.Waiting < 1 || snap.Running < 1 {
+		s.last = 0
+		return
+	}
+	if snap.Running == s.last {
+		s.queued = max(s.queued, snap.Running)
+	}
+	s.last = snap.Running
+}
+
+// updateFleetSlots recomputes the largest slot limit known of any replica
+// (flow control's, or seen at a queue), the prior of those not known yet.
+func (b *Balancer) updateFleetSlots() {
+	b.fleetSlots = 0
+	for _, r := range b.replicas {
+		l := b.limit(r)
+		if l <= 0 && r.slots.queued > 0 {
+			l = max(r.slots.queued, r.cap.free)
+		}
+		b.fleetSlots = max(b.fleetSlots, l)
+	}
 }
 
 // ttftWindow is how many of a replica's latest first tokens its prediction

@@ -88,3 +88,47 @@ func TestPredictionErrorPerReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotLimitForCost: what cost is told of each replica's running-slot
+// limit, scrape by scrape: nothing at first; a queue held at the same
+// running count over two scrapes (a queue at one, or at a moving count,
+// is a full KV cache or a burst as often as the limit); then another
+// replica's limit for one not known yet; flow control's, configured or
+// learned over three scrapes, first.
+func TestSlotLimitForCost(t *testing.T) {
+	type scrape struct {
+		replica          string
+		running, waiting float64
+	}
+	for _, tc := range []struct {
+		name       string
+		maxRunning int // saturation.max_running
+		scrapes    []scrape
+		wantA      float64
+		wantB      float64
+	}{
+		{"nothing seen", 0, nil, 0, 0},
+		{"no queue", 0, []scrape{{"a", 12, 0}, {"a", 14, 0}}, 0, 0},
+		{"one queued scrape", 0, []scrape{{"a", 12, 3}}, 0, 0},
+		{"queue at a moving count", 0, []scrape{{"a", 12, 3}, {"a", 13, 2}, {"a", 11, 4}}, 0, 0},
+		{"queue held at 16", 0, []scrape{{"a", 16, 3}, {"a", 16, 5}}, 16, 16},
+		{"never below what ran freely", 0, []scrape{{"a", 20, 0}, {"a", 16, 3}, {"a", 16, 5}}, 20, 20},
+		{"the highest held queue", 0, []scrape{{"a", 8, 3}, {"a", 8, 5}, {"a", 0, 0}, {"a", 16, 3}, {"a", 16, 5}}, 16, 16},
+		{"each its own", 0, []scrape{{"a", 16, 3}, {"a", 16, 5}, {"b", 4, 1}, {"b", 4, 2}}, 16, 4},
+		{"flow control's plateau", 0, []scrape{{"a", 16, 3}, {"a", 16, 5}, {"a", 16, 2}, {"a", 0, 0}, {"a", 4, 2}, {"a", 4, 2}}, 16, 16},
+		{"configured", 32, []scrape{{"a", 16, 3}, {"a", 16, 5}}, 32, 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newFleet(t, 2, func(c *Config) { c.Policy = "cost"; c.Saturation.MaxRunning = tc.maxRunning })
+			for i, s := range tc.scrapes {
+				b.ObserveScrape(s.replica, Snapshot{Running: s.running, Waiting: s.waiting}, nil, t0.Add(time.Duration(i+1)*3*time.Second))
+			}
+			b.mu.Lock()
+			gotA, gotB := b.slotLimit(b.byName["a"]), b.slotLimit(b.byName["b"])
+			b.mu.Unlock()
+			if gotA != tc.wantA || gotB != tc.wantB {
+				t.Errorf("slot limits a %v b %v, want %v and %v", gotA, gotB, tc.wantA, tc.wantB)
+			}
+		})
+	}
+}
