@@ -68,6 +68,9 @@ type benchOptions struct {
 	kvEvents    benchKVEvents
 	quiet       bool
 	cpuProfile  string
+	engineSizes string // known | default: what cost is told of the engines
+	maxNumSeqs  int    // overrides the profile's running slots when > 0
+	partial     int    // overrides the profile's prefill model when > 0
 	flaps       []bench.Flap
 	slow        []bench.Slow
 
@@ -95,6 +98,9 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.traceLimit, "trace-limit", 0, "replay only the trace's first N requests (0: all)")
 	fs.StringVar(&o.policies, "policies", strings.Join(bench.AllPolicies, ","), "comma-separated policies to compare; a policy's parameters follow a colon, e.g. prefix-tree:cache_threshold=0.5,balance_abs=32,cost")
 	fs.IntVar(&o.replicas, "replicas", 4, "number of simulated replicas")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 0, "every replica's running slots (vLLM's --max-num-seqs; 0 = the profile's)")
+	fs.IntVar(&o.partial, "partial-prefills", 0, "prefills that share a step's token budget: 1 serial (vLLM's default), more parallel (0 = the profile's)")
+	fs.StringVar(&o.engineSizes, "engine-sizes", "known", "known: policy cost is configured with the profile's max_num_seqs and batch_tokens, as by an operator who knows them; default: they stay at routing.cost's defaults")
 	fs.StringVar(&o.profile, "profile", engine.DefaultProfile, "engine profile of every replica")
 	fs.DurationVar(&o.duration, "duration", 30*time.Minute, "virtual time during which requests arrive")
 	fs.Int64Var(&o.seed, "seed", 1, "random seed (workload and balancer); same seed, same numbers")
@@ -215,6 +221,18 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 	if err != nil {
 		return bench.Options{}, err
 	}
+	if o.maxNumSeqs < 0 || o.partial < 0 {
+		return bench.Options{}, fmt.Errorf("--max-num-seqs and --partial-prefills must be >= 0, got %d and %d", o.maxNumSeqs, o.partial)
+	}
+	if o.maxNumSeqs > 0 {
+		prof.MaxNumSeqs = o.maxNumSeqs
+	}
+	if o.partial > 0 {
+		prof.MaxPartialPrefills = o.partial
+	}
+	if o.engineSizes != "known" && o.engineSizes != "default" {
+		return bench.Options{}, fmt.Errorf("--engine-sizes: must be known or default, got %q", o.engineSizes)
+	}
 	cfg := o.routing
 	cfg.Seed = uint64(o.seed)
 	if err := cfg.Validate(); err != nil {
@@ -231,6 +249,8 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 		Flaps:    o.flaps,
 		Slow:     o.slow,
 		Parallel: o.parallel,
+
+		DefaultEngineSizes: o.engineSizes == "default",
 
 		Balancers:   o.balancers,
 		ShareDelay:  o.shareDelay,

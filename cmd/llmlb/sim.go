@@ -36,6 +36,7 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	controlOffset := fs.Int("control-offset", 1000, "each replica also serves /sim/fault on its port + this offset (usable while it refuses); 0 disables")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	maxSeqs := fs.Int("max-num-seqs", 0, "override the profile's running slots per replica (0 = the profile's)")
+	partial := fs.Int("partial-prefills", 0, "prefills that share a step's token budget: 1 serial (vLLM's default), more parallel (0 = the profile's)")
 	kvTokens := fs.Int("kv-tokens", 0, "override the profile's KV-cache size in tokens per replica (0 = the profile's)")
 	var kvEvents simKVEvents
 	kvEvents.flags(fs)
@@ -80,6 +81,8 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Logger:        logger,
 		MaxNumSeqs:    *maxSeqs,
 		KVCacheTokens: *kvTokens,
+		// The prefill model: serial or parallel.
+		MaxPartialPrefills: *partial,
 	})
 	if err != nil {
 		return err

@@ -356,6 +356,9 @@ var (
 	descLoad           = prometheus.NewDesc("llmlb_replica_load", "The load the routing counts on the replica: effective running plus waiting, requests weighted by their tokens (1 = routing.load.token_unit tokens).", []string{"replica"}, nil)
 	descKV             = prometheus.NewDesc("llmlb_replica_kv_cache_usage", "Deprecated (removed in the next release): use llmlb_replica_kv_cache_usage_ratio.", []string{"replica"}, nil)
 	descKVRatio        = prometheus.NewDesc("llmlb_replica_kv_cache_usage_ratio", "Share of the replica's KV cache in use (0 to 1) at the last scrape.", []string{"replica"}, nil)
+	descTTFTError      = prometheus.NewDesc("llmlb_replica_ttft_prediction_error_ratio", "How far policy cost's time-to-first-token estimates for the replica are off: the median of |estimate - measured| / measured over its latest 256 streamed first tokens (0.25 = a quarter off).", []string{"replica"}, nil)
+	descTTFTRatio      = prometheus.NewDesc("llmlb_replica_ttft_prediction_ratio", "The median of estimate / measured time to first token over the replica's latest 256 streamed first tokens: 1 is right, below 1 the replica is slower than policy cost expects.", []string{"replica"}, nil)
+	descTTFTChecked    = prometheus.NewDesc("llmlb_replica_ttft_predictions_total", "Streamed first tokens whose time was checked against policy cost's estimate.", []string{"replica"}, nil)
 	descMaxCooldown    = prometheus.NewDesc("llmlb_max_cooldown_seconds", "The cap of a replica's ejection cooldown (routing.health.max_cooldown); a replica at the cap is flapping.", nil, nil)
 	descState          = prometheus.NewDesc("llmlb_replica_state", "1 for the replica's current health state (LIVE|PROBING|EJECTED).", []string{"replica", "state"}, nil)
 	descDraining       = prometheus.NewDesc("llmlb_replica_draining", "1 when the replica is draining (no new traffic).", []string{"replica"}, nil)
@@ -378,7 +381,7 @@ var healthStates = []string{"LIVE", "PROBING", "EJECTED"}
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descInFlightWeight, descEffRunning, descEffWaiting,
-		descScrRunning, descScrWaiting, descLoad, descKV, descKVRatio, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
+		descScrRunning, descScrWaiting, descLoad, descKV, descKVRatio, descTTFTError, descTTFTRatio, descTTFTChecked, descMaxCooldown, descState, descDraining, descCooldown, descRepEjections,
 		descPins, descPinBytes, descPinEvictions, descSpills, descRebinds, descForceRebinds, descPrefixDrops, descEjections, descFallbacks, descAlerts} {
 		ch <- d
 	}
@@ -411,6 +414,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descLoad, r.Load, r.Name)
 		gauge(descKV, r.KVCacheUsage, r.Name)
 		gauge(descKVRatio, r.KVCacheUsage, r.Name)
+		gauge(descTTFTError, r.TTFTPredictionError, r.Name)
+		gauge(descTTFTRatio, r.TTFTPredictionRatio, r.Name)
+		counter(descTTFTChecked, float64(r.TTFTPredictions), r.Name)
 		for _, s := range healthStates {
 			gauge(descState, b2f(r.State == s), r.Name, s)
 		}

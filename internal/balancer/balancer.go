@@ -40,6 +40,9 @@ type Reservation struct {
 	// recorded is the policy's token for undoing its record of the prompt
 	// (its Refused hook) if the replica turns the request away.
 	recorded uint64
+	// at is when the choice was made: the start of the time to first
+	// token its estimate is checked against (limits.go).
+	at time.Time
 }
 
 // Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).
@@ -128,6 +131,15 @@ type ReplicaStatus struct {
 	PrefillRate       float64 `json:"prefill_tokens_per_second"`
 	DecodeStepSeconds float64 `json:"decode_step_seconds"`
 	PendingPrefill    float64 `json:"pending_prefill_tokens"`
+	// How well policy cost's time-to-first-token estimates hold on the
+	// replica, over its latest 256 streamed first tokens: the median of
+	// |estimate - measured| / measured and of estimate / measured (1 is
+	// right; below 1 the replica is slower than estimated), and how many
+	// first tokens were ever checked. Measured from the decision to the
+	// first token seen.
+	TTFTPredictionError float64 `json:"ttft_prediction_error"`
+	TTFTPredictionRatio float64 `json:"ttft_prediction_ratio"`
+	TTFTPredictions     uint64  `json:"ttft_predictions"`
 
 	// Flow control's view (SaturationConfig): the running-slot limit,
 	// configured or learned (0: not known yet), the requests the replica
@@ -201,7 +213,9 @@ type replica struct {
 	prefillBusyUntil time.Time
 	rates            learnedRates
 
-	cap capacity // running-slot limit and occupancy (capacity.go)
+	cap   capacity  // running-slot limit and occupancy (capacity.go)
+	ttft  ttftTrack // estimates against measured first tokens (limits.go)
+	slots slotSeen  // policy cost's quicker view of the slot limit (limits.go)
 }
 
 // effective returns the effective load (docs/ROUTING.md "Effective load": the WLC
@@ -253,6 +267,7 @@ type Balancer struct {
 
 	fleetPrefill fleetPrefill // pooled prefill throughput (rates.go)
 	fleetDecode  float64      // median of the replicas' decode steps
+	fleetSlots   float64      // the largest slot limit known of a replica (limits.go)
 	decodeSlope  decodeSlope  // decode step per request in the batch, fleet-wide
 
 	// Shared state (shared.go): where the policy's affinity changes are
@@ -500,7 +515,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly 
 			EffectiveRunning: running, EffectiveWaiting: waiting, InFlight: r.inFlight + r.peerInFlight,
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
-			MeanOutput:     meanOutput,
+			MeanOutput: meanOutput, MaxRunning: b.slotLimit(r),
 			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests,
 			HeldPrefill: r.heldPrefill})
 		b.candReps = append(b.candReps, r)
@@ -539,7 +554,7 @@ func (b *Balancer) reserve(r *replica, reason Reason, p *Profile, now time.Time)
 	r.inFlightWeight += w
 	r.requests++
 	r.traffic.add(now, b.cfg.Alerts.Window)
-	return &Reservation{Replica: r.name, URL: r.url, Reason: reason, Explanation: b.expl, rep: r, weight: w}
+	return &Reservation{Replica: r.name, URL: r.url, Reason: reason, Explanation: b.expl, rep: r, weight: w, at: now}
 }
 
 // weightOf is one request's load: max(min_weight, (prompt+output)/token_unit),
@@ -625,6 +640,8 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight)
+	r.slots.observe(r.snap)
+	b.updateFleetSlots()
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }
@@ -685,6 +702,9 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			PendingPrefill: b.pending(r, now),
 			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r),
 		})
+		st := &out[len(out)-1]
+		st.TTFTPredictionError, st.TTFTPredictionRatio = r.ttft.summary()
+		st.TTFTPredictions = r.ttft.total
 		if !r.lastAt.IsZero() {
 			st := &out[len(out)-1]
 			st.LastDecision, st.LastDecisionAt = r.last.Why(), r.lastAt

@@ -56,8 +56,8 @@ func TestCostPendingPrefillUntilFirstToken(t *testing.T) {
 	if got := pending(t0.Add(time.Second)); got != 0 {
 		t.Fatalf("pending after 1 s = %v, want 0", got)
 	}
-	b.FirstToken(res)
-	b.FirstToken(res) // twice is harmless
+	b.FirstToken(res, time.Time{})
+	b.FirstToken(res, time.Time{}) // twice is harmless
 	if got := pending(t0); got != 0 {
 		t.Fatalf("pending after the first token = %v, want 0", got)
 	}
@@ -235,17 +235,17 @@ func TestRunningRequestsArePinnedFromFirstTokenToRelease(t *testing.T) {
 	// outcome; none for a request released before it ran or without blocks.
 	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeCanceled} {
 		res, _ := b.Select(costProfile("x", 3, 0), t0)
-		b.FirstToken(res)
-		b.FirstToken(res)
+		b.FirstToken(res, time.Time{})
+		b.FirstToken(res, time.Time{})
 		b.Release(res, o, t0)
 		b.Release(res, o, t0)
-		b.FirstToken(res) // after release: nothing
+		b.FirstToken(res, time.Time{}) // after release: nothing
 	}
 	waited, _ := b.Select(costProfile("x", 3, 0), t0)
 	b.Release(waited, OutcomeCanceled, t0)
-	b.FirstToken(waited)
+	b.FirstToken(waited, time.Time{})
 	bare, _ := b.Select(&Profile{PromptTokens: 10}, t0)
-	b.FirstToken(bare)
+	b.FirstToken(bare, time.Time{})
 	b.Release(bare, OutcomeOK, t0)
 	want := []string{"start a:3 -> 1", "end 1", "start a:3 -> 2", "end 2", "start a:3 -> 3", "end 3"}
 	if diff := cmp.Diff(want, spy.calls); diff != "" {
@@ -262,10 +262,10 @@ func TestCostKeepsARunningPromptCached(t *testing.T) {
 		c.Cost.KVCacheTokens = 64 * tokenize.BlockSize
 	})
 	long, _ := b.Select(costProfile("long", 40, 0), t0)
-	b.FirstToken(long)
+	b.FirstToken(long, time.Time{})
 	for i := range 4 { // 80 new blocks through a 64-block cache
 		other, _ := b.Select(costProfile(fmt.Sprintf("churn%d", i), 20, 0), t0)
-		b.FirstToken(other)
+		b.FirstToken(other, time.Time{})
 		b.Release(other, OutcomeOK, t0)
 	}
 	next, _ := b.Select(costProfile("long", 40, 1), t0)
@@ -321,7 +321,7 @@ func TestCostForgetsPromptsTheReplicaTurnedAway(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.started {
-				b.FirstToken(first)
+				b.FirstToken(first, time.Time{})
 			}
 			b.Release(first, c.outcome, t0)
 			again, err := b.Select(costProfile("x", 8, 4), t0)

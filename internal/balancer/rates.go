@@ -272,12 +272,13 @@ func (b *Balancer) donePending(res *Reservation) {
 	}
 }
 
-// FirstToken records that res's replica produced its first token (the
-// proxy's first streamed token, the benchmark's engine event): its prefill
+// FirstToken records that res's replica produced its first token at now
+// (the proxy's first streamed token, the benchmark's engine event): the
+// policy's estimate is checked against it (limits.go), its prefill
 // is no longer ahead of later requests, and the request runs, holding its
 // prompt's blocks until it ends (the policy's Started hook). Safe to
 // call more than once and after Release.
-func (b *Balancer) FirstToken(res *Reservation) {
+func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 	if res == nil || res.rep == nil {
 		return
 	}
@@ -285,6 +286,9 @@ func (b *Balancer) FirstToken(res *Reservation) {
 	defer b.mu.Unlock()
 	if !res.firstToken && !res.released && !res.rep.removed && len(res.blocks) > 0 && any(res.policy) == any(b.policy) {
 		res.run = b.policy.Started(res.rep.name, res.blocks)
+	}
+	if !res.released {
+		b.observeFirstToken(res, now)
 	}
 	b.donePending(res)
 }

@@ -165,6 +165,11 @@ type Options struct {
 	KVEvents     bool
 	KVEventsLag  time.Duration
 	KVEventsLoss float64
+	// DefaultEngineSizes leaves policy cost's engine sizes
+	// (routing.cost.max_num_seqs, batch_tokens) at the configuration's
+	// defaults, as an operator who does not know them would, instead of
+	// setting them to the profile's (llmlb bench --engine-sizes default).
+	DefaultEngineSizes bool
 
 	newEngine func() simEngine // tests: a stand-in engine model
 }
@@ -279,7 +284,7 @@ func (o *Options) routingFor(spec string) (balancer.Config, error) {
 	set := cfg.Settings.WithDefaults()
 	// What an operator configures for policy cost: the replicas' vLLM
 	// scheduler limits (the spec's parameters may still override them).
-	if o.Profile.MaxNumBatchedTokens > 0 && o.Profile.MaxNumSeqs > 0 {
+	if o.Profile.MaxNumBatchedTokens > 0 && o.Profile.MaxNumSeqs > 0 && !o.DefaultEngineSizes {
 		set.Cost.BatchTokens, set.Cost.MaxNumSeqs = o.Profile.MaxNumBatchedTokens, o.Profile.MaxNumSeqs
 	}
 	if err := set.Apply(name, params); err != nil {

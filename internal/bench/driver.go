@@ -72,6 +72,7 @@ type flight struct {
 	replica    int
 	core       int // the balancer that routed it
 	arrived    time.Duration
+	sent       time.Duration      // when the replica was chosen (a held request's dispatch)
 	firstToken time.Duration      // -1 until the first token
 	cached     int                // prompt tokens found cached, from the first token
 	admitted   *admission.Request // flow control's: Done when it ends; nil without
@@ -435,7 +436,7 @@ func (r *run) route(req *workload.Request, core int, res *balancer.Reservation, 
 			r.rekeyArrival()
 			return
 		}
-		r.flights[id] = &flight{req: req, res: res, replica: i, core: core, arrived: arrived, firstToken: -1, admitted: admitted}
+		r.flights[id] = &flight{req: req, res: res, replica: i, core: core, arrived: arrived, firstToken: -1, admitted: admitted, sent: r.now}
 		r.acc.routed(i, r.now, req, res)
 		r.rekeyEngine(i)
 		r.rekeyArrival()
@@ -469,8 +470,9 @@ func (r *run) onEvent(ev engine.Event) {
 			f.firstToken = at - f.arrived
 			f.cached = ev.CachedTokens
 			r.acc.indexHit(f.res.Explanation.CachedTokens, ev.CachedTokens)
+			r.acc.pred.add(f.res.Explanation, (at - f.sent).Seconds())
 		}
-		r.bals[f.core].FirstToken(f.res)
+		r.bals[f.core].FirstToken(f.res, ev.At)
 	case engine.Finished, engine.Aborted:
 		if f.firstToken < 0 {
 			f.firstToken = at - f.arrived

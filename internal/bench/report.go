@@ -86,6 +86,10 @@ type Result struct {
 	// cached prompt tokens the engines found over those its index expected
 	// (each request's found capped at its expected); omitted for others.
 	IndexAccuracy float64 `json:"index_accuracy,omitempty"`
+	// TTFTPrediction is, for a policy that estimates each request's time
+	// to first token (cost), how well the estimates held; omitted for
+	// others.
+	TTFTPrediction *PredictionStats `json:"ttft_prediction,omitempty"`
 
 	// TTFTSlowdown is each request's TTFT divided by its TTFT alone on an
 	// idle replica with an empty cache (engine.Profile.IsolatedTTFT): how
@@ -377,6 +381,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := rep.writePredictionTable(w); err != nil {
+		return err
 	}
 	if err := rep.writeFlowTables(w); err != nil {
 		return err

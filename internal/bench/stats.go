@@ -44,6 +44,8 @@ type accumulator struct {
 	// Cached tokens the policy's index expected, and how many of them the
 	// engine found (at most the expected, per request): index_accuracy.
 	indexExpected, indexFound uint64
+	// The policy's TTFT estimates against the first tokens (cost).
+	pred predictions
 
 	// routedTokens[w][i]: prompt tokens routed to replica i in window w.
 	routedTokens [][]float64
@@ -307,6 +309,7 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 	if a.indexExpected > 0 {
 		res.IndexAccuracy = float64(a.indexFound) / float64(a.indexExpected)
 	}
+	res.TTFTPrediction = a.pred.stats()
 	res.Tenants, res.TenantFairness = a.tenantStats()
 	res.Priorities = a.priorityStats()
 	if a.turn2Arrived > 0 {

@@ -457,10 +457,19 @@ func (e *Engine) planStep(b time.Time) bool {
 	preempted := false
 	decodeOnly := true
 
+	// With parallel prefill, the budget the decodes leave is shared evenly
+	// by the requests in prefill (sharers counts those still to be served).
+	sharers, shared := e.prefillSharers(b)
+
 	// 1. Running requests, in admission order.
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
 		n := min(s.tokens()-s.computed, budget)
+		if sharers > 0 && n > 1 {
+			n = min(n, max(1, shared/sharers))
+			sharers--
+			shared -= n
+		}
 		for !e.allocate(s, n) {
 			// Out of blocks: preempt the most recently admitted request.
 			v := e.running[len(e.running)-1]
@@ -498,10 +507,18 @@ func (e *Engine) planStep(b time.Time) bool {
 				blocked = true
 				break
 			}
-			n, ok := e.admit(s, budget, b)
+			chunk := budget
+			if sharers > 0 {
+				chunk = min(budget, max(1, shared/sharers))
+			}
+			n, ok := e.admit(s, chunk, b)
 			if !ok {
 				blocked = true
 				break
+			}
+			if sharers > 0 {
+				sharers--
+				shared -= n
 			}
 			e.waiting[e.whead] = nil
 			e.whead++
@@ -540,6 +557,37 @@ func (e *Engine) planStep(b time.Time) bool {
 		}
 	}
 	return true
+}
+
+// prefillSharers returns, for a parallel-prefill profile, how many
+// requests share the step starting at b for their prefill (those running
+// with more than one token to compute, then waiting ones that have arrived
+// and would find a free slot, up to MaxPartialPrefills) and the budget they
+// share: what the running decodes leave. Serial profiles get 0, 0.
+func (e *Engine) prefillSharers(b time.Time) (sharers, shared int) {
+	limit := e.profile.MaxPartialPrefills
+	if limit <= 1 {
+		return 0, 0
+	}
+	decodes := 0
+	for _, s := range e.running {
+		if s.tokens()-s.computed > 1 {
+			if sharers < limit {
+				sharers++
+			}
+		} else {
+			decodes++
+		}
+	}
+	free := e.profile.MaxNumSeqs - len(e.running)
+	for i := e.whead; i < len(e.waiting) && sharers < limit && free > 0; i++ {
+		if e.waiting[i].arrival.After(b) {
+			break
+		}
+		sharers++
+		free--
+	}
+	return sharers, max(0, e.profile.MaxNumBatchedTokens-decodes)
 }
 
 // runLength is how many identical pure-decode steps can follow from b: up to

@@ -18,6 +18,15 @@ type Profile struct {
 	KVCacheTokens       int // KV capacity in tokens (blocks = KVCacheTokens/16)
 	MaxModelLen         int // longest prompt+output accepted
 
+	// MaxPartialPrefills is how many requests may be in prefill at once
+	// sharing a step's token budget evenly (vLLM's
+	// --max-num-partial-prefills). 0 or 1 is vLLM v1's default, serial
+	// prefill: the budget goes to requests in admission order, so a long
+	// prompt takes whole steps and the prompts behind it wait. Above 1 the
+	// prefills share each step, so a short prompt behind a long one is done
+	// after a few steps while the long one slows (parallel prefill).
+	MaxPartialPrefills int
+
 	// Step time = StepBase + StepPerSeq*requests in the step
 	//   + StepPerToken*batched tokens
 	//   + StepPerAttention*(Σ over prefill chunks of n*(c+n/2))/1000
@@ -102,6 +111,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("engine: profile %q: MaxNumSeqs must be >= 1, got %d", p.Name, p.MaxNumSeqs)
 	case p.MaxNumBatchedTokens < 1:
 		return fmt.Errorf("engine: profile %q: MaxNumBatchedTokens must be >= 1, got %d", p.Name, p.MaxNumBatchedTokens)
+	case p.MaxPartialPrefills < 0:
+		return fmt.Errorf("engine: profile %q: MaxPartialPrefills must be >= 0, got %d", p.Name, p.MaxPartialPrefills)
 	case p.Blocks() < 1:
 		return fmt.Errorf("engine: profile %q: KVCacheTokens must be >= %d, got %d", p.Name, tokenize.BlockSize, p.KVCacheTokens)
 	case p.MaxModelLen < 2:

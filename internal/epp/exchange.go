@@ -612,7 +612,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 			if x.sse {
 				// A stream's first chunk comes with its first token: the
 				// replica's prefill is done (policy cost's pending work).
-				x.s.bal.FirstToken(x.res)
+				x.s.bal.FirstToken(x.res, now)
 				x.ttftAt = now
 			}
 		}

@@ -49,8 +49,11 @@ type CostConfig struct {
 	// takes.
 	BatchTokens int
 	// MaxNumSeqs is the replicas' batch size in requests, vLLM's
-	// max_num_seqs (cost.max_num_seqs, 256: vLLM's default under 70 GiB;
-	// 1024 on larger GPUs). Beyond it a request waits for a slot.
+	// max_num_seqs: beyond it a request waits for a slot
+	// (cost.max_num_seqs). 0, the default, learns each replica's own
+	// (Candidate.MaxRunning: its running count held over three scrapes
+	// while requests waited) and prices an unknown one at
+	// DefaultMaxNumSeqs; a value set overrides every replica's.
 	MaxNumSeqs int
 	// TieSteps is the margin, in decode steps of the fastest candidate,
 	// within which estimates count as equal and the most cached prompt wins
@@ -138,6 +141,23 @@ const maxIndexBlocks = 8192
 // publishes no more of a prompt than the index would record).
 const MaxIndexBlocks = maxIndexBlocks
 
+// DefaultMaxNumSeqs is the batch size in requests assumed for a replica
+// whose limit is neither configured nor learned yet: vLLM's default on
+// GPUs under 70 GiB (1024 on larger ones).
+const DefaultMaxNumSeqs = 256
+
+// slots is candidate c's batch size in requests: configured, else learned,
+// else DefaultMaxNumSeqs.
+func (p *Cost) slots(c *Candidate) float64 {
+	switch {
+	case p.cfg.MaxNumSeqs > 0:
+		return float64(p.cfg.MaxNumSeqs)
+	case c.MaxRunning >= 1:
+		return c.MaxRunning
+	}
+	return DefaultMaxNumSeqs
+}
+
 // DefaultKVCacheTokens is the KV capacity assumed for a replica that exports
 // no vllm:cache_config_info and has none configured.
 const DefaultKVCacheTokens = 262_144
@@ -151,7 +171,6 @@ func DefaultCostConfig() CostConfig {
 		BoundedLoadSlack: 8,
 		TieSteps:         1,
 		BatchTokens:      2048,
-		MaxNumSeqs:       256,
 		Sessions:         65_536,
 		EvictionWeight:   300,
 		BurstSpread:      1,
@@ -184,8 +203,8 @@ func (c CostConfig) Validate() error {
 	if c.BatchTokens < 1 {
 		bad = append(bad, fmt.Sprintf("cost.batch_tokens: must be >= 1, got %d", c.BatchTokens))
 	}
-	if c.MaxNumSeqs < 1 {
-		bad = append(bad, fmt.Sprintf("cost.max_num_seqs: must be >= 1, got %d", c.MaxNumSeqs))
+	if c.MaxNumSeqs < 0 {
+		bad = append(bad, fmt.Sprintf("cost.max_num_seqs: must be >= 0 (0 learns each replica's), got %d", c.MaxNumSeqs))
 	}
 	if !(c.EvictionWeight >= 0) || math.IsInf(c.EvictionWeight, 0) {
 		bad = append(bad, fmt.Sprintf("cost.eviction_weight: must be >= 0, got %v", c.EvictionWeight))

@@ -77,7 +77,7 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// running count at a scrape that showed a queue, as the batch's
 	// real size, was measured worse: a stale yes/no per replica that
 	// herded requests onto those without one, docs/ROUTING.md.)
-	slots := float64(p.cfg.MaxNumSeqs)
+	slots := p.slots(c)
 	if excess := max(float64(c.InFlight), c.ScrapedRunning+c.ScrapedWaiting) + 1 - slots; excess > 0 {
 		est += excess * c.MeanOutput * c.DecodeStep / slots
 	}

@@ -33,7 +33,7 @@ func (p *Cost) overBound(c *Candidate, limit int, prefill float64, tokens int) b
 		return false
 	}
 	holds := prefill < float64(tokens)
-	return tokens <= 0 || holds || c.InFlight+1 > min(2*limit, p.cfg.MaxNumSeqs)
+	return tokens <= 0 || holds || float64(c.InFlight+1) > min(float64(2*limit), p.slots(c))
 }
 
 // tieBreak returns the candidate to take among those within the bound

@@ -41,6 +41,11 @@ type Candidate struct {
 	// MeanOutput is the fleet's mean output tokens per request, learned
 	// from /metrics (a default until then): how long a batch slot stays taken.
 	MeanOutput float64
+	// MaxRunning is the replica's running-slot limit as far as the
+	// balancer knows it (configured for flow control, or learned from its
+	// running count held over three scrapes while requests waited); 0 while
+	// not known.
+	MaxRunning float64
 	// PendingPrefill is the prompt tokens (less their expected cache hits)
 	// of the balancer's own requests on the replica that have not had their
 	// first token yet, bounded by what the replica can have computed since

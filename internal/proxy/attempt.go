@@ -326,7 +326,7 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 			// A stream's first chunk comes with its first token: the
 			// replica's prefill for it is done (policy cost's pending work).
 			if b.sse && b.a.tokenFirst {
-				b.p.bal.FirstToken(b.a.res)
+				b.p.bal.FirstToken(b.a.res, b.p.now())
 			}
 		}
 		if n >= 2 {

@@ -31,6 +31,9 @@ type FleetOptions struct {
 	Logger *slog.Logger
 	// MaxNumSeqs and KVCacheTokens override every replica's profile when > 0.
 	MaxNumSeqs, KVCacheTokens int
+	// MaxPartialPrefills overrides every replica's prefill model when > 0
+	// (1 serial, more parallel: engine.Profile.MaxPartialPrefills).
+	MaxPartialPrefills int
 }
 
 // Fleet is a set of replicas running in process, for tests and the demo.
@@ -95,6 +98,8 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 			Logger:        opts.Logger,
 			MaxNumSeqs:    opts.MaxNumSeqs,
 			KVCacheTokens: opts.KVCacheTokens,
+			// Parallel prefill, when asked for.
+			MaxPartialPrefills: opts.MaxPartialPrefills,
 		})
 		if err != nil {
 			for _, r := range replicas {

@@ -48,6 +48,10 @@ type Options struct {
 	// MaxNumSeqs and KVCacheTokens, when > 0, override the profile's running
 	// slots and KV-cache size (load runs need thousands of slots).
 	MaxNumSeqs, KVCacheTokens int
+	// MaxPartialPrefills, when > 0, overrides the profile's prefill model:
+	// 1 serial, more runs that many prefills in parallel
+	// (engine.Profile.MaxPartialPrefills).
+	MaxPartialPrefills int
 	// Logger receives lifecycle and fault messages; default slog.Default().
 	Logger *slog.Logger
 }
@@ -137,6 +141,9 @@ func New(opts Options) (*Replica, error) {
 	}
 	if opts.KVCacheTokens > 0 {
 		profile.KVCacheTokens = opts.KVCacheTokens
+	}
+	if opts.MaxPartialPrefills > 0 {
+		profile.MaxPartialPrefills = opts.MaxPartialPrefills
 	}
 	if err := profile.Validate(); err != nil {
 		return nil, fmt.Errorf("simreplica: %w", err)

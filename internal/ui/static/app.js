@@ -118,6 +118,14 @@ function firstBucket(f) {
   return i < 0 ? f.routed_history.length : i;
 }
 
+// ttftError shows how far policy cost's TTFT estimates for a replica are
+// off; '-' until one of its streamed first tokens was checked.
+function ttftError(r) {
+  if (!r.ttft_predictions) return '<span class="muted">-</span>';
+  const slow = r.ttft_prediction_ratio < 1 ? 'slower than estimated' : 'faster than estimated';
+  return `<span title="median estimate / measured ${r.ttft_prediction_ratio.toFixed(2)} (${slow}) over ${Math.min(r.ttft_predictions, 256)} first tokens">${(100 * r.ttft_prediction_error).toFixed(0)}%</span>`;
+}
+
 function renderReplicas(s) {
   const mutate = canMutate();
   const first = firstBucket(s.fleet);
@@ -141,10 +149,11 @@ function renderReplicas(s) {
       <td class="num">${r.in_flight}</td>
       <td>${kvBar(r.kv_cache_usage)}</td>
       <td class="num">${pct(r.prefix_hit_rate)}</td>
+      <td class="num ttft-err">${ttftError(r)}</td>
       <td><span class="share"><svg viewBox="0 0 120 24" preserveAspectRatio="none" aria-hidden="true">${sparkline(r.share_history.slice(first), 1, color)}</svg>${pct(r.share)}</span></td>
       <td class="num">${r.ejections}</td>
       <td>${action}</td></tr>`;
-  }).join('') || '<tr><td colspan="13" class="empty">no replica configured</td></tr>';
+  }).join('') || '<tr><td colspan="14" class="empty">no replica configured</td></tr>';
 }
 
 // mergeDecisions adds a snapshot's decisions (newest first) to the ones
