@@ -57,6 +57,7 @@ type attempt struct {
 	client    context.Context // the client's request context
 	ctx       context.Context // the attempt's: cancelled with a cause by the proxy
 	cancel    context.CancelCauseFunc
+	actx      attemptCtx    // ctx carrying the attempt, the outbound request's
 	idleAfter time.Duration // proxy.stream_idle_timeout
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
@@ -101,6 +102,22 @@ func (a *attempt) holdRefusal(res *http.Response) error {
 
 func attemptFrom(ctx context.Context) *attempt {
 	return ctx.Value(attemptKey{}).(*attempt)
+}
+
+// attemptCtx is the outbound request's context: the attempt's cancelable
+// one, carrying the attempt itself (a field of the attempt, so no
+// allocation of its own as context.WithValue would make).
+type attemptCtx struct {
+	context.Context
+	a *attempt
+}
+
+// Value implements context.Context.
+func (c *attemptCtx) Value(key any) any {
+	if key == (attemptKey{}) {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 // startIdle arms (or re-arms) the idle timeout: without a byte from the
@@ -426,20 +443,29 @@ func (b *upstreamBody) errorEvent() []byte {
 func (b *upstreamBody) Close() error { return b.rc.Close() }
 
 // copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
-// proxy_buffer_size) rather than ReverseProxy's own 32 KiB, since a stream
-// holds its buffer as long as it lasts and SSE chunks are small (issue 14:
-// memory per in-flight stream); a large JSON answer takes a few more reads.
+// proxy_buffer_size) rather than ReverseProxy's own 32 KiB; a large JSON
+// answer takes a few more reads.
 const copyBufferSize = 8 << 10
 
-// bufferPool recycles ReverseProxy's copy buffers across responses.
-type bufferPool struct{ p sync.Pool }
+// streamCopyBufferSize is the copy buffer of a request that asks for a
+// stream: a stream holds its buffer as long as it lasts (memory per held
+// stream), and an SSE chunk is a few hundred bytes; a larger burst takes
+// more than one read, each relayed and flushed as it comes.
+const streamCopyBufferSize = 2 << 10
+
+// bufferPool recycles ReverseProxy's copy buffers of one size across
+// responses.
+type bufferPool struct {
+	size int
+	p    sync.Pool
+}
 
 // Get implements httputil.BufferPool.
 func (b *bufferPool) Get() []byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return *v
 	}
-	return make([]byte, copyBufferSize)
+	return make([]byte, b.size)
 }
 
 // Put implements httputil.BufferPool.

@@ -136,6 +136,7 @@ type Proxy struct {
 	log         *slog.Logger
 	now         func() time.Time
 	rp          *httputil.ReverseProxy
+	rpStream    *httputil.ReverseProxy // rp with streamCopyBufferSize buffers
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
@@ -275,9 +276,15 @@ func New(opts Options) (*Proxy, error) {
 		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
-		BufferPool:     &bufferPool{},
+		BufferPool:     &bufferPool{size: copyBufferSize},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
+	// A request that asks for a stream is relayed with a smaller copy
+	// buffer: it holds its buffer as long as the stream lasts, and SSE
+	// chunks are a few hundred bytes each.
+	rpStream := *p.rp
+	rpStream.BufferPool = &bufferPool{size: streamCopyBufferSize}
+	p.rpStream = &rpStream
 	return p, nil
 }
 
@@ -343,7 +350,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := &outBody{b: askUsage(r.Context(), path, &prof, body)}
+	out := &outBody{b: askUsage(traceOf(w, r.Context()), path, &prof, body)}
 	if len(out.b) != len(body) {
 		putBody(body) // askUsage made a new body; nothing else has this one
 	}
@@ -509,6 +516,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		defer func() { p.gate.Done(h.req, p.now()) }()
 	}
 	ctx := r.Context()
+	tr := traceOf(w, ctx)
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
@@ -524,7 +532,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 			return
 		}
 		p.logDecision(ctx, res, prof, n)
-		noteDecision(ctx, res, prof, n+1)
+		noteDecision(tr, res, prof, n+1)
 		if p.decisions != nil {
 			p.decisions(p.now(), res, prof, n+1)
 		}
@@ -651,7 +659,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		a.startIdle()
 	}
 	a.body = body
-	in := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
+	a.actx = attemptCtx{Context: ctx, a: a}
+	in := r.WithContext(&a.actx)
 	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
 	if len(body.b) > 0 {
@@ -660,7 +669,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		in.Body = http.NoBody
 	}
 	in.GetBody = nil
-	p.rp.ServeHTTP(a.w, in)
+	rp := p.rp
+	if prof.Stream {
+		rp = p.rpStream
+	}
+	rp.ServeHTTP(a.w, in)
 	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
 		if a.upgrade {
 			msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
