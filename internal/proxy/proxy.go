@@ -705,7 +705,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// The body was read whole: hand the transport an in-memory reader of a
 	// known length (ReverseProxy's own wrapper hides that), so that the
 	// request's headers and body leave in one write (issue 14), and GetBody
-	// lets the transport resend it on a dead keep-alive connection.
+	// lets the transport resend it on a dead keep-alive connection. The
+	// transport recognises io.NopCloser over a *bytes.Reader, not a type of
+	// ours (TestRequestLeavesInOneWrite).
 	if body := a.body; len(body.b) > 0 {
 		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
 		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }

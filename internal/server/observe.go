@@ -39,9 +39,14 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(HeaderRequestID)
 	if !saneID(id) {
 		id = newRequestID()
-		r.Header.Set(HeaderRequestID, id)
+		// One value for the request's and the response's header, each
+		// capped so that an Add to one cannot write into the other.
+		v := []string{id}
+		r.Header[HeaderRequestID] = v[:1:1]
+		w.Header()[HeaderRequestID] = v[:1:1]
+	} else {
+		w.Header().Set(HeaderRequestID, id)
 	}
-	w.Header().Set(HeaderRequestID, id)
 	// The writer carries the Trace (proxy.TracedWriter): no copy of the
 	// request for a context that would carry it.
 	ow := &observingWriter{ResponseWriter: w, now: o.now}
