@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
 	"time"
@@ -65,6 +66,10 @@ type attempt struct {
 	// token (openai.FirstChunkIsToken).
 	tokenFirst bool
 
+	// sent reads the request body to the replica: the transport's current
+	// reader of body (rewrite and GetBody set it).
+	sent *bytes.Reader
+
 	mayRetry  bool     // another attempt may follow: a refusal is held back
 	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)
 	err       error    // failure before any response (ErrorHandler)
@@ -118,6 +123,33 @@ func (c *attemptCtx) Value(key any) any {
 		return c.a
 	}
 	return c.Context.Value(key)
+}
+
+// minReleasedBody is the size from which a request body is let go of
+// once its answer is relayed (releaseBody): a stream holds what it
+// references for as long as it lasts, and an agent's prompt is tens or
+// hundreds of KiB. Smaller bodies are not worth the client trace it takes.
+const minReleasedBody = 16 << 10
+
+// wroteRequest is the outbound request's httptrace WroteRequest hook: the
+// request and its body have been written (or failed), so the reader's
+// bytes are not read again; a resend on a dead connection takes a new
+// reader from GetBody. It runs on the transport's writing goroutine, after
+// the write that read sent.
+func (a *attempt) wroteRequest(httptrace.WroteRequestInfo) {
+	if r := a.sent; r != nil {
+		r.Reset(nil)
+	}
+}
+
+// releaseBody drops the attempt's reference to the request body once the
+// replica's answer is relayed: no other attempt follows and the transport
+// resends nothing, so a long stream does not keep a large prompt alive
+// (the transport's reader let go of it in wroteRequest).
+func (a *attempt) releaseBody() {
+	if a.body != nil && len(a.body.b) >= minReleasedBody {
+		a.body.b = nil
+	}
 }
 
 // startIdle arms (or re-arms) the idle timeout: without a byte from the

@@ -16,6 +16,7 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -660,7 +661,13 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	}
 	a.body = body
 	a.actx = attemptCtx{Context: ctx, a: a}
-	in := r.WithContext(&a.actx)
+	var out context.Context = &a.actx
+	if len(body.b) >= minReleasedBody {
+		// Told when the body has been written, the attempt lets go of
+		// its reader's bytes (see releaseBody).
+		out = httptrace.WithClientTrace(out, &httptrace.ClientTrace{WroteRequest: a.wroteRequest})
+	}
+	in := r.WithContext(out)
 	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
 	if len(body.b) > 0 {
@@ -709,8 +716,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// transport recognises io.NopCloser over a *bytes.Reader, not a type of
 	// ours (TestRequestLeavesInOneWrite).
 	if body := a.body; len(body.b) > 0 {
-		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
+		a.sent = bytes.NewReader(body.b)
+		pr.Out.Body = io.NopCloser(a.sent)
+		pr.Out.GetBody = func() (io.ReadCloser, error) {
+			a.sent = bytes.NewReader(body.b)
+			return io.NopCloser(a.sent), nil
+		}
 		pr.Out.ContentLength = int64(len(body.b))
 	}
 	pr.SetURL(a.target)
@@ -795,6 +806,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	} else {
 		a.stopIdle() // a JSON answer arrives whole
 	}
+	a.releaseBody()
 	res.Body = &upstreamBody{
 		rc:       res.Body,
 		a:        a,
