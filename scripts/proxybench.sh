@@ -22,7 +22,8 @@
 #   ROUNDS=6 DURATION=10 scripts/proxybench.sh
 #
 # Environment: ROUNDS (4), DURATION (seconds per wrk run, 5), CONNS (64),
-# TTFB_N (2000), HOLD (1000), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
+# TTFB_N (2000), HOLD (1000), HOLD_PROMPT_BYTES (0: the held streams send the
+# short chat; N: a user message of N bytes, an agent's prompt), BASE_PORT (18100: upstream, +1 NGINX, +2 llmlb
 # proxy, +3 llmlb admin, +4 goproxy, +5 Caddy, +6 HAProxy, +7 and on: EXTRA),
 # KEEP (1: keep the
 # work directory), PROFILE (1: also write a 10 s CPU profile of llmlb under
@@ -370,12 +371,13 @@ fi
 
 # Memory per in-flight stream: RSS of the proxy's processes with HOLD
 # streams held open (each has its first chunk) minus RSS before.
-echo "== memory per in-flight stream ($HOLD streams held open)"
+echo "== memory per in-flight stream ($HOLD streams held open, prompts of ${HOLD_PROMPT_BYTES:-0} extra bytes)"
 for t in "${targets[@]:1}"; do
 	[ "$(scheme_of "$t")" = https ] && continue
 	ps=$(procs "$t")
 	before=$(rss_kb $ps)
-	"$work/proxybench" hold -url "http://127.0.0.1:$(port_of "$t")/v1/chat/completions?hold" -n "$HOLD" >"$work/hold.out" &
+	"$work/proxybench" hold -url "http://127.0.0.1:$(port_of "$t")/v1/chat/completions?hold" -n "$HOLD" \
+		-prompt-bytes "${HOLD_PROMPT_BYTES:-0}" >"$work/hold.out" &
 	hp=$!
 	for _ in $(seq 600); do grep -q held "$work/hold.out" && break; sleep 0.1; done
 	sleep 1

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
 	"time"
@@ -57,12 +58,17 @@ type attempt struct {
 	client    context.Context // the client's request context
 	ctx       context.Context // the attempt's: cancelled with a cause by the proxy
 	cancel    context.CancelCauseFunc
+	actx      attemptCtx    // ctx carrying the attempt, the outbound request's
 	idleAfter time.Duration // proxy.stream_idle_timeout
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
 	// tokenFirst: the path's SSE stream sends nothing before its first
 	// token (openai.FirstChunkIsToken).
 	tokenFirst bool
+
+	// sent reads the request body to the replica: the transport's current
+	// reader of body (rewrite and GetBody set it).
+	sent *bytes.Reader
 
 	mayRetry  bool     // another attempt may follow: a refusal is held back
 	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)
@@ -101,6 +107,49 @@ func (a *attempt) holdRefusal(res *http.Response) error {
 
 func attemptFrom(ctx context.Context) *attempt {
 	return ctx.Value(attemptKey{}).(*attempt)
+}
+
+// attemptCtx is the outbound request's context: the attempt's cancelable
+// one, carrying the attempt itself (a field of the attempt, so no
+// allocation of its own as context.WithValue would make).
+type attemptCtx struct {
+	context.Context
+	a *attempt
+}
+
+// Value implements context.Context.
+func (c *attemptCtx) Value(key any) any {
+	if key == (attemptKey{}) {
+		return c.a
+	}
+	return c.Context.Value(key)
+}
+
+// minReleasedBody is the size from which a request body is let go of
+// once its answer is relayed (releaseBody): a stream holds what it
+// references for as long as it lasts, and an agent's prompt is tens or
+// hundreds of KiB. Smaller bodies are not worth the client trace it takes.
+const minReleasedBody = 16 << 10
+
+// wroteRequest is the outbound request's httptrace WroteRequest hook: the
+// request and its body have been written (or failed), so the reader's
+// bytes are not read again; a resend on a dead connection takes a new
+// reader from GetBody. It runs on the transport's writing goroutine, after
+// the write that read sent.
+func (a *attempt) wroteRequest(httptrace.WroteRequestInfo) {
+	if r := a.sent; r != nil {
+		r.Reset(nil)
+	}
+}
+
+// releaseBody drops the attempt's reference to the request body once the
+// replica's answer is relayed: no other attempt follows and the transport
+// resends nothing, so a long stream does not keep a large prompt alive
+// (the transport's reader let go of it in wroteRequest).
+func (a *attempt) releaseBody() {
+	if a.body != nil && len(a.body.b) >= minReleasedBody {
+		a.body.b = nil
+	}
 }
 
 // startIdle arms (or re-arms) the idle timeout: without a byte from the
@@ -426,20 +475,29 @@ func (b *upstreamBody) errorEvent() []byte {
 func (b *upstreamBody) Close() error { return b.rc.Close() }
 
 // copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
-// proxy_buffer_size) rather than ReverseProxy's own 32 KiB, since a stream
-// holds its buffer as long as it lasts and SSE chunks are small (memory per
-// in-flight stream); a large JSON answer takes a few more reads.
+// proxy_buffer_size) rather than ReverseProxy's own 32 KiB; a large JSON
+// answer takes a few more reads.
 const copyBufferSize = 8 << 10
 
-// bufferPool recycles ReverseProxy's copy buffers across responses.
-type bufferPool struct{ p sync.Pool }
+// streamCopyBufferSize is the copy buffer of a request that asks for a
+// stream: a stream holds its buffer as long as it lasts (memory per held
+// stream), and an SSE chunk is a few hundred bytes; a larger burst takes
+// more than one read, each relayed and flushed as it comes.
+const streamCopyBufferSize = 2 << 10
+
+// bufferPool recycles ReverseProxy's copy buffers of one size across
+// responses.
+type bufferPool struct {
+	size int
+	p    sync.Pool
+}
 
 // Get implements httputil.BufferPool.
 func (b *bufferPool) Get() []byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return *v
 	}
-	return make([]byte, copyBufferSize)
+	return make([]byte, b.size)
 }
 
 // Put implements httputil.BufferPool.

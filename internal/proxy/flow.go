@@ -85,14 +85,14 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 	case flowcontrol.Dispatch:
 		return &held{req: req}, true
 	case flowcontrol.Refused:
-		noteFlow(ctx, prof, d.Reason.Code(), 0, false)
+		noteFlow(traceOf(w, ctx), prof, d.Reason.Code(), 0, false)
 		p.refuse(w, prof, tenant, prio, d)
 		return nil, false
 	}
 
 	t, dispatched := p.wait(ctx, req, ch)
 	p.waiters.Add(-1)
-	noteFlow(ctx, prof, "", t.Waited, true)
+	noteFlow(traceOf(w, ctx), prof, "", t.Waited, true)
 	if dispatched {
 		if p.qrec != nil {
 			p.qrec.QueueWait(prio, t.Waited)
@@ -111,13 +111,13 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		p.metrics.Request("", "", StatusClientClosed)
 		return nil, false
 	case errors.Is(t.Err, errQueueTimeout):
-		noteFlow(ctx, prof, openai.CodeQueueTimeout, t.Waited, true)
+		noteFlow(traceOf(w, ctx), prof, openai.CodeQueueTimeout, t.Waited, true)
 		w.Header().Set("Retry-After", openai.RetryAfter(flowcontrol.DefaultRetryAfter))
 		p.answer(w, http.StatusTooManyRequests, openai.TypeRateLimit, openai.CodeQueueTimeout,
 			fmt.Sprintf("no replica of model %q had room within flow_control.max_queue_time (%s)", prof.Model, p.flowCfg.MaxQueueTime))
 		return nil, false
 	case errors.Is(t.Err, errShuttingDown):
-		noteFlow(ctx, prof, openai.CodeShuttingDown, t.Waited, true)
+		noteFlow(traceOf(w, ctx), prof, openai.CodeShuttingDown, t.Waited, true)
 		w.Header().Set("Retry-After", openai.RetryAfter(flowcontrol.DefaultRetryAfter))
 		p.answer(w, http.StatusServiceUnavailable, openai.TypeUnavailable, openai.CodeShuttingDown,
 			"llmlb is shutting down and no replica had room; retry")

@@ -16,6 +16,7 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -136,6 +137,7 @@ type Proxy struct {
 	log         *slog.Logger
 	now         func() time.Time
 	rp          *httputil.ReverseProxy
+	rpStream    *httputil.ReverseProxy // rp with streamCopyBufferSize buffers
 	bodyTimeout time.Duration
 	waiting     waitingSet // attempts still waiting for their replica's answer
 	targets     urlCache   // replicas' parsed URLs
@@ -275,9 +277,15 @@ func New(opts Options) (*Proxy, error) {
 		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
-		BufferPool:     &bufferPool{},
+		BufferPool:     &bufferPool{size: copyBufferSize},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
+	// A request that asks for a stream is relayed with a smaller copy
+	// buffer: it holds its buffer as long as the stream lasts, and SSE
+	// chunks are a few hundred bytes each.
+	rpStream := *p.rp
+	rpStream.BufferPool = &bufferPool{size: streamCopyBufferSize}
+	p.rpStream = &rpStream
 	return p, nil
 }
 
@@ -343,7 +351,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := &outBody{b: askUsage(r.Context(), path, &prof, body)}
+	out := &outBody{b: askUsage(traceOf(w, r.Context()), path, &prof, body)}
 	if len(out.b) != len(body) {
 		putBody(body) // askUsage made a new body; nothing else has this one
 	}
@@ -509,6 +517,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		defer func() { p.gate.Done(h.req, p.now()) }()
 	}
 	ctx := r.Context()
+	tr := traceOf(w, ctx)
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
@@ -524,7 +533,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 			return
 		}
 		p.logDecision(ctx, res, prof, n)
-		noteDecision(ctx, res, prof, n+1)
+		noteDecision(tr, res, prof, n+1)
 		if p.decisions != nil {
 			p.decisions(p.now(), res, prof, n+1)
 		}
@@ -651,7 +660,14 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		a.startIdle()
 	}
 	a.body = body
-	in := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
+	a.actx = attemptCtx{Context: ctx, a: a}
+	var out context.Context = &a.actx
+	if len(body.b) >= minReleasedBody {
+		// Told when the body has been written, the attempt lets go of
+		// its reader's bytes (see releaseBody).
+		out = httptrace.WithClientTrace(out, &httptrace.ClientTrace{WroteRequest: a.wroteRequest})
+	}
+	in := r.WithContext(out)
 	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
 	if len(body.b) > 0 {
@@ -660,7 +676,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		in.Body = http.NoBody
 	}
 	in.GetBody = nil
-	p.rp.ServeHTTP(a.w, in)
+	rp := p.rp
+	if prof.Stream {
+		rp = p.rpStream
+	}
+	rp.ServeHTTP(a.w, in)
 	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
 		if a.upgrade {
 			msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
@@ -692,10 +712,16 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// The body was read whole: hand the transport an in-memory reader of a
 	// known length (ReverseProxy's own wrapper hides that), so that the
 	// request's headers and body leave in one write (one syscall, one packet when small), and GetBody
-	// lets the transport resend it on a dead keep-alive connection.
+	// lets the transport resend it on a dead keep-alive connection. The
+	// transport recognises io.NopCloser over a *bytes.Reader, not a type of
+	// ours (TestRequestLeavesInOneWrite).
 	if body := a.body; len(body.b) > 0 {
-		pr.Out.Body = io.NopCloser(bytes.NewReader(body.b))
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body.b)), nil }
+		a.sent = bytes.NewReader(body.b)
+		pr.Out.Body = io.NopCloser(a.sent)
+		pr.Out.GetBody = func() (io.ReadCloser, error) {
+			a.sent = bytes.NewReader(body.b)
+			return io.NopCloser(a.sent), nil
+		}
 		pr.Out.ContentLength = int64(len(body.b))
 	}
 	pr.SetURL(a.target)
@@ -780,6 +806,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	} else {
 		a.stopIdle() // a JSON answer arrives whole
 	}
+	a.releaseBody()
 	res.Body = &upstreamBody{
 		rc:       res.Body,
 		a:        a,

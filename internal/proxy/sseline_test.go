@@ -43,3 +43,41 @@ func TestOverlongSSELineEndsTheStream(t *testing.T) {
 		t.Errorf("relayed %d bytes of the overlong line, want at most about %d", len(body), openai.MaxSSELine)
 	}
 }
+
+// A stream is relayed through a copy buffer of streamCopyBufferSize: an
+// event larger than it, and a burst of many events in one write, still
+// arrive whole and in order, and a JSON answer to a streaming request
+// larger than the buffer is not cut.
+func TestStreamLargerThanItsCopyBuffer(t *testing.T) {
+	big := `data: {"choices":[{"delta":{"content":"` + strings.Repeat("b", 3*streamCopyBufferSize) + `"}}]}` + "\n\n"
+	var burst strings.Builder
+	for i := range 200 {
+		burst.WriteString(`data: {"choices":[{"delta":{"content":"` + strings.Repeat("c", i%50) + `"}}]}` + "\n\n")
+	}
+	done := "data: [DONE]\n\n"
+	jsonAnswer := `{"error":{"message":"` + strings.Repeat("j", 3*streamCopyBufferSize) + `"}}`
+	cases := []struct {
+		name, contentType, answer string
+	}{
+		{"one event over the buffer", "text/event-stream", big + done},
+		{"a burst of events in one write", "text/event-stream", burst.String() + done},
+		{"a JSON answer over the buffer", "application/json", jsonAnswer},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", c.contentType)
+				_, _ = w.Write([]byte(c.answer))
+			}))
+			t.Cleanup(up.Close)
+			f := newFixture(t, defaultProxyConfig(), replica{name: "a", url: up.URL})
+			code, body, err := postTo(f.front(t).URL, streamBody)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("status %d, read error %v", code, err)
+			}
+			if body != c.answer {
+				t.Fatalf("relayed %d bytes, want the replica's %d unchanged", len(body), len(c.answer))
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -37,19 +38,35 @@ func WithTrace(ctx context.Context, t *Trace) context.Context {
 	return context.WithValue(ctx, traceKey{}, t)
 }
 
+// TracedWriter is a ResponseWriter that carries the request's Trace: a
+// wrapping handler that already wraps the writer hands the Trace over this
+// way, without a copy of the request for a new context (WithTrace).
+type TracedWriter interface {
+	http.ResponseWriter
+	ProxyTrace() *Trace
+}
+
+// traceOf returns the request's Trace, from its writer or its context; nil
+// when it has none.
+func traceOf(w http.ResponseWriter, ctx context.Context) *Trace {
+	if tw, ok := w.(TracedWriter); ok {
+		return tw.ProxyTrace()
+	}
+	t, _ := ctx.Value(traceKey{}).(*Trace)
+	return t
+}
+
 // noteFlow records flow control's part in the request's Trace, if any.
-func noteFlow(ctx context.Context, prof *request.Profile, code string, waited time.Duration, queued bool) {
-	t, ok := ctx.Value(traceKey{}).(*Trace)
-	if !ok {
+func noteFlow(t *Trace, prof *request.Profile, code string, waited time.Duration, queued bool) {
+	if t == nil {
 		return
 	}
 	t.Model, t.Flow, t.QueueWait, t.Queued = prof.Model, code, waited, queued
 }
 
 // noteDecision records a routing decision in the request's Trace, if any.
-func noteDecision(ctx context.Context, res *balancer.Reservation, prof *request.Profile, attempt int) {
-	t, ok := ctx.Value(traceKey{}).(*Trace)
-	if !ok {
+func noteDecision(t *Trace, res *balancer.Reservation, prof *request.Profile, attempt int) {
+	if t == nil {
 		return
 	}
 	t.Model, t.Replica, t.Reason, t.Attempts = prof.Model, res.Replica, res.Reason, attempt

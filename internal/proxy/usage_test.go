@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/llmlb/llmlb/internal/openai"
@@ -31,7 +33,7 @@ func TestAskUsage(t *testing.T) {
 			if c.trace {
 				ctx = WithTrace(ctx, &tr)
 			}
-			out := askUsage(ctx, c.path, &request.Profile{Stream: c.stream}, []byte(c.body))
+			out := askUsage(traceOf(httptest.NewRecorder(), ctx), c.path, &request.Profile{Stream: c.stream}, []byte(c.body))
 			if tr.UsageAsked != c.asked {
 				t.Fatalf("UsageAsked = %v, want %v", tr.UsageAsked, c.asked)
 			}
@@ -42,6 +44,40 @@ func TestAskUsage(t *testing.T) {
 			}
 			if string(out) != want {
 				t.Fatalf("body %s, want %s", out, want)
+			}
+		})
+	}
+}
+
+// tracedRecorder carries a Trace the way package server's writer does.
+type tracedRecorder struct {
+	*httptest.ResponseRecorder
+	tr Trace
+}
+
+func (w *tracedRecorder) ProxyTrace() *Trace { return &w.tr }
+
+// TestTraceOf: the Trace comes from a TracedWriter first, else from the
+// context (WithTrace), else there is none.
+func TestTraceOf(t *testing.T) {
+	var inCtx Trace
+	ctx := WithTrace(context.Background(), &inCtx)
+	tw := &tracedRecorder{ResponseRecorder: httptest.NewRecorder()}
+	cases := []struct {
+		name string
+		w    http.ResponseWriter
+		ctx  context.Context
+		want *Trace
+	}{
+		{"writer", tw, context.Background(), &tw.tr},
+		{"writer before context", tw, ctx, &tw.tr},
+		{"context", httptest.NewRecorder(), ctx, &inCtx},
+		{"none", httptest.NewRecorder(), context.Background(), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := traceOf(c.w, c.ctx); got != c.want {
+				t.Fatalf("traceOf = %p, want %p", got, c.want)
 			}
 		})
 	}

@@ -48,24 +48,35 @@ func parseMessages(b *requestBody) ([]tokenize.Message, string, error) {
 		return nil, "", badf(err, `invalid "messages": %s`, jsonErrorText(err))
 	}
 	out := make([]tokenize.Message, 0, len(b.messages))
-	var system strings.Builder
+	// The system texts joined by newlines; the usual single one is used as
+	// it is, the builder copies only when a second one joins it.
+	var system string
+	var joined strings.Builder
 	for i, m := range b.messages {
 		text, err := contentText(m.Content)
 		if err != nil {
 			return nil, "", badf(err, `"messages[%d].content" must be a string or an array of content parts`, i)
 		}
-		if m.Role == "system" || m.Role == "developer" {
-			if system.Len() > 0 && text != "" {
-				system.WriteByte('\n')
+		if (m.Role == "system" || m.Role == "developer") && text != "" {
+			if system == "" {
+				system = text
+			} else {
+				if joined.Len() == 0 {
+					joined.WriteString(system)
+				}
+				joined.WriteByte('\n')
+				joined.WriteString(text)
 			}
-			system.WriteString(text)
 		}
 		if !isNull(m.ToolCalls) {
 			text += compactJSON(m.ToolCalls)
 		}
 		out = append(out, tokenize.Message{Role: m.Role, Content: text})
 	}
-	return out, system.String(), nil
+	if joined.Len() > 0 {
+		system = joined.String()
+	}
+	return out, system, nil
 }
 
 // contentText returns a message content's text: a string, or the text

@@ -108,7 +108,7 @@ func prefixKey(text string, chars int, tenant string) string {
 		}
 		n++
 	}
-	sum := md5.Sum([]byte(text))
+	sum := md5OfString(text)
 	if tenant == "" {
 		return hex.EncodeToString(sum[:])
 	}
@@ -116,6 +116,25 @@ func prefixKey(text string, chars int, tenant string) string {
 	var digits [2 * md5.Size]byte
 	hex.Encode(digits[:], sum[:])
 	return tenant + ":" + string(digits[:])
+}
+
+// md5OfString is md5.Sum of a string without copying it whole into a
+// []byte first (a system prompt is up to prefix_chars characters, several
+// KiB): longer texts go through the hash in pieces of a stack buffer.
+func md5OfString(text string) [md5.Size]byte {
+	var buf [512]byte
+	if len(text) <= len(buf) {
+		return md5.Sum(buf[:copy(buf[:], text)])
+	}
+	h := md5.New()
+	for len(text) > 0 {
+		n := copy(buf[:], text)
+		h.Write(buf[:n])
+		text = text[n:]
+	}
+	var sum [md5.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // sanitizeKey makes a client-supplied key safe for logs, headers and admin

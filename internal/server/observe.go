@@ -39,12 +39,19 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(HeaderRequestID)
 	if !saneID(id) {
 		id = newRequestID()
-		r.Header.Set(HeaderRequestID, id)
+		// One value for the request's and the response's header, each
+		// capped so that an Add to one cannot write into the other.
+		v := []string{id}
+		r.Header[HeaderRequestID] = v[:1:1]
+		w.Header()[HeaderRequestID] = v[:1:1]
+	} else {
+		w.Header().Set(HeaderRequestID, id)
 	}
-	w.Header().Set(HeaderRequestID, id)
-	var tr proxy.Trace
-	r = r.WithContext(proxy.WithTrace(r.Context(), &tr))
-	ow := &observingWriter{ResponseWriter: w, now: o.now, trace: &tr}
+	// The writer carries the Trace (proxy.TracedWriter): no copy of the
+	// request for a context that would carry it.
+	ow := &observingWriter{ResponseWriter: w, now: o.now}
+	ow.trace = &ow.tr
+	tr := ow.trace
 	o.next.ServeHTTP(ow, r)
 	end := o.now()
 	ow.finish()
@@ -145,6 +152,7 @@ type observingWriter struct {
 	http.ResponseWriter
 	now   func() time.Time
 	trace *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
+	tr    proxy.Trace  // what trace points at when the writer owns it
 
 	status int
 	bytes  int64
@@ -249,6 +257,9 @@ func (w *observingWriter) Flush() {
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
+
+// ProxyTrace implements proxy.TracedWriter: the proxy fills the Trace.
+func (w *observingWriter) ProxyTrace() *proxy.Trace { return w.trace }
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *observingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

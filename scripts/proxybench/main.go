@@ -8,7 +8,7 @@
 //	proxybench upstream -listen 127.0.0.1:18100
 //	proxybench goproxy -listen 127.0.0.1:18104 -upstream http://127.0.0.1:18100
 //	proxybench ttfb -url http://127.0.0.1:18080/v1/chat/completions -n 2000
-//	proxybench hold -url http://127.0.0.1:18080/v1/chat/completions?hold -n 1000
+//	proxybench hold -url http://127.0.0.1:18080/v1/chat/completions?hold -n 1000 [-prompt-bytes 65536]
 package main
 
 import (
@@ -252,7 +252,13 @@ func hold(args []string) error {
 	fs := flag.NewFlagSet("hold", flag.ExitOnError)
 	url := fs.String("url", "", "chat completions `URL` (with ?hold)")
 	n := fs.Int("n", 1000, "streams")
+	promptBytes := fs.Int("prompt-bytes", 0, "a user message of `N` bytes in each request (an agent's prompt); 0: the short chat")
 	_ = fs.Parse(args)
+	body := streamBody
+	if *promptBytes > 0 {
+		body = `{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"` +
+			strings.Repeat("x", *promptBytes) + `"}]}`
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	c := newClient(*n)
@@ -261,7 +267,7 @@ func hold(args []string) error {
 	ready := make(chan struct{}, *n)
 	for range *n {
 		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, *url, strings.NewReader(streamBody))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, *url, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			res, err := c.Do(req)
 			if err != nil {

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/proxy"
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/ui"
+)
+
+// cannedTransport answers every request in memory with a chat completion.
+type cannedTransport struct{}
+
+func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	const body = `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
+	return &http.Response{
+		StatusCode:    http.StatusOK,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       r,
+	}, nil
+}
+
+// BenchmarkServeHandler is the proxy listener's own work per request, as
+// serve wires it (request id, the observer's usage and latency metrics,
+// the proxy with its metrics and the dashboard's records), without sockets: the JSON request of
+// scripts/proxybench.sh answered by an in-memory replica.
+func BenchmarkServeHandler(b *testing.B) {
+	bal, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "up", URL: "http://up:8000", Models: []string{"m"}}, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	m := admin.NewMetrics(bal, time.Now)
+	m.InitReplica("up")
+	dash := ui.New(ui.Options{Balancer: bal, Now: time.Now})
+	p, err := proxy.New(proxy.Options{Balancer: bal, Request: request.DefaultConfig(), Proxy: proxy.Config{RouteHeaders: true},
+		Transport: cannedTransport{}, Metrics: recorders{m, dash},
+		Decisions: func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int) {
+			dash.Decision(at, res, prof, attempt)
+			m.Decision(at, res, prof, attempt)
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := &observed{next: p, metrics: m, log: slog.New(slog.DiscardHandler), now: time.Now}
+	const body = `{"model":"m","max_tokens":16,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
