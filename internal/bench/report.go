@@ -267,12 +267,17 @@ type RequestRecord struct {
 	// time.
 	ExpectedCachedTokens int
 	ExpectedTTFT         float64
+	// Priority is the request's flow control priority; Sent is when a
+	// replica was chosen (after Arrival by its wait in flow control).
+	Priority int
+	Sent     float64
+	Tenant   string
 }
 
 // requestsHeader is the header row of WriteRequestsCSV.
 var requestsHeader = []string{"policy", "request", "session", "turn", "arrival_seconds", "replica",
 	"prompt_tokens", "cached_tokens", "output_tokens", "ttft_seconds", "e2e_seconds", "finished",
-	"expected_cached_tokens", "expected_ttft_seconds"}
+	"expected_cached_tokens", "expected_ttft_seconds", "priority", "sent_seconds", "tenant"}
 
 // WriteRequestsCSV writes every policy's request log (Options.KeepRequests)
 // as CSV, one row per routed request, policies in the report's order.
@@ -289,7 +294,8 @@ func (rep *Report) WriteRequestsCSV(w io.Writer) error {
 			row := []string{res.Policy, strconv.FormatUint(q.ID, 10), q.Session, strconv.Itoa(q.Turn), f(q.Arrival), q.Replica,
 				strconv.Itoa(q.PromptTokens), strconv.Itoa(q.CachedTokens), strconv.Itoa(q.OutputTokens),
 				f(q.TTFT), f(q.E2E), strconv.FormatBool(q.Finished),
-				strconv.Itoa(q.ExpectedCachedTokens), f(q.ExpectedTTFT)}
+				strconv.Itoa(q.ExpectedCachedTokens), f(q.ExpectedTTFT),
+				strconv.Itoa(q.Priority), f(q.Sent), q.Tenant}
 			if err := cw.Write(row); err != nil {
 				return fmt.Errorf("bench: requests csv: %w", err)
 			}

@@ -179,7 +179,8 @@ func (a *accumulator) record(f *flight, ttft, end time.Duration, cached, output 
 		Arrival: f.arrived.Seconds(), Replica: replicaName(f.replica), PromptTokens: f.req.Prompt.Tokens,
 		CachedTokens: min(cached, f.req.Prompt.Tokens), OutputTokens: output,
 		TTFT: ttft.Seconds(), E2E: (end - f.arrived).Seconds(), Finished: finished,
-		ExpectedCachedTokens: f.res.Explanation.CachedTokens, ExpectedTTFT: f.res.Explanation.Estimate})
+		ExpectedCachedTokens: f.res.Explanation.CachedTokens, ExpectedTTFT: f.res.Explanation.Estimate,
+		Priority: f.req.Priority, Sent: f.sent.Seconds(), Tenant: f.req.Tenant})
 }
 
 // firstToken records a request's TTFT in the overall, per-class and
