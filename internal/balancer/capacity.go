@@ -37,6 +37,14 @@ type SaturationConfig struct {
 	// on the benchmark's flood, a polite tenant's P90 is 6.7x its P90 alone
 	// with none and 10.6x with one.
 	Headroom int
+	// KVFullUsage is the KV cache usage (0-1) from which requests waiting
+	// in a replica's queue are taken as waiting for memory
+	// (saturation.kv_full_usage; 0 means the default, 0.75). vLLM admits a
+	// request only when its blocks fit, so an engine bound by its cache
+	// queues with its usage high, how high depending on the prompts' size
+	// against the cache; below it, requests wait for a step's token
+	// budget and start as prefills progress, long before others end.
+	KVFullUsage float64
 }
 
 // DefaultSaturationConfig returns the defaults: limits learned, no
@@ -51,6 +59,9 @@ func (c SaturationConfig) Validate() error {
 	var errs []error
 	if c.MaxRunning < 0 {
 		errs = append(errs, fmt.Errorf("saturation.max_running: must be >= 0 (0 learns it), got %d", c.MaxRunning))
+	}
+	if c.KVFullUsage < 0 || c.KVFullUsage > 1 {
+		errs = append(errs, fmt.Errorf("saturation.kv_full_usage: must be 0-1 (a share of the KV cache; 0 = %g), got %g", defaultKVFullUsage, c.KVFullUsage))
 	}
 	if c.Headroom < 0 || c.Headroom > maxHeadroom {
 		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-%d (requests waiting in a replica's own queue), got %d", maxHeadroom, c.Headroom))
@@ -75,12 +86,18 @@ type capacity struct {
 	probe    bool    // one request past the limit may be sent
 }
 
-// kvFullUsage is the KV cache usage from which requests waiting in a
-// replica's queue are taken as waiting for memory (vLLM admits a request
-// only when its blocks fit). Below it, requests wait for a step's token
-// budget: they start as prefills progress, long before others end, and
-// holding them back would leave the engine's budget unused.
-const kvFullUsage = 0.75
+// defaultKVFullUsage is SaturationConfig.KVFullUsage's default: measured
+// on the benchmark's traces at 0.75 and 0.9, the higher missed engines that
+// queued for memory with prompts of tens of thousands of tokens.
+const defaultKVFullUsage = 0.75
+
+// kvFullUsage returns the configured SaturationConfig.KVFullUsage.
+func (c SaturationConfig) kvFullUsage() float64 {
+	if c.KVFullUsage > 0 {
+		return c.KVFullUsage
+	}
+	return defaultKVFullUsage
+}
 
 // plateauScrapes is how many scrapes in a row must show the same number
 // running while requests wait before that number is taken as the slot
@@ -91,10 +108,11 @@ const kvFullUsage = 0.75
 const plateauScrapes = 3
 
 // observe learns from a successful scrape; sent is the replica's own plus
-// peers' in-flight requests at that moment.
-func (c *capacity) observe(snap Snapshot, sent int) {
+// peers' in-flight requests at that moment, kvFull the configured
+// SaturationConfig.KVFullUsage.
+func (c *capacity) observe(snap Snapshot, sent int, kvFull float64) {
 	c.atScrape = sent
-	c.queuedAt = c.queuedAt || (snap.Waiting >= 1 && snap.KVCacheUsage >= kvFullUsage)
+	c.queuedAt = c.queuedAt || (snap.Waiting >= 1 && snap.KVCacheUsage >= kvFull)
 	c.probe = false
 	if snap.Waiting >= 1 {
 		c.atLimit = 0
@@ -155,14 +173,14 @@ func (r *replica) occupancy() float64 {
 
 // queued is how many requests wait in the replica's own queue now, when
 // its last scrape showed some waiting for memory (KV cache usage at least
-// kvFullUsage): that number, moved by what this balancer and its peers
+// SaturationConfig.KVFullUsage): that number, moved by what this balancer and its peers
 // sent (each waits behind them) and saw end (each frees the memory or the
 // slot one waiting needs) since. ok is false otherwise: the replica had
 // room then, or its queue was one of requests waiting for a step's token
 // budget, which start as prefills progress; how much room is its limit's
 // to say.
-func (r *replica) queued() (n float64, ok bool) {
-	if r.snap.Waiting < 1 || r.snap.KVCacheUsage < kvFullUsage {
+func (r *replica) queued(kvFull float64) (n float64, ok bool) {
+	if r.snap.Waiting < 1 || r.snap.KVCacheUsage < kvFull {
 		return 0, false
 	}
 	return r.snap.Waiting + float64(r.inFlight+r.peerInFlight-r.cap.atScrape), true
@@ -175,7 +193,7 @@ func (r *replica) queued() (n float64, ok bool) {
 // cache fills well below its slot limit.
 func (b *Balancer) full(r *replica) bool {
 	headroom := float64(b.cfg.Saturation.Headroom)
-	if n, ok := r.queued(); ok && n >= headroom {
+	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return true
 	}
 	limit := b.limit(r)

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -109,7 +110,7 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 
 // TestSaturationFromTheEngineQueue: a replica whose last scrape showed
 // requests waiting for memory in its own queue (its KV cache at least
-// kvFullUsage used; below, they wait for a step's token budget and start
+// SaturationConfig.KVFullUsage used; below, they wait for a step's token budget and start
 // as prefills progress) is full, whatever its limit, until as
 // many of the requests it holds have ended as waited then (plus the
 // headroom); one that has queued so and has no limit learned yet is full at
@@ -131,7 +132,7 @@ func TestSaturationFromTheEngineQueue(t *testing.T) {
 			t.Fatalf("headroom %d: full with no limit and nothing waiting", headroom)
 		}
 		// Of the 5 sent, 3 run and 2 wait in the engine's queue, with
-		// the KV cache below kvFullUsage: they wait for a step's token
+		// the KV cache below SaturationConfig.KVFullUsage: they wait for a step's token
 		// budget, and start as prefills progress.
 		b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 2, KVCacheUsage: 0.5}, nil, t0.Add(time.Second))
 		if full() {
@@ -214,5 +215,32 @@ func TestSaturationProbesPastTheLimit(t *testing.T) {
 	b.ObserveScrape("a", Snapshot{Running: 2, Waiting: 1}, nil, t0.Add(7*time.Second))
 	if got := b.Replicas(t0)[0].MaxRunning; got != 2 || !full() {
 		t.Fatalf("limit %v, full %v after the probe waited: want 2, full", got, full())
+	}
+}
+
+// TestSaturationKVFullUsageIsConfigured: the KV cache usage from which
+// requests waiting in a replica's queue are taken as waiting for memory is
+// saturation.kv_full_usage: the same scrape (usage 0.6) is full at 0.5 and
+// not at the default; out of range is refused.
+func TestSaturationKVFullUsageIsConfigured(t *testing.T) {
+	for _, tc := range []struct {
+		usage float64
+		full  bool
+	}{{0, false}, {0.5, true}, {0.6, true}, {0.61, false}} {
+		b := newFleet(t, 1, func(c *Config) { c.Saturation.KVFullUsage = tc.usage })
+		for range 3 {
+			if _, err := b.Select(&Profile{}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.ObserveScrape("a", Snapshot{Running: 2, Waiting: 1, KVCacheUsage: 0.6}, nil, t0.Add(time.Second))
+		if got := b.Replicas(t0)[0].Full; got != tc.full {
+			t.Errorf("kv_full_usage %g, usage 0.6 with one waiting: full %v, want %v", tc.usage, got, tc.full)
+		}
+	}
+	for _, bad := range []float64{-0.1, 1.5} {
+		if err := (SaturationConfig{KVFullUsage: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.kv_full_usage") {
+			t.Errorf("kv_full_usage %g: Validate() = %v, want an error naming saturation.kv_full_usage", bad, err)
+		}
 	}
 }
