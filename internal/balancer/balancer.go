@@ -466,7 +466,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 	}
 	b.policy.Routed(res.Replica, p, c, now)
 	if roomOnly {
-		roomLeft = withRoom > 1 || (withRoom == 1 && !b.full(res.rep))
+		roomLeft = withRoom > 1 || (withRoom == 1 && b.hasRoom(res.rep))
 	}
 	return res, roomLeft, nil
 }
@@ -506,7 +506,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly 
 		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
 			continue
 		}
-		if roomOnly && b.full(r) {
+		if roomOnly && !b.hasRoom(r) {
 			continue
 		}
 		running, waiting := r.effective()

@@ -196,14 +196,7 @@ func (b *Balancer) full(r *replica) bool {
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return true
 	}
-	limit := b.limit(r)
-	if limit <= 0 && r.cap.queuedAt {
-		// A replica that has queued for memory has a limit, not learned yet: twice
-		// the most it has run with none waiting, so that a pool held at
-		// saturation fills it by doublings, scrape by scrape, rather
-		// than all at once.
-		limit = 2 * r.cap.free
-	}
+	limit := b.provisionalLimit(r)
 	if limit <= 0 {
 		return false
 	}
@@ -211,6 +204,33 @@ func (b *Balancer) full(r *replica) bool {
 		limit++
 	}
 	return r.occupancy() >= limit+headroom
+}
+
+// provisionalLimit is limit, or for a replica that has queued for memory
+// and has no limit learned yet, twice the most it has run with none
+// waiting, so that a pool held at saturation fills it by doublings, scrape
+// by scrape, rather than all at once. 0: not known.
+func (b *Balancer) provisionalLimit(r *replica) float64 {
+	limit := b.limit(r)
+	if limit <= 0 && r.cap.queuedAt {
+		limit = 2 * r.cap.free
+	}
+	return limit
+}
+
+// hasRoom reports whether a held request may be sent to r now (late
+// binding, Dispatch). Not being full is not enough for a replica whose
+// limit is not known: it is never full by its limit, and when its last
+// scrape showed requests waiting in its own queue it has no free slot,
+// whatever keeps them waiting. Sending held requests there because it is
+// the only replica not known to be full would empty the balancer's queue
+// into that one engine's; Dispatch chooses among every replica instead,
+// one request at a time.
+func (b *Balancer) hasRoom(r *replica) bool {
+	if b.full(r) {
+		return false
+	}
+	return b.provisionalLimit(r) > 0 || r.snap.Waiting < 1
 }
 
 // routable reports whether step 1 of Select would offer the replica for

@@ -244,3 +244,35 @@ func TestSaturationKVFullUsageIsConfigured(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatchDoesNotEmptyTheQueueIntoAnUnknownReplica: a replica whose
+// limit is not known (it has never run with none waiting) is never full by
+// its limit, and below the KV threshold its waiting requests do not make it
+// full either, so the pool is not saturated; but it has no room a held
+// request can count on. Dispatch then chooses among every replica and
+// reports no room left, so a pump sends one request, not the whole queue,
+// into that engine's queue.
+func TestDispatchDoesNotEmptyTheQueueIntoAnUnknownReplica(t *testing.T) {
+	b := newFleet(t, 2, func(c *Config) { c.Saturation.MaxRunning = 0 })
+	for range 8 {
+		if _, err := b.Select(&Profile{}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(time.Second)
+	// a has queued for memory and runs 3 with 1 waiting: full. b has
+	// requests waiting for what may be a step's budget and no known limit.
+	b.ObserveScrape("a", Snapshot{Running: 3, Waiting: 1, KVCacheUsage: 0.9}, nil, at)
+	b.ObserveScrape("b", Snapshot{Running: 2, Waiting: 2, KVCacheUsage: 0.5}, nil, at)
+	if b.Saturated("", at) {
+		t.Fatal("saturated, with b not full")
+	}
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at); err != nil || roomLeft {
+		t.Fatalf("Dispatch: room left %v (err %v), want none: b's room is not known", roomLeft, err)
+	}
+	// Once b has shown its queue empty it has room again.
+	b.ObserveScrape("b", Snapshot{Running: 4}, nil, at.Add(time.Second))
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at.Add(time.Second)); err != nil || !roomLeft {
+		t.Fatalf("Dispatch after b showed none waiting: room left %v (err %v), want room", roomLeft, err)
+	}
+}
