@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"testing"
@@ -12,8 +11,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -24,19 +21,9 @@ import (
 // benchFleet is a routing core with n LIVE replicas (no I/O behind them:
 // the benchmark stops at the decision).
 func benchFleet(b *testing.B, n int) *balancer.Balancer {
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := time.Now()
-	for i := range n {
-		name := fmt.Sprintf("r%d", i)
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: name, URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1), Models: []string{"sim-model"}}, now); err != nil {
-			b.Fatal(err)
-		}
-		bal.ObserveScrape(name, balancer.Snapshot{Running: float64(i % 3)}, nil, now)
-	}
-	return bal
+	return newCore(b, balancer.DefaultConfig(), n, "sim-model", func(i int) balancer.Snapshot {
+		return balancer.Snapshot{Running: float64(i % 3)}
+	})
 }
 
 func p99(xs []time.Duration) time.Duration {
@@ -71,33 +58,11 @@ func BenchmarkEPP(b *testing.B) {
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			bal := benchFleet(b, 8)
-			srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
+			var serve []pickerOption
 			if mode.stub {
-				gs := grpc.NewServer()
-				extprocv3.RegisterExternalProcessorServer(gs, stubPicker{})
-				go func() { _ = gs.Serve(ln) }()
-				defer gs.Stop()
-			} else {
-				done := make(chan error, 1)
-				go func() { done <- srv.Serve(ln) }()
-				defer func() {
-					_ = srv.Shutdown(context.Background())
-					<-done
-				}()
+				serve = append(serve, servingStub(stubPicker{}))
 			}
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			client := extprocv3.NewExternalProcessorClient(conn)
+			client := startPicker(b, epp.Options{Balancer: bal}, serve...).client
 			cfg := request.DefaultConfig()
 			hdr := http.Header{"X-Session-Id": {"s"}}
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"testing"
@@ -12,63 +11,14 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
-	"github.com/llmlb/llmlb/internal/request"
 )
 
 // These tests use short real deadlines (100 ms) and only wait for what the
 // deadline must cause, with a generous bound (20 s): a slow machine makes
 // them slower, never wrong.
-
-// limitRig is a picker on a loopback gRPC listener in front of bal.
-type limitRig struct {
-	srv    *epp.Server
-	bal    *balancer.Balancer
-	client extprocv3.ExternalProcessorClient
-}
-
-func startLimitRig(t *testing.T, bal *balancer.Balancer, opts epp.Options) *limitRig {
-	t.Helper()
-	opts.Balancer, opts.Request = bal, request.DefaultConfig()
-	srv, err := epp.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	})
-	return &limitRig{srv: srv, bal: bal, client: extprocv3.NewExternalProcessorClient(conn)}
-}
-
-// open starts an exchange that lives until the test ends (or ctx does).
-func (r *limitRig) open(t *testing.T, ctx context.Context) extprocv3.ExternalProcessor_ProcessClient {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	st, err := r.client.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // eventually polls cond for up to 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -103,7 +53,7 @@ func TestBodyDeadline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startLimitRig(t, coreWith(t, 1), epp.Options{BodyTimeout: 100 * time.Millisecond})
+			r := startPicker(t, epp.Options{Balancer: coreWith(t, 1), BodyTimeout: 100 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			st := r.open(t, ctx)
@@ -154,7 +104,7 @@ func TestPickDeadline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startLimitRig(t, coreWith(t, 1), epp.Options{FirstByteTimeout: 100 * time.Millisecond})
+			r := startPicker(t, epp.Options{Balancer: coreWith(t, 1), FirstByteTimeout: 100 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			e := &envoy{stream: r.open(t, ctx), c: tc.c}
@@ -193,7 +143,7 @@ func subsetCall(session string, subset ...string) call {
 // one connection could pile any number of picks on a chosen replica.
 func TestMaxInFlightPerReplica(t *testing.T) {
 	const limit = 3
-	r := startLimitRig(t, coreWith(t, 2), epp.Options{MaxInFlightPerReplica: limit})
+	r := startPicker(t, epp.Options{Balancer: coreWith(t, 2), MaxInFlightPerReplica: limit})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	target := "10.0.0.1:8000" // r0
@@ -251,27 +201,8 @@ func TestMaxInFlightPerReplica(t *testing.T) {
 func BenchmarkBodyFlood(b *testing.B) {
 	const exchanges, size = 40, 8 << 20
 	for range b.N {
-		bal, err := balancer.New(balancer.DefaultConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r0", URL: "http://10.0.0.1:8000", Models: []string{"m"}}, time.Now()); err != nil {
-			b.Fatal(err)
-		}
-		srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), BodyTimeout: time.Second})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ln) }()
-		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		client := extprocv3.NewExternalProcessorClient(conn)
+		r := startPicker(b, epp.Options{Balancer: newCore(b, balancer.DefaultConfig(), 1, "m", nil), BodyTimeout: time.Second})
+		client := r.client
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		heap := func() float64 {
 			runtime.GC()
@@ -326,7 +257,6 @@ func BenchmarkBodyFlood(b *testing.B) {
 		b.ReportMetric(after, "after-MB")
 		b.ReportMetric(float64(n408), "answered-408")
 		cancel()
-		_ = conn.Close()
-		_ = srv.Shutdown(context.Background())
+		_ = r.close()
 	}
 }

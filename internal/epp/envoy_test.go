@@ -25,7 +25,6 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llmlb/llmlb/internal/config"
@@ -109,11 +108,7 @@ func startRig(t *testing.T, n int) *rig {
 
 func (r *rig) dial(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return dialLoopback(t, r.addr)
 }
 
 // waitFor polls cond until it holds; it fails the test after a generous

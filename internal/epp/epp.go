@@ -328,14 +328,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // watchHealth recomputes the health status every HealthInterval until ctx ends.
 func (s *Server) watchHealth(ctx context.Context) {
-	t := time.NewTicker(HealthInterval)
+	every(ctx, HealthInterval, s.updateHealth)
+}
+
+// every runs f every d until ctx ends: the body of the picker's
+// background loops, which its Serve starts and its ctx stops.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.updateHealth()
+			f()
 		}
 	}
 }
@@ -368,19 +374,12 @@ func (s *Server) pump() {
 // watchQueue answers the requests that waited max_queue_time and
 // dispatches held ones every FlowInterval until ctx ends.
 func (s *Server) watchQueue(ctx context.Context) {
-	t := time.NewTicker(FlowInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, r := range s.gate.Expire(s.now()) {
-				deliver(admission.Ticket{Request: r, Err: errExpired})
-			}
-			s.pump()
+	every(ctx, FlowInterval, func() {
+		for _, r := range s.gate.Expire(s.now()) {
+			deliver(admission.Ticket{Request: r, Err: errExpired})
 		}
-	}
+		s.pump()
+	})
 }
 
 // drain takes every held request out of the queue and answers it 503.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llmlb/llmlb/internal/balancer"
@@ -57,23 +55,6 @@ func (f *fakeStream) Recv() (*extprocv3.ProcessingRequest, error) {
 func (f *fakeStream) Send(r *extprocv3.ProcessingResponse) error {
 	f.sent = append(f.sent, r)
 	return nil
-}
-
-// coreWith returns a routing core with n LIVE replicas at 10.0.0.i:8000.
-func coreWith(t testing.TB, n int) *balancer.Balancer {
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	for i := range n {
-		name := fmt.Sprintf("r%d", i)
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: name, URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1), Models: []string{"m"}}, now); err != nil {
-			t.Fatal(err)
-		}
-		bal.ObserveScrape(name, balancer.Snapshot{}, nil, now)
-	}
-	return bal
 }
 
 func inFlight(bal *balancer.Balancer) int {
@@ -182,22 +163,8 @@ func TestProcessRandomSequencesNeverPanicAndAlwaysRelease(t *testing.T) {
 // goroutine of the picker is left.
 func TestShutdownEndsOpenStreams(t *testing.T) {
 	bal := coreWith(t, 2)
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
+	r := startPicker(t, epp.Options{Balancer: bal})
+	st, err := r.client.Process(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,11 +177,12 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no grace: close at once
-	if err := srv.Shutdown(ctx); err == nil {
+	shutdownErr, serveErr := r.stop(ctx)
+	if shutdownErr == nil {
 		t.Error("Shutdown with an open stream and an ended deadline: want its error")
 	}
-	if err := <-served; err != nil {
-		t.Fatalf("Serve: %v", err)
+	if serveErr != nil {
+		t.Fatalf("Serve: %v", serveErr)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for inFlight(bal) != 0 || openExchanges() != 0 || pickerGoroutines() != 0 {
@@ -250,30 +218,11 @@ func pickerGoroutines() int {
 // one message; one larger than gRPC's default 4 MiB (but within
 // proxy.max_body_bytes) is routed, not failed by the transport.
 func TestBufferedBodyAboveGRPCDefault(t *testing.T) {
-	bal := coreWith(t, 2)
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), MaxBodyBytes: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		_ = srv.Shutdown(context.Background())
-		<-served
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	r := startPicker(t, epp.Options{Balancer: coreWith(t, 2), MaxBodyBytes: 8 << 20},
+		withDialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20))))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	st, err := r.client.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,72 +12,34 @@ package epp_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
 	"github.com/llmlb/llmlb/internal/flowcontrol"
-	"github.com/llmlb/llmlb/internal/request"
 )
 
 // flowRig is an epp serving on loopback gRPC over two replicas of model m
 // that are full at 2 requests each.
-type flowRig struct {
-	bal  *balancer.Balancer
-	srv  *epp.Server
-	conn *grpc.ClientConn
-}
+type flowRig struct{ *picker }
 
 func startFlowRig(t *testing.T, fc flowcontrol.Config) *flowRig {
 	t.Helper()
 	cfg := balancer.DefaultConfig()
 	cfg.Saturation.MaxRunning, cfg.Saturation.Headroom = 1, 1 // full at 2
-	bal, err := balancer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	for i := range 2 {
-		name := fmt.Sprintf("r%d", i)
-		if err := bal.AddReplica(balancer.ReplicaSpec{Name: name, URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1), Models: []string{"m"}}, now); err != nil {
-			t.Fatal(err)
-		}
-		bal.ObserveScrape(name, balancer.Snapshot{}, nil, now)
-	}
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), FlowControl: fc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := &flowRig{startPicker(t, epp.Options{Balancer: newCore(t, cfg, 2, "m", idle), FlowControl: fc})}
 	t.Cleanup(func() {
-		_ = conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-served; err != nil {
+		if err := r.close(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &flowRig{bal: bal, srv: srv, conn: conn}
+	return r
 }
 
 // flowExchange is one open ext_proc stream whose request phase the
@@ -99,7 +61,7 @@ type flowAnswer struct {
 func (r *flowRig) start(mode filterv3.ProcessingMode_BodySendMode, header map[string]string) *flowExchange {
 	ctx, cancel := context.WithCancel(context.Background())
 	x := &flowExchange{cancel: cancel, answer: make(chan flowAnswer, 1)}
-	st, err := extprocv3.NewExternalProcessorClient(r.conn).Process(ctx)
+	st, err := r.client.Process(ctx)
 	if err != nil {
 		x.answer <- flowAnswer{err: err}
 		return x

@@ -5,14 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/epp"
+	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/simreplica"
 )
 
@@ -353,4 +361,173 @@ func TestHarnessGRPCHealth(t *testing.T) {
 	if s := status("liveness"); s != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("liveness: %v", s)
 	}
+}
+
+// newCore returns a routing core on cfg with n replicas r0, r1, ... at
+// 10.0.0.1:8000, 10.0.0.2:8000, ... serving model. scrape, when set, gives
+// replica i its first scrape (which makes it LIVE); nil leaves them
+// unscraped.
+func newCore(t testing.TB, cfg balancer.Config, n int, model string, scrape func(i int) balancer.Snapshot) *balancer.Balancer {
+	t.Helper()
+	bal, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		if err := bal.AddReplica(balancer.ReplicaSpec{Name: name, URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1), Models: []string{model}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if scrape != nil {
+			bal.ObserveScrape(name, scrape(i), nil, now)
+		}
+	}
+	return bal
+}
+
+// idle is a first scrape that reports nothing running.
+func idle(int) balancer.Snapshot { return balancer.Snapshot{} }
+
+// coreWith returns a routing core with n LIVE replicas at 10.0.0.i:8000.
+func coreWith(t testing.TB, n int) *balancer.Balancer {
+	t.Helper()
+	return newCore(t, balancer.DefaultConfig(), n, "m", idle)
+}
+
+// picker is an epp.Server serving gRPC on a loopback listener in front of
+// a routing core, with one cleartext client connection to it (the
+// gateway's). It is shut down when the test ends, unless stop or close
+// did it first.
+type picker struct {
+	bal    *balancer.Balancer
+	srv    *epp.Server // nil when serving a stub
+	addr   string
+	conn   *grpc.ClientConn
+	client extprocv3.ExternalProcessorClient
+
+	served   chan error
+	shutdown func(context.Context) error
+	once     sync.Once
+	stopErr  error // Shutdown's
+	serveErr error // Serve's
+}
+
+// pickerOption changes how startPicker serves and connects.
+type pickerOption func(*pickerSetup)
+
+type pickerSetup struct {
+	dial []grpc.DialOption
+	stub extprocv3.ExternalProcessorServer
+}
+
+// withDialOptions adds options to the client connection's (after its
+// cleartext credentials, which they may replace).
+func withDialOptions(o ...grpc.DialOption) pickerOption {
+	return func(s *pickerSetup) { s.dial = append(s.dial, o...) }
+}
+
+// servingStub serves stub on the listener instead of an epp.Server (what
+// the transport alone costs).
+func servingStub(stub extprocv3.ExternalProcessorServer) pickerOption {
+	return func(s *pickerSetup) { s.stub = stub }
+}
+
+// startPicker serves epp.New(opts) on a loopback listener and dials it.
+// What differs between tests goes in opts (TLS, Token, FlowControl,
+// timeouts and limits); a nil opts.Balancer is a core with no replicas,
+// and a zero opts.Request is request.DefaultConfig().
+func startPicker(t testing.TB, opts epp.Options, more ...pickerOption) *picker {
+	t.Helper()
+	var setup pickerSetup
+	for _, o := range more {
+		o(&setup)
+	}
+	if opts.Balancer == nil {
+		bal, err := balancer.New(balancer.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Balancer = bal
+	}
+	if reflect.ValueOf(opts.Request).IsZero() {
+		opts.Request = request.DefaultConfig()
+	}
+	p := &picker{bal: opts.Balancer, served: make(chan error, 1)}
+	var serve func(net.Listener) error
+	if setup.stub != nil {
+		gs := grpc.NewServer()
+		extprocv3.RegisterExternalProcessorServer(gs, setup.stub)
+		serve = gs.Serve
+		p.shutdown = func(context.Context) error { gs.Stop(); return nil }
+	} else {
+		srv, err := epp.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.srv, serve, p.shutdown = srv, srv.Serve, srv.Shutdown
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	go func() { p.served <- serve(ln) }()
+	p.conn = dialLoopback(t, p.addr, setup.dial...)
+	p.client = extprocv3.NewExternalProcessorClient(p.conn)
+	t.Cleanup(func() { _ = p.close() })
+	return p
+}
+
+// dialLoopback opens a cleartext client connection to addr; opts come
+// after the credentials and may replace them.
+func dialLoopback(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// dial opens another client connection to the picker (another gateway
+// connection), closed when the test ends.
+func (p *picker) dial(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn := dialLoopback(t, p.addr, opts...)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// stop shuts the server down with ctx and waits for Serve to return; it
+// leaves the client connection open. Later calls return the first's
+// errors.
+func (p *picker) stop(ctx context.Context) (shutdownErr, serveErr error) {
+	p.once.Do(func() {
+		p.stopErr = p.shutdown(ctx)
+		p.serveErr = <-p.served
+	})
+	return p.stopErr, p.serveErr
+}
+
+// close closes the client connection, then stops the server (giving
+// open exchanges 10 s); it returns Serve's error.
+func (p *picker) close() error {
+	_ = p.conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.stop(ctx)
+	return err
+}
+
+// open starts an exchange that lives until the test ends (or ctx does).
+func (p *picker) open(t *testing.T, ctx context.Context) extprocv3.ExternalProcessor_ProcessClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	st, err := p.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -2,18 +2,14 @@ package epp_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
-	"github.com/llmlb/llmlb/internal/request"
 )
 
 // TestExchangesPerConnectionAreBounded: one gateway connection holds at
@@ -33,39 +29,9 @@ func TestExchangesPerConnectionAreBounded(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			bal, err := balancer.New(balancer.DefaultConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bal.AddReplica(balancer.ReplicaSpec{Name: "r0", URL: "http://10.0.0.1:8000", Models: []string{"m"}}, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), MaxExchangesPerConnection: tc.configured})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ln) }()
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-				<-served
-			})
+			r := startPicker(t, epp.Options{Balancer: newCore(t, balancer.DefaultConfig(), 1, "m", nil), MaxExchangesPerConnection: tc.configured})
 			// Two gateway connections (a ClientConn each).
-			dial := func() extprocv3.ExternalProcessorClient {
-				conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = conn.Close() })
-				return extprocv3.NewExternalProcessorClient(conn)
-			}
-			a, b := dial(), dial()
+			a, b := r.client, extprocv3.NewExternalProcessorClient(r.dial(t))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 

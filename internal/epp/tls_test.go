@@ -21,9 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
-	"github.com/llmlb/llmlb/internal/request"
 )
 
 // testCert is a key and its certificate, signed by parent (nil: itself).
@@ -103,26 +101,7 @@ func TestEPPMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), TLS: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	})
+	r := startPicker(t, epp.Options{TLS: cfg})
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
 	withCert := func(c *testCert) credentials.TransportCredentials {
@@ -144,14 +123,10 @@ func TestEPPMutualTLS(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(tc.creds))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := r.dial(t, grpc.WithTransportCredentials(tc.creds))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: epp.ServiceLiveness})
+			_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: epp.ServiceLiveness})
 			if tc.ok && err != nil {
 				t.Fatalf("refused: %v", err)
 			}

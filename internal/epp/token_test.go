@@ -4,21 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/epp"
-	"github.com/llmlb/llmlb/internal/request"
 )
 
 // The EPP's gRPC port took anyone: one connection held 2,000 exchanges on a
@@ -26,31 +21,7 @@ import (
 // refused (Unauthenticated) before it can reserve anything; the health
 // service (kubelet's probe sends no metadata) stays open.
 func TestEPPSharedToken(t *testing.T) {
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := epp.New(epp.Options{Balancer: bal, Request: request.DefaultConfig(), Token: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	})
+	r := startPicker(t, epp.Options{Token: "s3cret"})
 	tests := []struct {
 		name string
 		md   metadata.MD
@@ -65,7 +36,7 @@ func TestEPPSharedToken(t *testing.T) {
 		if tc.md != nil {
 			ctx = metadata.NewOutgoingContext(ctx, tc.md)
 		}
-		stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+		stream, err := r.client.Process(ctx)
 		if err == nil {
 			// The server's verdict comes with the first receive. A server
 			// that refused the stream before the send makes Send return
@@ -88,7 +59,7 @@ func TestEPPSharedToken(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceLiveness})
+	resp, err := healthpb.NewHealthClient(r.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceLiveness})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health without a token: %v %v, want SERVING", resp, err)
 	}
