@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,7 +230,7 @@ func (m *Metrics) ModelLabel(model string) string {
 	if model == "" || len(model) > MaxModelLabelBytes {
 		return OtherModel
 	}
-	if i, found := slices.BinarySearch(m.bal.Models(), model); found && i < MaxModelSeries && m.initModel(model) {
+	if i, found := m.bal.ModelRank(model); found && i < MaxModelSeries && m.initModel(model) {
 		return model
 	}
 	return OtherModel

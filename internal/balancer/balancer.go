@@ -254,10 +254,13 @@ type Balancer struct {
 	cfg      Config
 	replicas []*replica // in the order they were added
 	byName   map[string]*replica
-	policy   policy.Policy
-	rng      *rand.Rand
-	counters Counters
-	alerts   alertState
+	// modelUnion is the union of the replicas' models, sorted (Models);
+	// nil when a replica or its models changed since it was built.
+	modelUnion []string
+	policy     policy.Policy
+	rng        *rand.Rand
+	counters   Counters
+	alerts     alertState
 
 	// Scratch reused by every Select under the lock (no per-call allocation):
 	// the candidates handed to the policy and their replicas, index-aligned.
@@ -347,6 +350,7 @@ func (b *Balancer) AddReplica(spec ReplicaSpec, now time.Time) error {
 	}
 	b.replicas = append(b.replicas, r)
 	b.byName[r.name] = r
+	b.modelUnion = nil
 	if b.alerts.lastGoodScrape.IsZero() {
 		b.alerts.lastGoodScrape = now // the probe_broken clock starts with the fleet
 	}
@@ -364,6 +368,7 @@ func (b *Balancer) RemoveReplica(name string, now time.Time) bool {
 	r.removed = true
 	delete(b.byName, name)
 	b.replicas = slices.DeleteFunc(b.replicas, func(x *replica) bool { return x == r })
+	b.modelUnion = nil
 	b.policy.RemoveReplica(name)
 	return true
 }
@@ -383,8 +388,9 @@ func (b *Balancer) SetDraining(name string, draining bool) bool {
 func (b *Balancer) SetModels(name string, models []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if r, ok := b.byName[name]; ok {
+	if r, ok := b.byName[name]; ok && !slices.Equal(r.models, models) {
 		r.models = slices.Clone(models)
+		b.modelUnion = nil
 	}
 }
 
@@ -392,12 +398,36 @@ func (b *Balancer) SetModels(name string, models []string) {
 func (b *Balancer) Models() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []string
-	for _, r := range b.replicas {
-		out = append(out, r.models...)
+	if m := b.models(); len(m) > 0 {
+		return slices.Clone(m)
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return nil
+}
+
+// ModelRank returns model's index in Models and whether it is there,
+// without copying the list: a lookup per request stays cheap however many
+// models the fleet advertises.
+func (b *Balancer) ModelRank(model string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.BinarySearch(b.models(), model)
+}
+
+// models is the sorted union of the replicas' models, built again only
+// after a change; under the lock.
+func (b *Balancer) models() []string {
+	if b.modelUnion == nil {
+		var out []string
+		for _, r := range b.replicas {
+			out = append(out, r.models...)
+		}
+		slices.Sort(out)
+		b.modelUnion = slices.Compact(out)
+		if b.modelUnion == nil {
+			b.modelUnion = []string{}
+		}
+	}
+	return b.modelUnion
 }
 
 // Select chooses a replica for p and reserves its in-flight slot atomically

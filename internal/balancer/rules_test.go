@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -399,4 +400,44 @@ func TestTickSweepIsBounded(t *testing.T) {
 			t.Fatalf("after tick %d: %d pins, want %d", i+1, got, want)
 		}
 	}
+}
+
+// TestModelsFollowTheFleet: the sorted union of the replicas' models (kept
+// between calls, so a lookup per request costs no copy or sort) follows
+// every change of a replica's models and of the replica set.
+func TestModelsFollowTheFleet(t *testing.T) {
+	b := newFleet(t, 2, nil)
+	rank := func(model string) int {
+		if i, ok := b.ModelRank(model); ok {
+			return i
+		}
+		return -1
+	}
+	check := func(step string, want ...string) {
+		t.Helper()
+		if got := b.Models(); !slices.Equal(got, want) {
+			t.Fatalf("%s: Models() = %v, want %v", step, got, want)
+		}
+		for i, m := range want {
+			if rank(m) != i {
+				t.Fatalf("%s: ModelRank(%q) = %d, want %d", step, m, rank(m), i)
+			}
+		}
+	}
+	check("no models known")
+	b.SetModels("a", []string{"qwen", "llama"})
+	check("a's models", "llama", "qwen")
+	b.SetModels("b", []string{"mistral", "qwen"})
+	check("b's models", "llama", "mistral", "qwen")
+	b.SetModels("a", []string{"qwen"})
+	check("a dropped llama", "mistral", "qwen")
+	if rank("llama") != -1 {
+		t.Fatal("ModelRank finds a model no replica serves")
+	}
+	if err := b.AddReplica(ReplicaSpec{Name: "c", URL: "http://c", Models: []string{"gemma"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	check("c added", "gemma", "mistral", "qwen")
+	b.RemoveReplica("b", t0)
+	check("b removed", "gemma", "qwen")
 }
