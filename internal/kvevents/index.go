@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -32,8 +33,12 @@ type repBlocks struct {
 	blocks  map[uint64]media
 	pending map[uint64]time.Time // blocks routed there, not yet reported: until when to count them
 	last    time.Time            // when its last batch was applied
-	refused uint64               // stored blocks refused for the budget
-	events  uint64
+	// awaiting is when blocks were first routed there (Expect) after its
+	// last batch: an engine given new blocks reports them within a step,
+	// so a long wait means its publisher is gone. Zero: none awaited.
+	awaiting time.Time
+	refused  uint64 // stored blocks refused for the budget
+	events   uint64
 }
 
 // media is a set of media, one bit each.
@@ -83,7 +88,7 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.rep(rep)
-	r.last = now
+	r.last, r.awaiting = now, time.Time{}
 	for _, e := range b.Events {
 		r.events++
 		bit := mediumBit(e.Medium)
@@ -128,7 +133,7 @@ func (x *Index) Clear(rep string, now time.Time) {
 	r := x.rep(rep)
 	clear(r.blocks)
 	clear(r.pending)
-	r.last = now
+	r.last, r.awaiting = now, time.Time{}
 }
 
 // Remove forgets replica rep altogether (it left the pool).
@@ -138,19 +143,30 @@ func (x *Index) Remove(rep string) {
 	delete(x.reps, rep)
 }
 
-// Expire forgets every replica whose last batch is older than now-maxAge:
-// its events stopped, so what it held is no longer known. It returns the
-// replicas it forgot.
-func (x *Index) Expire(now time.Time, maxAge time.Duration) []string {
+// Expire forgets every replica whose events stopped: its last batch is
+// older than now-maxAge and either it is not in live (its health checks
+// fail, or nothing says) or blocks routed to it more than maxAge ago are
+// still unreported. vLLM publishes only when its cache changes, so an
+// engine that serves nothing is silent though it keeps its cache: a live
+// replica that was given nothing new keeps its entries. Keeping them is
+// safe because its next batch is checked against the sequence: a gap is
+// replayed or clears the entries, a restart clears them. It returns the
+// replicas it forgot, sorted.
+func (x *Index) Expire(now time.Time, maxAge time.Duration, live map[string]bool) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var gone []string
 	for name, r := range x.reps {
-		if now.Sub(r.last) > maxAge {
-			gone = append(gone, name)
-			delete(x.reps, name)
+		if now.Sub(r.last) <= maxAge {
+			continue
 		}
+		if live[name] && (r.awaiting.IsZero() || now.Sub(r.awaiting) <= maxAge) {
+			continue
+		}
+		gone = append(gone, name)
+		delete(x.reps, name)
 	}
+	slices.Sort(gone)
 	return gone
 }
 
@@ -192,6 +208,9 @@ func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
 	for _, h := range blocks {
 		if _, ok := r.blocks[h]; ok {
 			continue
+		}
+		if r.awaiting.IsZero() {
+			r.awaiting = now
 		}
 		if len(r.pending) >= x.budget/4 {
 			return

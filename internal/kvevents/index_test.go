@@ -55,7 +55,7 @@ func TestIndexExpireAndClear(t *testing.T) {
 	x := NewIndex(0)
 	x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
 	x.Apply("b", Batch{Events: []Event{stored("GPU", 1)}}, t0.Add(20*time.Second))
-	if gone := x.Expire(t0.Add(30*time.Second), 15*time.Second); !slices.Equal(gone, []string{"a"}) {
+	if gone := x.Expire(t0.Add(30*time.Second), 15*time.Second, nil); !slices.Equal(gone, []string{"a"}) {
 		t.Fatalf("Expire = %v, want [a]", gone)
 	}
 	if x.Publishes("a") || !x.Publishes("b") {
@@ -68,6 +68,46 @@ func TestIndexExpireAndClear(t *testing.T) {
 	x.Remove("b")
 	if x.Publishes("b") {
 		t.Fatal("b publishes after Remove")
+	}
+}
+
+// TestIndexExpireTellsQuietFromGone walks replicas whose events stopped
+// through Expire: a live replica that was given nothing new is quiet and
+// keeps its entries; one not live, or one that was routed new blocks and
+// did not report them, is gone.
+func TestIndexExpireTellsQuietFromGone(t *testing.T) {
+	const maxAge = 60 * time.Second
+	steps := []struct {
+		name     string
+		live     bool
+		expectAt time.Duration // when blocks were routed there after its last batch; <0: never
+		at       time.Duration // when Expire runs
+		wantGone bool
+	}{
+		{name: "recent batch", live: false, expectAt: -1, at: 30 * time.Second},
+		{name: "quiet, not live", live: false, expectAt: -1, at: 90 * time.Second, wantGone: true},
+		{name: "quiet, live, given nothing", live: true, expectAt: -1, at: 10 * time.Minute},
+		{name: "live, blocks just routed", live: true, expectAt: 80 * time.Second, at: 90 * time.Second},
+		{name: "live, routed blocks unreported for long", live: true, expectAt: 20 * time.Second, at: 90 * time.Second, wantGone: true},
+	}
+	for _, s := range steps {
+		x := NewIndex(0)
+		x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
+		if s.expectAt >= 0 {
+			x.Expect("a", []uint64{1, 2}, t0.Add(s.expectAt))
+		}
+		gone := x.Expire(t0.Add(s.at), maxAge, map[string]bool{"a": s.live})
+		if (len(gone) == 1) != s.wantGone || x.Publishes("a") == s.wantGone {
+			t.Errorf("%s: Expire = %v, publishes %v; want gone %v", s.name, gone, x.Publishes("a"), s.wantGone)
+		}
+	}
+	// A batch after the routed blocks ends the wait.
+	x := NewIndex(0)
+	x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
+	x.Expect("a", []uint64{1, 2}, t0.Add(time.Second))
+	x.Apply("a", Batch{Events: []Event{stored("GPU", 2)}}, t0.Add(2*time.Second))
+	if gone := x.Expire(t0.Add(10*time.Minute), maxAge, map[string]bool{"a": true}); len(gone) != 0 {
+		t.Fatalf("a replica that reported its routed blocks expired: %v", gone)
 	}
 }
 
