@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/kvevents"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/replicaurl"
 )
@@ -33,7 +34,7 @@ import (
 // Fleet performs the fleet mutations; the server implements it so that an
 // added replica is also scraped and a removed one stops being scraped.
 type Fleet interface {
-	AddReplica(spec balancer.ReplicaSpec) error
+	AddReplica(spec balancer.ReplicaSpec, ev KVEvents) error
 	RemoveReplica(name string) bool
 	SetDraining(name string, draining bool) bool
 }
@@ -343,11 +344,20 @@ func (h *Handler) debug(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// KVEvents is where an added replica publishes its KV cache events
+// (docs/KV_EVENTS.md); the zero value: it does not.
+type KVEvents struct {
+	Endpoint string // its PUB socket, tcp://host:port
+	Replay   string // its replay socket, tcp://host:port; "" none
+}
+
 // addRequest is the body of POST /admin/replicas.
 type addRequest struct {
-	Name   string   `json:"name"`
-	URL    string   `json:"url"`
-	Models []string `json:"models"`
+	Name           string   `json:"name"`
+	URL            string   `json:"url"`
+	Models         []string `json:"models"`
+	KVEvents       string   `json:"kv_events"`
+	KVEventsReplay string   `json:"kv_events_replay"`
 }
 
 func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
@@ -361,10 +371,15 @@ func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	var req addRequest
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad body (want {\"name\",\"url\",\"models\"}): %v", err))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad body (want {\"name\",\"url\",\"models\",\"kv_events\",\"kv_events_replay\"}): %v", err))
 		return
 	}
 	spec, err := specOf(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ev, err := kvEventsOf(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -380,7 +395,7 @@ func (h *Handler) addReplica(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := h.opts.Fleet.AddReplica(spec); err != nil {
+	if err := h.opts.Fleet.AddReplica(spec, ev); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -413,6 +428,27 @@ func specOf(req addRequest) (balancer.ReplicaSpec, error) {
 		}
 	}
 	return balancer.ReplicaSpec{Name: name, URL: strings.TrimRight(req.URL, "/"), Models: req.Models}, nil
+}
+
+// kvEventsOf checks an add request's KV event endpoints as the
+// configuration does: tcp://host:port each, a replay socket only beside a
+// publisher.
+func kvEventsOf(req addRequest) (KVEvents, error) {
+	ev := KVEvents{Endpoint: req.KVEvents, Replay: req.KVEventsReplay}
+	if ev.Endpoint != "" {
+		if err := kvevents.ValidateEndpoint(ev.Endpoint); err != nil {
+			return KVEvents{}, fmt.Errorf("admin: kv_events: %w", err)
+		}
+	}
+	if ev.Replay != "" {
+		if ev.Endpoint == "" {
+			return KVEvents{}, errors.New("admin: kv_events_replay: needs kv_events")
+		}
+		if err := kvevents.ValidateEndpoint(ev.Replay); err != nil {
+			return KVEvents{}, fmt.Errorf("admin: kv_events_replay: %w", err)
+		}
+	}
+	return ev, nil
 }
 
 func (h *Handler) removeReplica(w http.ResponseWriter, r *http.Request) {

@@ -21,9 +21,11 @@ import (
 // coreFleet is a Fleet straight on the balancer (the server adds scraping).
 type coreFleet struct{ b *balancer.Balancer }
 
-func (f coreFleet) AddReplica(s balancer.ReplicaSpec) error { return f.b.AddReplica(s, time.Now()) }
-func (f coreFleet) RemoveReplica(name string) bool          { return f.b.RemoveReplica(name, time.Now()) }
-func (f coreFleet) SetDraining(name string, d bool) bool    { return f.b.SetDraining(name, d) }
+func (f coreFleet) AddReplica(s balancer.ReplicaSpec, _ KVEvents) error {
+	return f.b.AddReplica(s, time.Now())
+}
+func (f coreFleet) RemoveReplica(name string) bool       { return f.b.RemoveReplica(name, time.Now()) }
+func (f coreFleet) SetDraining(name string, d bool) bool { return f.b.SetDraining(name, d) }
 
 func newAdmin(t *testing.T, token string, replicas ...string) (*Handler, *balancer.Balancer) {
 	t.Helper()
@@ -251,6 +253,10 @@ func TestAddReplica(t *testing.T) {
 		{"same url under another name", `{"name":"c","url":"http://a:8000"}`, 409, ""},
 		{"same url written differently", `{"name":"c","url":"HTTP://A:8000/"}`, 409, ""},
 		{"empty model", `{"name":"c","url":"http://10.0.0.8:8000","models":[""]}`, 400, ""},
+		{"with KV events", `{"name":"kv","url":"http://10.0.0.9:8000","kv_events":"tcp://10.0.0.9:5557","kv_events_replay":"tcp://10.0.0.9:5558"}`, 201, "kv"},
+		{"KV events not tcp", `{"name":"kv","url":"http://10.0.0.9:8000","kv_events":"http://10.0.0.9:5557"}`, 400, ""},
+		{"KV events without a port", `{"name":"kv","url":"http://10.0.0.9:8000","kv_events":"tcp://10.0.0.9"}`, 400, ""},
+		{"KV replay without events", `{"name":"kv","url":"http://10.0.0.9:8000","kv_events_replay":"tcp://10.0.0.9:5558"}`, 400, ""},
 		{"unknown field", `{"url":"http://10.0.0.7:8000","weight":3}`, 400, ""},
 		{"not JSON", `{`, 400, ""},
 	}

@@ -58,6 +58,14 @@ type KubernetesConfig struct {
 	Scheme string
 	// Models the replicas serve; empty: learned from /v1/models.
 	Models []string
+	// KVEventsPort is the port, name or number, where each replica
+	// publishes its KV cache events (discovery.kubernetes.kv_events_port;
+	// "" none): llmlb subscribes to tcp://pod-ip:port. A replica without
+	// that port is added without events.
+	KVEventsPort string
+	// KVEventsReplayPort is the port, name or number, of each replica's
+	// replay socket (discovery.kubernetes.kv_events_replay_port; "" none).
+	KVEventsReplayPort string
 }
 
 // DNSConfig discovers replicas from the A/AAAA or SRV records of a name (a
@@ -212,6 +220,14 @@ func (d Config) Validate() error {
 		}
 		scheme("discovery.kubernetes.scheme", k.Scheme)
 		models("discovery.kubernetes.models", k.Models)
+		for _, p := range [][2]string{{"discovery.kubernetes.kv_events_port", k.KVEventsPort}, {"discovery.kubernetes.kv_events_replay_port", k.KVEventsReplayPort}} {
+			if n, err := strconv.Atoi(p[1]); err == nil && (n < 1 || n > 65535) {
+				bad(p[0], "%d is not a port number in 1..65535", n)
+			}
+		}
+		if k.KVEventsReplayPort != "" && k.KVEventsPort == "" {
+			bad("discovery.kubernetes.kv_events_replay_port", "needs kv_events_port")
+		}
 	case "dns":
 		n := d.DNS
 		if n.Name == "" {

@@ -28,6 +28,10 @@ type Target struct {
 	Name   string   // replica name (replicaurl.CheckName's charset)
 	URL    string   // server root, http(s)://host:port
 	Models []string // served models; empty: learned from /v1/models
+	// KVEvents and KVEventsReplay are the replica's KV cache event
+	// publisher and replay socket, tcp://host:port ("" none), where the
+	// source can tell them (discovery.kubernetes.kv_events_port).
+	KVEvents, KVEventsReplay string
 }
 
 // Source produces the desired replica set continuously.
@@ -114,7 +118,7 @@ func (s *Syncer) Apply(desired []Target, now time.Time) []Event {
 		case ok && !sameTarget(e.target, t):
 			s.fleet.RemoveReplica(name)
 			delete(s.managed, name)
-			evs = append(evs, Event{Kind: "removed", Replica: name, Detail: "replaced: its URL or models changed"})
+			evs = append(evs, Event{Kind: "removed", Replica: name, Detail: "replaced: its URL, models or KV event endpoints changed"})
 		case ok && !e.drainingSince.IsZero():
 			s.fleet.SetDraining(name, false)
 			e.drainingSince = time.Time{}
@@ -234,7 +238,7 @@ func (s *Syncer) logEvents(evs []Event) {
 }
 
 func sameTarget(a, b Target) bool {
-	return a.URL == b.URL && slices.Equal(a.Models, b.Models)
+	return a.URL == b.URL && slices.Equal(a.Models, b.Models) && a.KVEvents == b.KVEvents && a.KVEventsReplay == b.KVEventsReplay
 }
 
 // New builds the source configured in d (nil for static).
@@ -268,6 +272,14 @@ func targetName(preferred, host string, port int) string {
 // targetURL is scheme://host:port.
 func targetURL(scheme, host string, port int) string {
 	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// kvEndpoint is tcp://host:port, or "" when port is 0 (none).
+func kvEndpoint(host string, port int) string {
+	if port == 0 {
+		return ""
+	}
+	return targetURL("tcp", host, port)
 }
 
 // pollEvery is the loop of the polling sources (DNS, GPUStack): fetch at

@@ -231,10 +231,33 @@ func (k *Kubernetes) waitSynced(ctx context.Context, synced func() bool) error {
 
 // port resolves the configured port against a list of named ports.
 func (k *Kubernetes) port(named func(name string) (int, bool)) (int, bool) {
-	if n, err := strconv.Atoi(k.cfg.Port); err == nil {
+	return resolvePort(k.cfg.Port, named)
+}
+
+// resolvePort resolves p, a port's number or name, against named ports.
+func resolvePort(p string, named func(name string) (int, bool)) (int, bool) {
+	if n, err := strconv.Atoi(p); err == nil {
 		return n, true
 	}
-	return named(k.cfg.Port)
+	return named(p)
+}
+
+// kvEvents sets t's KV event endpoints at host from the configured ports
+// (none where a port is not configured or not found).
+func (k *Kubernetes) kvEvents(t *Target, host string, named func(name string) (int, bool)) {
+	if k.cfg.KVEventsPort == "" {
+		return
+	}
+	pub, ok := resolvePort(k.cfg.KVEventsPort, named)
+	if !ok {
+		return
+	}
+	t.KVEvents = kvEndpoint(host, pub)
+	if k.cfg.KVEventsReplayPort != "" {
+		if rep, ok := resolvePort(k.cfg.KVEventsReplayPort, named); ok {
+			t.KVEventsReplay = kvEndpoint(host, rep)
+		}
+	}
 }
 
 // fromSlices turns EndpointSlices into targets: ready endpoints only (a
@@ -255,14 +278,15 @@ func (k *Kubernetes) fromSlices(objs []any) []Target {
 	var out []Target
 	seen := make(map[string]bool)
 	for _, s := range ss {
-		port, ok := k.port(func(name string) (int, bool) {
+		named := func(name string) (int, bool) {
 			for _, p := range s.Ports {
 				if p.Name != nil && *p.Name == name && p.Port != nil {
 					return int(*p.Port), true
 				}
 			}
 			return 0, false
-		})
+		}
+		port, ok := k.port(named)
 		if !ok {
 			continue
 		}
@@ -276,6 +300,7 @@ func (k *Kubernetes) fromSlices(objs []any) []Target {
 				pod = ep.TargetRef.Name
 			}
 			t := Target{Name: targetName(pod, host, port), URL: targetURL(k.cfg.Scheme, host, port), Models: k.cfg.Models}
+			k.kvEvents(&t, host, named)
 			if !seen[t.Name] {
 				seen[t.Name] = true
 				out = append(out, t)
@@ -295,7 +320,7 @@ func (k *Kubernetes) fromPods(objs []any) []Target {
 		if !ok || !k.selector.Matches(labels.Set(p.Labels)) || p.Status.PodIP == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(p) {
 			continue
 		}
-		port, ok := k.port(func(name string) (int, bool) {
+		named := func(name string) (int, bool) {
 			for _, c := range p.Spec.Containers {
 				for _, cp := range c.Ports {
 					if cp.Name == name {
@@ -304,11 +329,14 @@ func (k *Kubernetes) fromPods(objs []any) []Target {
 				}
 			}
 			return 0, false
-		})
+		}
+		port, ok := k.port(named)
 		if !ok {
 			continue
 		}
-		out = append(out, Target{Name: targetName(p.Name, p.Status.PodIP, port), URL: targetURL(k.cfg.Scheme, p.Status.PodIP, port), Models: k.cfg.Models})
+		t := Target{Name: targetName(p.Name, p.Status.PodIP, port), URL: targetURL(k.cfg.Scheme, p.Status.PodIP, port), Models: k.cfg.Models}
+		k.kvEvents(&t, p.Status.PodIP, named)
+		out = append(out, t)
 	}
 	slices.SortFunc(out, func(a, b Target) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -185,3 +185,59 @@ current-context: ctx
 		t.Errorf("missing kubeconfig: %v", err)
 	}
 }
+
+// TestKubernetesKVEventsPorts: with kv_events_port (and
+// kv_events_replay_port) each target gets tcp://address:port from the
+// slice's or the pod's ports, by name or number; a replica without the
+// named port is still a target, without events.
+func TestKubernetesKVEventsPorts(t *testing.T) {
+	withKV := func(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr("kv-events"), Port: ptr(int32(5557))})
+		return s
+	}
+	kvPod := func(name, ip string) *corev1.Pod {
+		p := pod(name, ip, true, "vllm")
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "kv-events", ContainerPort: 5557})
+		return p
+	}
+	cases := []struct {
+		name   string
+		cfg    KubernetesConfig
+		slices []any
+		pods   []any
+		want   []string // name kv_events kv_events_replay
+	}{
+		{name: "slice, named port", cfg: KubernetesConfig{Service: "vllm", Port: "http", Scheme: "http", KVEventsPort: "kv-events"},
+			slices: []any{withKV(slice("a", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil}))},
+			want:   []string{"vllm-0 tcp://10.1.0.10:5557 "}},
+		{name: "slice, numbered ports", cfg: KubernetesConfig{Service: "vllm", Port: "http", Scheme: "http", KVEventsPort: "5557", KVEventsReplayPort: "5558"},
+			slices: []any{slice("a", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil})},
+			want:   []string{"vllm-0 tcp://10.1.0.10:5557 tcp://10.1.0.10:5558"}},
+		{name: "slice without the named port", cfg: KubernetesConfig{Service: "vllm", Port: "http", Scheme: "http", KVEventsPort: "kv-events"},
+			slices: []any{slice("a", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil})},
+			want:   []string{"vllm-0  "}},
+		{name: "no kv_events_port", cfg: KubernetesConfig{Service: "vllm", Port: "http", Scheme: "http"},
+			slices: []any{withKV(slice("a", "vllm", "http", 8000, ep{"vllm-0", "10.1.0.10", nil}))},
+			want:   []string{"vllm-0  "}},
+		{name: "pods, named port", cfg: KubernetesConfig{LabelSelector: "app=vllm", Port: "http", Scheme: "http", KVEventsPort: "kv-events"},
+			pods: []any{kvPod("vllm-0", "10.2.0.10"), pod("vllm-1", "10.2.0.11", true, "vllm")},
+			want: []string{"vllm-0 tcp://10.2.0.10:5557 ", "vllm-1  "}},
+	}
+	for _, c := range cases {
+		cs := fake.NewClientset()
+		k := NewKubernetesWith(c.cfg, "inference", KubeClients{Slices: cs.DiscoveryV1(), Pods: cs.CoreV1(), Clientset: cs}, nil)
+		var ts []Target
+		if c.slices != nil {
+			ts = k.fromSlices(c.slices)
+		} else {
+			ts = k.fromPods(c.pods)
+		}
+		var got []string
+		for _, tg := range ts {
+			got = append(got, tg.Name+" "+tg.KVEvents+" "+tg.KVEventsReplay)
+		}
+		if !cmp.Equal(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -48,7 +48,7 @@ func (f discoveryFleet) AddReplica(t discovery.Target, apiKey string) error {
 	if err := f.s.checkNotSelf(t.URL); err != nil {
 		return fmt.Errorf("server: discovered replica %s: %w", t.Name, err)
 	}
-	return f.s.addReplica(balancer.ReplicaSpec{Name: t.Name, URL: t.URL, Models: t.Models}, apiKey, "")
+	return f.s.addReplica(balancer.ReplicaSpec{Name: t.Name, URL: t.URL, Models: t.Models}, apiKey, "", kvSource{endpoint: t.KVEvents, replay: t.KVEventsReplay})
 }
 
 // SetDraining stops or resumes new traffic to a replica.

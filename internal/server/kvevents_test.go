@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/simreplica"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
@@ -106,4 +108,175 @@ func TestKVEventsRouteToTheReplicaThatHoldsThePrefix(t *testing.T) {
 		st, ok := idx.Stats(holder.Name())
 		return ok && st.Blocks == 0
 	})
+}
+
+// publishing starts n simulated replicas, each publishing its KV cache
+// events (and serving replays) until the test ends.
+func publishing(t *testing.T, n int) (*simreplica.Fleet, []*simreplica.KVEvents) {
+	t.Helper()
+	fleet, err := simreplica.StartFleet(context.Background(), simreplica.FleetOptions{Replicas: n, Model: model, Seed: 1, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pubs := make([]*simreplica.KVEvents, n)
+	for i, r := range fleet.Replicas {
+		if pubs[i], err = r.PublishKVEvents(ctx, simreplica.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", Replay: "tcp://127.0.0.1:0"}); err != nil {
+			t.Fatal(err)
+		}
+		go pubs[i].Run(ctx)
+	}
+	return fleet, pubs
+}
+
+// seesEvents waits until llmlb's index holds a prompt that replica rep
+// (named name in llmlb) computed behind llmlb's back: llmlb subscribes to
+// its events. ZMQ's PUB drops what it sends before a subscription arrives,
+// so it sends probes until one is seen.
+func (e *env) seesEvents(rep *simreplica.Replica, name string) {
+	e.t.Helper()
+	probe := 0
+	eventually(e.t, "llmlb reads "+name+"'s events", func() bool {
+		probe++
+		content := fmt.Sprintf("probe %d %s", probe, strings.Repeat("x", 200))
+		res, err := http.Post(rep.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(content, 1)))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		res.Body.Close()
+		idx := e.srv.KVEventsIndex()
+		if idx == nil {
+			return false
+		}
+		blocks := tokenize.FromText(tokenize.RenderChat([]tokenize.Message{{Role: "user", Content: content}})).Blocks
+		_, n := idx.Match(name, blocks, time.Now())
+		return n > 0
+	})
+}
+
+// subscribed reports whether llmlb subscribes to replica name's events.
+func (e *env) subscribed(name string) bool {
+	for _, s := range e.srv.KVEventsSources() {
+		if s.Replica == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKVEventsFollowTheAdminAPI adds a publishing replica through POST
+// /admin/replicas with kv_events: llmlb reads its events; removing it
+// unsubscribes and forgets its entries.
+func TestKVEventsFollowTheAdminAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens ZMQ sockets")
+	}
+	fleet, pubs := publishing(t, 2)
+	e := startURLs(t, fleet.URLs()[:1], testLogger(), func(c *config.Config) {
+		c.Routing.Policy = "cost"
+		c.AdminToken = "s3cret"
+	})
+	if e.srv.KVEventsIndex() != nil {
+		t.Fatal("an index before any replica publishes")
+	}
+	admin := func(method, path, body string) int {
+		req, _ := http.NewRequest(method, e.admin+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer s3cret")
+		res, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	add := fmt.Sprintf(`{"name":"added","url":%q,"models":[%q],"kv_events":%q,"kv_events_replay":%q}`,
+		fleet.Replicas[1].URL(), model, pubs[1].Endpoint(), pubs[1].ReplayEndpoint())
+	if code := admin(http.MethodPost, "/admin/replicas", add); code != http.StatusCreated {
+		t.Fatalf("POST /admin/replicas: %d", code)
+	}
+	if !e.subscribed("added") {
+		t.Fatalf("not subscribed to the added replica: %v", e.srv.KVEventsSources())
+	}
+	e.seesEvents(fleet.Replicas[1], "added")
+	if code := admin(http.MethodDelete, "/admin/replicas/added", ""); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("DELETE /admin/replicas/added: %d", code)
+	}
+	if e.subscribed("added") || e.srv.KVEventsIndex().Publishes("added") {
+		t.Fatal("still subscribed to, or holding entries of, a removed replica")
+	}
+}
+
+// TestKVEventsFollowDiscovery discovers publishing replicas whose KV event
+// endpoints the source gives: llmlb reads their events; one that leaves
+// the set is unsubscribed once removed.
+func TestKVEventsFollowDiscovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens ZMQ sockets")
+	}
+	fleet, pubs := publishing(t, 2)
+	src := &testSource{sets: make(chan []discovery.Target)}
+	for i, r := range fleet.Replicas {
+		src.first = append(src.first, discovery.Target{Name: "disc-" + r.Name(), URL: r.URL(),
+			KVEvents: pubs[i].Endpoint(), KVEventsReplay: pubs[i].ReplayEndpoint()})
+	}
+	e := startURLs(t, fleet.URLs(), testLogger(), func(c *config.Config) {
+		c.Routing.Policy = "cost"
+		c.Replicas = nil
+	}, WithDiscovery(src))
+	for _, r := range fleet.Replicas {
+		e.seesEvents(r, "disc-"+r.Name())
+	}
+	leaving := src.first[1].Name
+	src.sets <- src.first[:1]
+	e.waitReplicas(leaving+" removed", func(rs []balancer.ReplicaStatus) bool {
+		_, ok := find(rs, leaving)
+		return !ok
+	})
+	if e.subscribed(leaving) || e.srv.KVEventsIndex().Publishes(leaving) {
+		t.Fatal("still subscribed to, or holding entries of, a replica discovery removed")
+	}
+	if !e.subscribed(src.first[0].Name) {
+		t.Fatal("unsubscribed from the replica that stayed")
+	}
+}
+
+// TestKVEventsFollowAReload reloads the replica list: a replica added
+// with kv_events is subscribed to; a reload that drops only its kv_events
+// unsubscribes and keeps the replica; one that sets them again
+// subscribes again.
+func TestKVEventsFollowAReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens ZMQ sockets")
+	}
+	fleet, pubs := publishing(t, 2)
+	e := startURLs(t, fleet.URLs()[:1], testLogger(), func(c *config.Config) { c.Routing.Policy = "cost" })
+	first := config.Replica{Name: "sim-1", URL: fleet.Replicas[0].URL()}
+	second := config.Replica{Name: "sim-2", URL: fleet.Replicas[1].URL(), KVEvents: pubs[1].Endpoint(), KVEventsReplay: pubs[1].ReplayEndpoint()}
+	reload := func(list ...config.Replica) {
+		t.Helper()
+		if _, _, err := e.srv.Reload(list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(first, second)
+	e.seesEvents(fleet.Replicas[1], "sim-2")
+
+	quiet := second
+	quiet.KVEvents, quiet.KVEventsReplay = "", ""
+	added, removed, err := e.srv.Reload([]config.Replica{first, quiet})
+	if err != nil || len(added)+len(removed) != 0 {
+		t.Fatalf("dropping kv_events replaced the replica: added %v removed %v, %v", added, removed, err)
+	}
+	if e.subscribed("sim-2") || e.srv.KVEventsIndex().Publishes("sim-2") {
+		t.Fatal("still subscribed after kv_events was dropped")
+	}
+	reload(first, second)
+	e.seesEvents(fleet.Replicas[1], "sim-2")
+	reload(first)
+	if e.subscribed("sim-2") {
+		t.Fatal("still subscribed to a replica the reload removed")
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
@@ -27,7 +28,7 @@ func TestMetricsModeOfEveryReplica(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := (fleet{srv}).AddReplica(balancer.ReplicaSpec{Name: "by-api", URL: "http://10.0.0.4:8000"}); err != nil {
+			if err := (fleet{srv}).AddReplica(balancer.ReplicaSpec{Name: "by-api", URL: "http://10.0.0.4:8000"}, admin.KVEvents{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := (discoveryFleet{srv}).AddReplica(discovery.Target{Name: "discovered", URL: "http://10.0.0.5:8000"}, ""); err != nil {

@@ -88,7 +88,7 @@ type Server struct {
 	discovery discovery.Source   // nil: static replicas only
 	syncer    *discovery.Syncer  // applies discovery's sets
 	shared    *sharedstate.Redis // nil: no shared state (state.redis_url unset)
-	kv        *kvFeed            // replicas' KV cache events; nil: none publishes (kvevents.go)
+	kv        *kvFeed            // replicas' KV cache events (kvevents.go)
 
 	keysMu sync.RWMutex
 	keys   map[string]string // replica name -> api key (never logged)
@@ -139,7 +139,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 
 		configured: make(map[string]config.Replica),
 	}
-	s.kv = newKVFeed(cfg, bal, logger)
+	s.kv = newKVFeed(bal, logger, o.now)
 	// Policies that match prompts by their block hashes (prefix-tree, llm-d,
 	// cost) need the request parser to compute them (docs/POLICIES.md).
 	if f, ok := policy.Lookup(cfg.Routing.Policy); ok && f.PromptBlocks {
@@ -238,7 +238,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 			spec.Name = defaultName(r.URL)
 		}
 		r.Metrics = s.metricsMode(r.Metrics)
-		if err := s.addReplica(spec, r.APIKey, r.Metrics); err != nil {
+		if err := s.addReplica(spec, r.APIKey, r.Metrics, kvSourceOf(r)); err != nil {
 			return nil, err
 		}
 		r.Name = spec.Name
@@ -280,10 +280,17 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		want[r.Name] = r
 	}
 	for name, old := range s.configured {
-		if r, ok := want[name]; !ok || !sameReplica(old, r) {
+		r, ok := want[name]
+		if !ok || !sameReplica(old, r) {
 			s.removeReplica(name)
 			delete(s.configured, name)
 			removed = append(removed, name)
+			continue
+		}
+		// Only its KV event endpoints changed: subscribe there, keep the rest.
+		if kvSourceOf(old) != kvSourceOf(r) {
+			s.kv.set(name, kvSourceOf(r))
+			s.configured[name] = r
 		}
 	}
 	var errs []error
@@ -294,7 +301,7 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 		if _, ok := s.configured[r.Name]; ok {
 			continue
 		}
-		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}, r.APIKey, r.Metrics); err != nil {
+		if err := s.addReplica(balancer.ReplicaSpec{Name: r.Name, URL: r.URL, Models: r.Models, KVCacheTokens: r.KVCacheTokens}, r.APIKey, r.Metrics, kvSourceOf(r)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -304,8 +311,15 @@ func (s *Server) Reload(replicas []config.Replica) (added, removed []string, err
 	return added, removed, errors.Join(errs...)
 }
 
+// sameReplica reports whether a reload keeps replica a as b (its KV event
+// endpoints may change without replacing it).
 func sameReplica(a, b config.Replica) bool {
 	return a.URL == b.URL && a.APIKey == b.APIKey && slices.Equal(a.Models, b.Models) && a.Metrics == b.Metrics
+}
+
+// kvSourceOf is where a configured replica publishes its KV cache events.
+func kvSourceOf(r config.Replica) kvSource {
+	return kvSource{endpoint: r.KVEvents, replay: r.KVEventsReplay}
 }
 
 // defaultName is a replica's name when none is configured: host:port.
@@ -503,9 +517,7 @@ func (s *Server) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Add(5)
-	if s.kv != nil {
-		bg.Go(func() { s.kv.run(bgCtx) })
-	}
+	bg.Go(func() { s.kv.run(bgCtx) })
 	if s.shared != nil {
 		bg.Add(1)
 		go func() {
@@ -707,7 +719,7 @@ func (s *Server) apiKey(replica string) string {
 // first good scrape, and no flap cooldown while it is still coming up, so a
 // balancer started before its replicas (or a replica added by API that does
 // not exist) never shows a dead replica LIVE.
-func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey, metrics string) error {
+func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey, metrics string, kv kvSource) error {
 	metrics = s.metricsMode(metrics)
 	spec.NotReady = true
 	if err := s.bal.AddReplica(spec, s.now()); err != nil {
@@ -723,6 +735,7 @@ func (s *Server) addReplica(spec balancer.ReplicaSpec, apiKey, metrics string) e
 	s.keys[spec.Name] = apiKey
 	s.keysMu.Unlock()
 	s.metrics.InitReplica(spec.Name)
+	s.kv.set(spec.Name, kv)
 	s.proxy.Pump()
 	return nil
 }
@@ -759,14 +772,15 @@ func (s *Server) checkNotSelf(raw string) error {
 type fleet struct{ s *Server }
 
 // AddReplica adds a replica at run time (no api key: the client's
-// Authorization passes as configured; scraped as scrape.metrics says).
-func (f fleet) AddReplica(spec balancer.ReplicaSpec) error {
+// Authorization passes as configured; scraped as scrape.metrics says),
+// subscribed to its KV cache events when it publishes them.
+func (f fleet) AddReplica(spec balancer.ReplicaSpec, ev admin.KVEvents) error {
 	f.s.reloadMu.Lock()
 	defer f.s.reloadMu.Unlock()
 	if err := f.s.checkNotSelf(spec.URL); err != nil {
 		return err
 	}
-	return f.s.addReplica(spec, "", "")
+	return f.s.addReplica(spec, "", "", kvSource{endpoint: ev.Endpoint, replay: ev.Replay})
 }
 
 // RemoveReplica stops scraping a replica and removes it from the core. A
@@ -788,6 +802,7 @@ func (s *Server) removeReplica(name string) bool {
 	delete(s.keys, name)
 	s.keysMu.Unlock()
 	s.metrics.ForgetReplica(name)
+	s.kv.remove(name)
 	// Requests waiting for its model stay queued for the other replicas;
 	// with none left they are answered as without flow control.
 	s.proxy.Pump()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/admin"
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/health"
 	"github.com/llmlb/llmlb/internal/scrape"
@@ -86,7 +87,7 @@ func TestStartedBeforeItsReplicas(t *testing.T) {
 	}
 
 	// A replica added by API that does not exist never shows LIVE.
-	if err := (fleet{srv}).AddReplica(balancer.ReplicaSpec{Name: "ghost", URL: "http://10.0.0.99:8000"}); err != nil {
+	if err := (fleet{srv}).AddReplica(balancer.ReplicaSpec{Name: "ghost", URL: "http://10.0.0.99:8000"}, admin.KVEvents{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
