@@ -170,13 +170,3 @@ func (f *Feed) Run(ctx context.Context) {
 		}
 	}
 }
-
-// Run subscribes to every source, feeding idx, until ctx is cancelled:
-// a Feed of fixed sources (maxAge < 1 means DefaultMaxAge).
-func Run(ctx context.Context, sources []Source, idx *Index, maxAge time.Duration, log *slog.Logger) {
-	f := NewFeed(idx, maxAge, nil, log)
-	for _, src := range sources {
-		f.Set(src)
-	}
-	f.Run(ctx)
-}
