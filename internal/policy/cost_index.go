@@ -180,10 +180,12 @@ func (p *Cost) Started(replica string, blocks []uint64) uint64 {
 // Ended releases what Started pinned.
 func (p *Cost) Ended(token uint64) { p.index.Unpin(kvindex.Pin(token)) }
 
-// RemoveReplica forgets the replica's cached blocks.
+// RemoveReplica forgets the replica's cached blocks and its prefill model
+// (a replica restarted may run with other engine flags).
 func (p *Cost) RemoveReplica(name string) {
 	if id, ok := p.ids[name]; ok {
 		p.index.RemoveReplica(id)
+		p.prefill.forget(id)
 	}
 }
 

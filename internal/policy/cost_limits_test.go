@@ -138,6 +138,11 @@ func TestCostLearnsPrefillConcurrency(t *testing.T) {
 			if shared < tc.wantShared[0] || shared > tc.wantShared[1] {
 				t.Errorf("shared = %.3f (scale %.3f), want within %v", shared, scale, tc.wantShared)
 			}
+			// A restart forgets the replica's share.
+			p.ForgetCache(c.Name)
+			if _, a := p.prefill.model(p.ids[c.Name]); a != 0 {
+				t.Errorf("shared %.3f after a restart, want 0", a)
+			}
 			slices.Sort(errs)
 			if e := errs[len(errs)/2]; e > 0.1 {
 				t.Errorf("median estimate error %.3f (scale %.3f, shared %.3f), want at most 0.1", e, scale, shared)

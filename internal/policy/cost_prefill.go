@@ -125,6 +125,13 @@ func (f *prefillFit) add(id int32, s PrefillShape, measured float64) {
 	f.samples++
 }
 
+// forget returns replica id's shared share to the prior's.
+func (f *prefillFit) forget(id int32) {
+	if id >= 0 && int(id) < len(f.shared) {
+		f.shared[id] = 0
+	}
+}
+
 // ObserveFirstToken fits the prefill model to a first token of replica that
 // came measured seconds after the decision whose Shape was s.
 func (p *Cost) ObserveFirstToken(replica string, s PrefillShape, measured float64) {
