@@ -101,14 +101,15 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	}
 	shape.Waits = est
 	scale, shared := p.prefill.model(id)
-	prefillTime := (1-shared)*shape.Serial + shared*shape.Shared
-	ttft = est + scale*prefillTime
-	// The score weighs the prefill as the replica's model shares it but
-	// at the learned rate, unscaled: the fleet's scale corrects the
-	// expected time, and applied to the score it moved the balance
-	// between prefill and the slot, KV and eviction prices (chat's P99
-	// 0.91 s to 1.26 s).
-	est += prefillTime
+	ttft = est + scale*((1-shared)*shape.Serial+shared*shape.Shared)
+	// The score keeps the serial prefill at the learned rate: weighed
+	// by the learned model it routed worse (the fleet's scale moved the
+	// balance between prefill and the slot, KV and eviction prices:
+	// chat's P99 0.91 s to 1.26 s; a serial replica's share learned
+	// above 0 sent more to loaded replicas: P99 at 16 slots 2.59 s to
+	// 2.96 s) and no better on parallel engines (docs/ROUTING.md,
+	// "Prefill concurrency").
+	est += shape.Serial
 	// The prefill a choice adds also delays others on that replica, by
 	// its time x the number of requests it holds up. Two groups:
 	//  - those sharing the replica's batch and queue: rho/(1-rho), rho
