@@ -43,6 +43,9 @@ type Reservation struct {
 	// at is when the choice was made: the start of the time to first
 	// token its estimate is checked against (limits.go).
 	at time.Time
+	// shape is the policy's estimate in parts, for its prefill model to
+	// learn from the first token (limits.go).
+	shape policy.PrefillShape
 }
 
 // Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).
@@ -490,7 +493,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly 
 		reason = ReasonAffinity
 	}
 	res := b.reserve(b.candReps[c.Index], reason, p, now)
-	res.policy, res.blocks, res.recorded = b.policy, p.PromptBlocks, c.Recorded
+	res.policy, res.blocks, res.recorded, res.shape = b.policy, p.PromptBlocks, c.Recorded, c.Shape
 	if c.PrefillTokens > 0 {
 		b.addPending(res, float64(c.PrefillTokens), now)
 	}

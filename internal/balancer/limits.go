@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // What the balancer learns of each replica's engine limits for cost-aware
@@ -116,10 +118,16 @@ func medianSorted(xs []float64) float64 {
 }
 
 // observeFirstToken checks res's estimate against its measured time to
-// first token: from the decision to now. Under the lock.
+// first token, from the decision to now, and hands both to the policy that
+// chose, if it learns from them (policy.FirstTokenObserver: cost fits each
+// replica's prefill model). Under the lock.
 func (b *Balancer) observeFirstToken(res *Reservation, now time.Time) {
 	if res.firstToken || res.at.IsZero() || now.Before(res.at) {
 		return
 	}
-	res.rep.ttft.add(res.Explanation.Estimate, now.Sub(res.at).Seconds())
+	measured := now.Sub(res.at).Seconds()
+	res.rep.ttft.add(res.Explanation.Estimate, measured)
+	if o, ok := res.policy.(policy.FirstTokenObserver); ok && any(res.policy) == any(b.policy) && !res.rep.removed {
+		o.ObserveFirstToken(res.rep.name, res.shape, measured)
+	}
 }

@@ -278,6 +278,8 @@ type Cost struct {
 	evictions  []float64      // the part of each score that prices the blocks its prefill evicts
 	aheads     []float64      // each candidate's work ahead, prefill tokens
 	copyShares []float64      // requests a candidate's copy of a hot prefix is priced to serve (0: none)
+	shapes     []PrefillShape // each candidate's TTFT in the parts its prefill model weighs
+	prefill    prefillFit     // the replicas' prefill model (cost_prefill.go)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }
@@ -380,7 +382,7 @@ func (p *Cost) answer(d *costDecision, cands []Candidate, best int, recorded uin
 	prefill := int(p.prefills[best])
 	cached := d.tokens - prefill
 	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best],
-		Recorded: recorded}
+		Recorded: recorded, Shape: p.shapes[best]}
 	if cached > 0 {
 		choice.Reason = ReasonAffinity
 	}

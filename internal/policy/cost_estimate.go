@@ -30,7 +30,7 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 		id := p.candID[i]
 		arr := &p.arrivals[id]
 		var est float64
-		p.ttfts[i], est, p.delayed[i], p.evictions[i] = p.estimate(c, id, p.aheads[i], p.prefills[i], reuse, arr.meanGap, n)
+		p.ttfts[i], est, p.delayed[i], p.evictions[i], p.shapes[i] = p.estimate(c, id, p.aheads[i], p.prefills[i], reuse, arr.meanGap, n)
 		arr.note(d.nowNS)
 		p.copyShares[i] = 0
 		// A copy of a prefix other requests share is computed once and
@@ -47,7 +47,7 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 			overlap = min(overlap, d.hotSeen) / float64(d.hotHolders+1)
 			if overlap > 1 {
 				copied = min(copied, p.prefills[i])
-				_, lean, _, _ := p.estimate(c, id, p.aheads[i], p.prefills[i]-copied, reuse, arr.meanGap, n)
+				_, lean, _, _, _ := p.estimate(c, id, p.aheads[i], p.prefills[i]-copied, reuse, arr.meanGap, n)
 				est = lean + (est-lean)/overlap
 				p.copyShares[i] = overlap
 			}
@@ -66,12 +66,17 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 // estimate is candidate c's expected TTFT for a prefill of prefill tokens
 // behind ahead, and its score: the TTFT plus the delay the prefill causes
 // the requests it holds up (delayed of them) plus the price of the blocks
-// it evicts (eviction).
-func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap float64, n int) (ttft, score, delayed, eviction float64) {
+// it evicts (eviction); shape is the TTFT's parts its prefill model weighs.
+func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap float64, n int) (ttft, score, delayed, eviction float64, shape PrefillShape) {
 	// The work ahead and this prompt are computed in steps of at most
-	// batch_tokens, each paying about a decode step on top of its tokens.
-	work := ahead + prefill
-	est := c.DecodeStep*(1+math.Floor(work/float64(p.cfg.BatchTokens))) + work/c.PrefillRate
+	// batch_tokens, each paying about a decode step on top of its tokens:
+	// all of the work ahead when the replica prefills one prompt at a
+	// time, each request's ahead up to this prompt's length when it
+	// shares its steps among prefills, weighed as the replica's first
+	// tokens were measured to (cost_prefill.go).
+	requests := max(float64(c.PendingRequests), c.ScrapedWaiting)
+	shape.Serial, shape.Shared = p.prefillTimes(c, ahead, prefill, requests)
+	est := 0.0
 	// A full batch admits this request only as running ones finish:
 	// one frees a slot every mean-output x step / max_num_seqs. (The
 	// running count at a scrape that showed a queue, as the batch's
@@ -94,7 +99,17 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
 		est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
 	}
-	ttft = est
+	shape.Waits = est
+	scale, shared := p.prefill.model(id)
+	ttft = est + scale*((1-shared)*shape.Serial+shared*shape.Shared)
+	// The score keeps the serial prefill at the learned rate: weighed
+	// by the learned model it routed worse (the fleet's scale moved the
+	// balance between prefill and the slot, KV and eviction prices:
+	// chat's P99 0.91 s to 1.26 s; a serial replica's share learned
+	// above 0 sent more to loaded replicas: P99 at 16 slots 2.59 s to
+	// 2.96 s) and no better on parallel engines (docs/ROUTING.md,
+	// "Prefill concurrency").
+	est += shape.Serial
 	// The prefill a choice adds also delays others on that replica, by
 	// its time x the number of requests it holds up. Two groups:
 	//  - those sharing the replica's batch and queue: rho/(1-rho), rho
@@ -135,7 +150,7 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 		}
 		est += eviction
 	}
-	return ttft, est, delayed, eviction
+	return ttft, est, delayed, eviction, shape
 }
 
 // costHot is how often requests come that match a prefix as their deepest

@@ -119,10 +119,11 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.evictions = make([]float64, len(cands))
 		p.aheads = make([]float64, len(cands))
 		p.copyShares = make([]float64, len(cands))
+		p.shapes = make([]PrefillShape, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
 	p.delayed, p.evictions, p.aheads = p.delayed[:len(cands)], p.evictions[:len(cands)], p.aheads[:len(cands)]
-	p.copyShares = p.copyShares[:len(cands)]
+	p.copyShares, p.shapes = p.copyShares[:len(cands)], p.shapes[:len(cands)]
 }
 
 // id returns the replica's index id, giving a new name the next one.
@@ -179,10 +180,12 @@ func (p *Cost) Started(replica string, blocks []uint64) uint64 {
 // Ended releases what Started pinned.
 func (p *Cost) Ended(token uint64) { p.index.Unpin(kvindex.Pin(token)) }
 
-// RemoveReplica forgets the replica's cached blocks.
+// RemoveReplica forgets the replica's cached blocks and its prefill model
+// (a replica restarted may run with other engine flags).
 func (p *Cost) RemoveReplica(name string) {
 	if id, ok := p.ids[name]; ok {
 		p.index.RemoveReplica(id)
+		p.prefill.forget(id)
 	}
 }
 

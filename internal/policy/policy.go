@@ -71,6 +71,9 @@ type Choice struct {
 	PrefillTokens int
 	CachedTokens  int
 	Estimate      float64 // seconds
+	// Shape is Estimate in the parts the chosen replica's prefill model
+	// weighs (policy cost), handed back with the measured first token.
+	Shape PrefillShape
 
 	// Recorded is what the policy's Refused hook needs to undo its record
 	// of the prompt on the chosen replica (0: nothing was recorded).

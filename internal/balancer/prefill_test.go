@@ -1,0 +1,46 @@
+package balancer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFirstTokensTeachCostsPrefillModel: the balancer hands each first
+// token back to cost with the decision's estimate, so that first tokens
+// twice as slow as estimated raise later estimates, and the decision log
+// shows the model it priced each candidate with.
+func TestFirstTokensTeachCostsPrefillModel(t *testing.T) {
+	b := costFleet(t, 2)
+	b.SetExplain(true)
+	first, err := b.Select(costProfile("first", 100, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := first.Explanation.Detail; !strings.Contains(d, "prefill_scale=1.00 prefill_shared=0.00") {
+		t.Fatalf("first decision's detail %q: want the prior prefill model", d)
+	}
+	b.Release(first, OutcomeOK, t0)
+	now := t0
+	for i := range 60 {
+		now = now.Add(time.Minute) // nothing pending from the last one
+		res, err := b.Select(costProfile(fmt.Sprintf("f%d", i), 100, 0), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(time.Duration(2 * res.Explanation.Estimate * float64(time.Second)))
+		b.FirstToken(res, at)
+		b.Release(res, OutcomeOK, at)
+	}
+	last, err := b.Select(costProfile("last", 100, 0), now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := last.Explanation.Estimate / first.Explanation.Estimate; r < 1.5 {
+		t.Errorf("estimate %.4fs after first tokens twice as slow, %.4fs before: want it to have grown", last.Explanation.Estimate, first.Explanation.Estimate)
+	}
+	if d := last.Explanation.Detail; strings.Contains(d, "prefill_scale=1.00") {
+		t.Errorf("last decision's detail %q: want the learned scale", d)
+	}
+}
