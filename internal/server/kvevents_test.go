@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -201,11 +202,29 @@ func TestKVEventsFollowTheAdminAPI(t *testing.T) {
 		t.Fatalf("not subscribed to the added replica: %v", e.srv.KVEventsSources())
 	}
 	e.seesEvents(fleet.Replicas[1], "added")
+	metrics := func() string {
+		res, err := e.http.Get(e.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if m := metrics(); !strings.Contains(m, `llmlb_kv_events_subscribed{replica="added"} 1`) || !strings.Contains(m, `llmlb_kv_events_blocks{replica="added"}`) {
+		t.Fatal("/metrics does not show the added replica's subscription and blocks")
+	}
 	if code := admin(http.MethodDelete, "/admin/replicas/added", ""); code != http.StatusOK && code != http.StatusNoContent {
 		t.Fatalf("DELETE /admin/replicas/added: %d", code)
 	}
 	if e.subscribed("added") || e.srv.KVEventsIndex().Publishes("added") {
 		t.Fatal("still subscribed to, or holding entries of, a removed replica")
+	}
+	if strings.Contains(metrics(), `llmlb_kv_events_subscribed{replica="added"}`) {
+		t.Fatal("/metrics still shows the removed replica's subscription")
 	}
 }
 

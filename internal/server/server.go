@@ -180,6 +180,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.metrics.RegisterQueue(gate)
+	s.metrics.RegisterKVEvents(s.kv.feed)
 	s.handler = &withHealth{next: &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access},
 		bal: bal, now: o.now, draining: &s.draining}
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
