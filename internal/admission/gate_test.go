@@ -180,3 +180,39 @@ func TestGateDispatchHonoursExclude(t *testing.T) {
 	b.Release(got[0].Res, balancer.OutcomeOK, now)
 	g.Done(r, now)
 }
+
+// TestGateDoesNotEmptyTheQueueIntoAJoiningReplica: a replica that joins a
+// saturated pool (autoscaling) has no limit of its own yet; held requests
+// go to it up to the largest limit another replica has (2 here), not all
+// at once, and more as its scrapes show it running them with none
+// waiting (twice what it ran).
+func TestGateDoesNotEmptyTheQueueIntoAJoiningReplica(t *testing.T) {
+	b := fleet(t)
+	g := New(b, flowcontrol.DefaultConfig())
+	now := t0.Add(2 * time.Second)
+	for i := range 50 {
+		if _, err := g.Admit(&Request{ID: uint64(i + 1), Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "x"}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.AddReplica(balancer.ReplicaSpec{Name: "c", URL: "http://c", Models: []string{"m"}}, now); err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveScrape("c", balancer.Snapshot{}, nil, now)
+	pumped := func(want int) {
+		t.Helper()
+		got := g.Pump(now)
+		for _, tk := range got {
+			if tk.Err != nil || tk.Res.Replica != "c" {
+				t.Fatalf("a held request went to %v (err %v), want c", tk.Res, tk.Err)
+			}
+		}
+		if len(got) != want {
+			t.Fatalf("pumped %d into the joining replica, want %d", len(got), want)
+		}
+	}
+	pumped(2)
+	now = now.Add(time.Second)
+	b.ObserveScrape("c", balancer.Snapshot{Running: 2}, nil, now)
+	pumped(2) // it ran 2 with none waiting: room up to 4
+}

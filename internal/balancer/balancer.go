@@ -260,6 +260,9 @@ type Balancer struct {
 	// modelUnion is the union of the replicas' models, sorted (Models);
 	// nil when a replica or its models changed since it was built.
 	modelUnion []string
+	// fleetLimit is the largest running-slot limit of any replica
+	// (capacity.go, provisionalLimit).
+	fleetLimit float64
 	policy     policy.Policy
 	rng        *rand.Rand
 	counters   Counters
@@ -372,6 +375,7 @@ func (b *Balancer) RemoveReplica(name string, now time.Time) bool {
 	delete(b.byName, name)
 	b.replicas = slices.DeleteFunc(b.replicas, func(x *replica) bool { return x == r })
 	b.modelUnion = nil
+	b.updateFleetLimit()
 	b.policy.RemoveReplica(name)
 	return true
 }
@@ -675,6 +679,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage())
 	r.slots.observe(r.snap)
 	b.updateFleetSlots()
+	b.updateFleetLimit()
 	b.alerts.lastGoodScrape = now
 	return b.named(r, r.health.ObserveScrape(true, "", now), nil)
 }

@@ -218,6 +218,15 @@ func (b *Balancer) provisionalLimit(r *replica) float64 {
 	return limit
 }
 
+// updateFleetLimit keeps fleetLimit, the largest running-slot limit any
+// replica has (configured or learned), after a scrape or a removal.
+func (b *Balancer) updateFleetLimit() {
+	b.fleetLimit = 0
+	for _, r := range b.replicas {
+		b.fleetLimit = max(b.fleetLimit, b.limit(r))
+	}
+}
+
 // hasRoom reports whether a held request may be sent to r now (late
 // binding, Dispatch). Not being full is not enough for a replica whose
 // limit is not known: it is never full by its limit, and when its last
@@ -226,11 +235,23 @@ func (b *Balancer) provisionalLimit(r *replica) float64 {
 // the only replica not known to be full would empty the balancer's queue
 // into that one engine's; Dispatch chooses among every replica instead,
 // one request at a time.
+//
+// For the same reason a replica of unknown limit that joins a pool where
+// requests are held (autoscaling, or one back from an ejection) takes held
+// requests only up to the largest limit another replica has, or twice the
+// most it has run with none waiting when that is more; then one at a time
+// as above, until its scrapes tell its room.
 func (b *Balancer) hasRoom(r *replica) bool {
 	if b.full(r) {
 		return false
 	}
-	return b.provisionalLimit(r) > 0 || r.snap.Waiting < 1
+	if b.provisionalLimit(r) > 0 {
+		return true
+	}
+	if r.snap.Waiting >= 1 {
+		return false
+	}
+	return b.fleetLimit <= 0 || r.occupancy() < max(b.fleetLimit, 2*r.cap.free)
 }
 
 // routable reports whether step 1 of Select would offer the replica for
