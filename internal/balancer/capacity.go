@@ -86,9 +86,8 @@ type capacity struct {
 	probe    bool    // one request past the limit may be sent
 }
 
-// defaultKVFullUsage is SaturationConfig.KVFullUsage's default: measured
-// on the benchmark's traces at 0.75 and 0.9, the higher missed engines that
-// queued for memory with prompts of tens of thousands of tokens.
+// defaultKVFullUsage is SaturationConfig.KVFullUsage's default, chosen on
+// the benchmark's traces (only 0.75 and 0.9 were measured).
 const defaultKVFullUsage = 0.75
 
 // kvFullUsage returns the configured SaturationConfig.KVFullUsage.
@@ -173,12 +172,12 @@ func (r *replica) occupancy() float64 {
 
 // queued is how many requests wait in the replica's own queue now, when
 // its last scrape showed some waiting for memory (KV cache usage at least
-// SaturationConfig.KVFullUsage): that number, moved by what this balancer and its peers
-// sent (each waits behind them) and saw end (each frees the memory or the
-// slot one waiting needs) since. ok is false otherwise: the replica had
-// room then, or its queue was one of requests waiting for a step's token
-// budget, which start as prefills progress; how much room is its limit's
-// to say.
+// kvFull, SaturationConfig.KVFullUsage): that number, moved by what this
+// balancer and its peers sent (each waits behind them) and saw end (each
+// frees the memory or the slot one waiting needs) since. ok is false
+// otherwise: the replica had room then, or its queue was one of requests
+// waiting for a step's token budget, which start as prefills progress; how
+// much room is its limit's to say.
 func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 	if r.snap.Waiting < 1 || r.snap.KVCacheUsage < kvFull {
 		return 0, false
