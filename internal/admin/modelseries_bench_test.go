@@ -20,20 +20,7 @@ import (
 //
 //	go test -run '^$' -bench MetricsManyModels -benchmem ./internal/admin
 func BenchmarkMetricsManyModels(b *testing.B) {
-	bal, err := balancer.New(balancer.DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a:8000"}, t0); err != nil {
-		b.Fatal(err)
-	}
-	models := make([]string, 20000)
-	for i := range models {
-		models[i] = fmt.Sprintf("m%05d", i)
-	}
-	bal.SetModels("a", models)
-	m := NewMetrics(bal, func() time.Time { return t0 })
+	m, models := metricsWithModels(b, 20000)
 	for _, model := range models[:MaxModelSeries+1] {
 		m.Completion(model, balancer.ReasonLoad, time.Second, 2*time.Second, openai.TokenCounts{PromptTokens: 5, CompletionTokens: 7})
 	}
@@ -55,20 +42,7 @@ func BenchmarkMetricsManyModels(b *testing.B) {
 func BenchmarkCompletionBeyondTheCap(b *testing.B) {
 	for _, n := range []int{100, 1000, 20000} {
 		b.Run(fmt.Sprintf("models=%d", n), func(b *testing.B) {
-			bal, err := balancer.New(balancer.DefaultConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a:8000"}, t0); err != nil {
-				b.Fatal(err)
-			}
-			models := make([]string, n)
-			for i := range models {
-				models[i] = fmt.Sprintf("m%05d", i)
-			}
-			bal.SetModels("a", models)
-			m := NewMetrics(bal, func() time.Time { return t0 })
+			m, models := metricsWithModels(b, n)
 			last := models[n-1]
 			b.ResetTimer()
 			for range b.N {
@@ -76,4 +50,24 @@ func BenchmarkCompletionBeyondTheCap(b *testing.B) {
 			}
 		})
 	}
+}
+
+// metricsWithModels returns the metrics of a one-replica fleet that
+// advertises n models, and those models, sorted.
+func metricsWithModels(b *testing.B, n int) (*Metrics, []string) {
+	b.Helper()
+	bal, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := bal.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a:8000"}, t0); err != nil {
+		b.Fatal(err)
+	}
+	models := make([]string, n)
+	for i := range models {
+		models[i] = fmt.Sprintf("m%05d", i)
+	}
+	bal.SetModels("a", models)
+	return NewMetrics(bal, func() time.Time { return t0 }), models
 }

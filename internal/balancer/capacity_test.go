@@ -72,14 +72,7 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 	if b.Saturated("", t0) {
 		t.Fatal("an idle pool is saturated")
 	}
-	var held []*Reservation
-	for range 5 {
-		res, err := b.Select(&Profile{}, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, res)
-	}
+	held := selectN(t, b, 5, t0)
 	if b.Saturated("", t0) {
 		t.Fatal("saturated with 5 in flight on two replicas of 3 each")
 	}
@@ -120,14 +113,7 @@ func TestSaturationFromTheEngineQueue(t *testing.T) {
 	for _, headroom := range []int{0, 1} {
 		b := newFleet(t, 1, func(c *Config) { c.Saturation.Headroom = headroom })
 		full := func() bool { return b.Replicas(t0)[0].Full }
-		var held []*Reservation
-		for range 5 {
-			res, err := b.Select(&Profile{}, t0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, res)
-		}
+		held := selectN(t, b, 5, t0)
 		if full() {
 			t.Fatalf("headroom %d: full with no limit and nothing waiting", headroom)
 		}
@@ -228,11 +214,7 @@ func TestSaturationKVFullUsageIsConfigured(t *testing.T) {
 		full  bool
 	}{{0, false}, {0.5, true}, {0.6, true}, {0.61, false}} {
 		b := newFleet(t, 1, func(c *Config) { c.Saturation.KVFullUsage = tc.usage })
-		for range 3 {
-			if _, err := b.Select(&Profile{}, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
+		selectN(t, b, 3, t0)
 		b.ObserveScrape("a", Snapshot{Running: 2, Waiting: 1, KVCacheUsage: 0.6}, nil, t0.Add(time.Second))
 		if got := b.Replicas(t0)[0].Full; got != tc.full {
 			t.Errorf("kv_full_usage %g, usage 0.6 with one waiting: full %v, want %v", tc.usage, got, tc.full)
@@ -254,11 +236,7 @@ func TestSaturationKVFullUsageIsConfigured(t *testing.T) {
 // into that engine's queue.
 func TestDispatchDoesNotEmptyTheQueueIntoAnUnknownReplica(t *testing.T) {
 	b := newFleet(t, 2, func(c *Config) { c.Saturation.MaxRunning = 0 })
-	for range 8 {
-		if _, err := b.Select(&Profile{}, t0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	selectN(t, b, 8, t0)
 	at := t0.Add(time.Second)
 	// a has queued for memory and runs 3 with 1 waiting: full. b has
 	// requests waiting for what may be a step's budget and no known limit.

@@ -181,3 +181,18 @@ func pinCount(b *Balancer) int {
 	})
 	return n
 }
+
+// selectN routes n requests with an empty profile at now and returns their
+// reservations, failing the test on any error.
+func selectN(t testing.TB, b *Balancer, n int, now time.Time) []*Reservation {
+	t.Helper()
+	held := make([]*Reservation, 0, n)
+	for range n {
+		res, err := b.Select(&Profile{}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, res)
+	}
+	return held
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/testutil/canned"
 )
 
 // BenchmarkProxy compares a request sent straight to an upstream with the
@@ -87,22 +88,9 @@ func BenchmarkProxy(b *testing.B) {
 	}
 }
 
-// cannedTransport answers every request in memory: BenchmarkProxyHandler
-// measures the proxy's own work without any network hop.
-type cannedTransport struct{}
-
-func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	io.Copy(io.Discard, r.Body)
-	r.Body.Close()
-	const body = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`
-	return &http.Response{
-		StatusCode:    http.StatusOK,
-		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}, nil
-}
+// cannedBody is what the in-memory replica of BenchmarkProxyHandler answers:
+// it measures the proxy's own work without any network hop.
+const cannedBody = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`
 
 // BenchmarkProxyHandler is the proxy's own cost per request: read, parse,
 // select and reserve, rewrite, relay, release (no sockets).
@@ -116,7 +104,7 @@ func BenchmarkProxyHandler(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	p, err := New(Options{Balancer: bal, Request: testRequestConfig, Proxy: defaultProxyConfig(), Transport: cannedTransport{}})
+	p, err := New(Options{Balancer: bal, Request: testRequestConfig, Proxy: defaultProxyConfig(), Transport: canned.Transport{Body: cannedBody}})
 	if err != nil {
 		b.Fatal(err)
 	}

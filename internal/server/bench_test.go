@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,24 +12,12 @@ import (
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/testutil/canned"
 	"github.com/llmlb/llmlb/internal/ui"
 )
 
-// cannedTransport answers every request in memory with a chat completion.
-type cannedTransport struct{}
-
-func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	_ = r.Body.Close()
-	const body = `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
-	return &http.Response{
-		StatusCode:    http.StatusOK,
-		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}, nil
-}
+// cannedBody is the chat completion the in-memory replica answers.
+const cannedBody = `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
 
 // BenchmarkServeHandler is the proxy listener's own work per request, as
 // serve wires it (request id, the observer's usage and latency metrics,
@@ -48,7 +35,7 @@ func BenchmarkServeHandler(b *testing.B) {
 	m.InitReplica("up")
 	dash := ui.New(ui.Options{Balancer: bal, Now: time.Now})
 	p, err := proxy.New(proxy.Options{Balancer: bal, Request: request.DefaultConfig(), Proxy: proxy.Config{RouteHeaders: true},
-		Transport: cannedTransport{}, Metrics: recorders{m, dash},
+		Transport: canned.Transport{Body: cannedBody}, Metrics: recorders{m, dash},
 		Decisions: func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int) {
 			dash.Decision(at, res, prof, attempt)
 			m.Decision(at, res, prof, attempt)
