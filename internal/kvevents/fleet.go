@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,11 @@ type Feed struct {
 	ctx  context.Context // Run's; nil before Run and after it returns
 	wg   sync.WaitGroup
 	subs map[string]*feedSub
+
+	// sources is Sources' answer, replaced whenever subs changes, so that
+	// reading it (the metrics, at every scrape) never waits on mu, which a
+	// removal holds while a slow subscriber stops.
+	sources atomic.Pointer[[]Source]
 }
 
 // feedSub is one replica's running subscriber.
@@ -70,6 +76,7 @@ func (f *Feed) Set(src Source) bool {
 	}
 	s := &feedSub{src: src}
 	f.subs[src.Replica] = s
+	f.publishSourcesLocked()
 	if f.ctx != nil {
 		f.startLocked(s)
 	}
@@ -84,20 +91,28 @@ func (f *Feed) Remove(replica string) bool {
 	s, ok := f.subs[replica]
 	if ok {
 		f.stopLocked(replica, s)
+		f.publishSourcesLocked()
 	}
 	f.idx.Remove(replica)
 	return ok
 }
 
-// Sources returns the subscribed sources, by replica name.
+// Sources returns the subscribed sources, by replica name. It does not
+// wait for a subscription being set or removed.
 func (f *Feed) Sources() []Source {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	if p := f.sources.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return []Source{}
+}
+
+// publishSourcesLocked makes Sources answer what subs holds now; under mu.
+func (f *Feed) publishSourcesLocked() {
 	out := make([]Source, 0, len(f.subs))
 	for _, name := range slices.Sorted(maps.Keys(f.subs)) {
 		out = append(out, f.subs[name].src)
 	}
-	return out
+	f.sources.Store(&out)
 }
 
 // stopLocked ends s's subscriber, waits for it to return (a batch it is
