@@ -211,8 +211,13 @@ type replica struct {
 	// Policy cost's view (docs/ROUTING.md): own requests not past their
 	// first token and the prompt tokens they still make the replica compute,
 	// drained at the learned rate from prefillBusyUntil's fluid queue.
-	pendingPrefill   float64
-	pendingRequests  int
+	pendingPrefill  float64
+	pendingRequests int
+	// othersWaiting is how many requests the last scrape showed waiting
+	// beyond the balancer's own then without a first token: queued by
+	// peers or direct clients. Fixed at the scrape, so that its own
+	// requests' first tokens since do not turn into phantom ones.
+	othersWaiting    float64
 	prefillBusyUntil time.Time
 	rates            learnedRates
 
@@ -553,7 +558,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly 
 			ScrapedRunning: r.snap.Running, ScrapedWaiting: r.snap.Waiting, KVCacheUsage: r.snap.KVCacheUsage,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
 			MeanOutput: meanOutput, MaxRunning: b.slotLimit(r),
-			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests,
+			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests, OthersWaiting: r.othersWaiting,
 			HeldPrefill: r.heldPrefill})
 		b.candReps = append(b.candReps, r)
 	}
@@ -676,6 +681,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
+	r.othersWaiting = max(0, r.snap.Waiting-float64(r.pendingRequests))
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage())
 	r.slots.observe(r.snap)
 	b.updateFleetSlots()

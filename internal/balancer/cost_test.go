@@ -338,3 +338,44 @@ func TestCostForgetsPromptsTheReplicaTurnedAway(t *testing.T) {
 		})
 	}
 }
+
+// waitingSpy records what each decision's candidate was told of requests
+// queued by others.
+type waitingSpy struct {
+	policyspy.Finishes
+	others []float64
+}
+
+func (s *waitingSpy) Choose(r *policy.Request, cands []policy.Candidate, now time.Time) policy.Choice {
+	s.others = append(s.others, cands[0].OthersWaiting)
+	c := s.Finishes.Choose(r, cands, now)
+	c.PrefillTokens = r.PromptTokens // pending until its first token, as cost's
+	return c
+}
+
+// A scrape's queue is compared with the requests the balancer had pending
+// at that scrape: own requests that got their first token since do not
+// turn the scrape's waiting ones into phantom requests of others.
+func TestOthersWaitingIsFixedAtTheScrape(t *testing.T) {
+	spy := &waitingSpy{}
+	b := oneReplicaWith(t, spy)
+	var mine []*Reservation
+	for range 3 {
+		res, err := b.Select(costProfile("x", 2, 0), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, res)
+	}
+	// The engine shows our three waiting, plus one from elsewhere.
+	b.ObserveScrape("a", Snapshot{Waiting: 4}, nil, t0.Add(time.Second))
+	for _, res := range mine {
+		b.FirstToken(res, t0.Add(2*time.Second))
+	}
+	if _, err := b.Select(costProfile("y", 2, 0), t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]float64{0, 0, 0, 1}, spy.others); diff != "" {
+		t.Fatalf("others waiting per decision (-want +got):\n%s", diff)
+	}
+}

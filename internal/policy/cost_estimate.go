@@ -74,7 +74,7 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// time, each request's ahead up to this prompt's length when it
 	// shares its steps among prefills, weighed as the replica's first
 	// tokens were measured to (cost_prefill.go).
-	requests := max(float64(c.PendingRequests), c.ScrapedWaiting)
+	requests := float64(c.PendingRequests) + c.OthersWaiting
 	shape.Serial, shape.Shared = p.prefillTimes(c, ahead, prefill, requests)
 	est := 0.0
 	// A full batch admits this request only as running ones finish:

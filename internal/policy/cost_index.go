@@ -44,7 +44,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 		}
 		cached = max(0, min(cached, d.tokens-1)) // a full hit still computes its last token
 		p.prefills[i] = float64(d.tokens - cached)
-		p.aheads[i] = c.PendingPrefill + max(0, c.ScrapedWaiting-float64(c.PendingRequests))*p.meanPrompt
+		p.aheads[i] = c.PendingPrefill + c.OthersWaiting*p.meanPrompt
 	}
 }
 

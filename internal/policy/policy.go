@@ -52,6 +52,10 @@ type Candidate struct {
 	// they were sent; PendingRequests counts those requests.
 	PendingPrefill  float64
 	PendingRequests int
+	// OthersWaiting is how many requests the replica's last scrape showed
+	// waiting beyond the balancer's own then pending: queued by peers or
+	// direct clients, whose prompts the balancer does not know.
+	OthersWaiting float64
 	// HeldPrefill is the prompt tokens the balancer's own in-flight
 	// requests on the replica computed or will compute there (less their
 	// cache hits): the KV they hold, or will once admitted, until they end.
