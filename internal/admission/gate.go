@@ -127,13 +127,20 @@ func (g *Gate) Admit(r *Request, now time.Time) (flowcontrol.Decision, error) {
 	if q == nil { // a model no replica serves: Select answers it
 		return flowcontrol.Decision{Outcome: flowcontrol.Dispatch}, nil
 	}
-	saturated := g.cfg.Enabled && g.bal.Saturated(model, now)
+	// A tenant sending more than its share of the pool's requests finds
+	// the pool saturated earlier: at each replica's limit less its
+	// reserve, which others' requests may still take.
+	favoured, contested := q.Favoured(r.Tenant)
+	saturated := g.cfg.Enabled && g.bal.SaturatedFor(model, favoured, now)
+	// Room left only in the reserve is room the requests held are not
+	// favoured for: this one need not wait behind them.
+	passes := contested && favoured && !saturated && g.bal.SaturatedFor(model, false, now)
 	tokens := int64(max(0, r.Profile.PromptTokens)) + int64(max(0, r.Profile.OutputTokens))
 	// Set before the queue holds r: Pump, Expire and Drain, on other
 	// goroutines, read it once they take r out under the queue's lock.
 	r.enqueued = now
 	d, err := q.Admit(flowcontrol.Item{ID: r.ID, Priority: r.Priority, Tenant: r.Tenant,
-		Tokens: tokens, Bytes: r.Bytes, Payload: r}, saturated, now)
+		Tokens: tokens, Bytes: r.Bytes, PassesHeld: passes, Payload: r}, saturated, now)
 	if err != nil || d.Outcome != flowcontrol.Queued {
 		r.enqueued = time.Time{} // never queued: no other goroutine has r
 	}
@@ -155,15 +162,24 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 	for i := range models {
 		model := models[(start+i)%len(models)]
 		q := g.existing(model)
-		room := q.Len() > 0 && !g.bal.Saturated(model, now)
-		for room && q.Len() > 0 {
+		for room := true; room && q.Len() > 0; {
+			// The request Next would give, and whether the pool has room
+			// for it: a tenant over its share may not take the reserve.
+			head, ok := q.Head(now)
+			if !ok {
+				break
+			}
+			favoured, _ := q.Favoured(head.Tenant)
+			if g.bal.SaturatedFor(model, favoured, now) {
+				break
+			}
 			it, ok := q.Next(now)
 			if !ok {
 				break
 			}
 			r := it.Payload.(*Request)
 			var t Ticket
-			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now, r.Exclude...)
+			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now, favoured, r.Exclude...)
 			t.Request, t.Waited = r, now.Sub(r.enqueued)
 			out = append(out, t)
 		}

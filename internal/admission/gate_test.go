@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/flowcontrol"
 )
@@ -215,4 +217,93 @@ func TestGateDoesNotEmptyTheQueueIntoAJoiningReplica(t *testing.T) {
 	now = now.Add(time.Second)
 	b.ObserveScrape("c", balancer.Snapshot{Running: 2}, nil, now)
 	pumped(2) // it ran 2 with none waiting: room up to 4
+}
+
+// reserveFleet returns a balancer over replicas a and b serving model m,
+// each with a running limit of 4 of which 1 is kept in reserve.
+func reserveFleet(t *testing.T) *balancer.Balancer {
+	t.Helper()
+	cfg := balancer.DefaultConfig()
+	cfg.Saturation.MaxRunning, cfg.Saturation.ReserveShare = 4, 0.25
+	b, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := b.AddReplica(balancer.ReplicaSpec{Name: name, URL: "http://" + name, Models: []string{"m"}}, t0); err != nil {
+			t.Fatal(err)
+		}
+		b.ObserveScrape(name, balancer.Snapshot{}, nil, t0)
+	}
+	return b
+}
+
+// A tenant over its share fills the replicas only up to the reserve; a
+// request of another tenant arriving then takes a reserved slot at once,
+// past the flood's held requests.
+func TestGateKeepsAReserveForTenantsBelowTheirShare(t *testing.T) {
+	b := reserveFleet(t)
+	g := New(b, flowcontrol.DefaultConfig())
+	admit := func(id uint64, tenant string) flowcontrol.Outcome {
+		t.Helper()
+		r := &Request{ID: id, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: tenant}
+		d, err := g.Admit(r, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == flowcontrol.Dispatch {
+			if _, err := b.Select(r.Profile, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d.Outcome
+	}
+	if got := admit(1, "polite"); got != flowcontrol.Dispatch {
+		t.Fatalf("first polite request: %v", got)
+	}
+	// The flood gets 5 of the 6 slots outside the reserve, then waits.
+	var outcomes []flowcontrol.Outcome
+	for id := uint64(2); id <= 8; id++ {
+		outcomes = append(outcomes, admit(id, "flood"))
+	}
+	want := []flowcontrol.Outcome{flowcontrol.Dispatch, flowcontrol.Dispatch, flowcontrol.Dispatch, flowcontrol.Dispatch,
+		flowcontrol.Dispatch, flowcontrol.Queued, flowcontrol.Queued}
+	if diff := cmp.Diff(want, outcomes); diff != "" {
+		t.Fatalf("flood outcomes (-want +got):\n%s", diff)
+	}
+	if got := g.Pump(t0); len(got) != 0 {
+		t.Fatalf("pumped %d flood requests into the reserve", len(got))
+	}
+	// The polite tenant's next two take the reserve at once; its third
+	// waits like the rest.
+	for id, want := range map[uint64]flowcontrol.Outcome{9: flowcontrol.Dispatch, 10: flowcontrol.Dispatch} {
+		if got := admit(id, "polite"); got != want {
+			t.Fatalf("polite request %d: %v, want %v", id, got, want)
+		}
+	}
+	if got := admit(11, "polite"); got != flowcontrol.Queued {
+		t.Fatalf("polite request with the pool full: %v", got)
+	}
+	if !b.Saturated("m", t0) {
+		t.Fatal("every slot taken, but the pool is not saturated")
+	}
+}
+
+// With one tenant the reserve is never held back.
+func TestGateOneTenantUsesTheWholeLimit(t *testing.T) {
+	b := reserveFleet(t)
+	g := New(b, flowcontrol.DefaultConfig())
+	for id := uint64(1); id <= 8; id++ {
+		r := &Request{ID: id, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "only"}
+		d, err := g.Admit(r, t0)
+		if err != nil || d.Outcome != flowcontrol.Dispatch {
+			t.Fatalf("request %d: %v, %v; want every slot of the limits used", id, d.Outcome, err)
+		}
+		if _, err := b.Select(r.Profile, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !b.Saturated("m", t0) {
+		t.Fatal("8 of 8 slots taken, but the pool is not saturated")
+	}
 }

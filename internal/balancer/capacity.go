@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
@@ -45,6 +46,17 @@ type SaturationConfig struct {
 	// against the cache; below it, requests wait for a step's token
 	// budget and start as prefills progress, long before others end.
 	KVFullUsage float64
+	// ReserveShare is the share of each replica's running-slot limit kept
+	// for the requests flow control favours (saturation.reserve_share,
+	// default 0.05; a negative value keeps none): while one tenant has more
+	// requests in flight than an equal share of the pool's, its held
+	// requests fill a replica only up to its limit less the reserve
+	// (rounded up), so that another tenant's request arriving at
+	// saturation finds a slot at once instead of waiting for one to end
+	// (trunk reservation; flowcontrol.Queue.Favoured). With one tenant,
+	// or tenants in step, every request is favoured and the whole limit
+	// is used.
+	ReserveShare float64
 }
 
 // DefaultSaturationConfig returns the defaults: limits learned, no
@@ -62,6 +74,9 @@ func (c SaturationConfig) Validate() error {
 	}
 	if c.KVFullUsage < 0 || c.KVFullUsage > 1 {
 		errs = append(errs, fmt.Errorf("saturation.kv_full_usage: must be 0-1 (a share of the KV cache; 0 = %g), got %g", defaultKVFullUsage, c.KVFullUsage))
+	}
+	if c.ReserveShare > maxReserveShare {
+		errs = append(errs, fmt.Errorf("saturation.reserve_share: must be at most %g (a share of each replica's slots; 0 = %g, negative = none), got %g", maxReserveShare, defaultReserveShare, c.ReserveShare))
 	}
 	if c.Headroom < 0 || c.Headroom > maxHeadroom {
 		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-%d (requests waiting in a replica's own queue), got %d", maxHeadroom, c.Headroom))
@@ -89,6 +104,28 @@ type capacity struct {
 // defaultKVFullUsage is SaturationConfig.KVFullUsage's default, chosen on
 // the benchmark's traces (only 0.75 and 0.9 were measured).
 const defaultKVFullUsage = 0.75
+
+// defaultReserveShare is SaturationConfig.ReserveShare's default: 3 slots
+// of a 64-slot replica, 1 of anything up to 20.
+const defaultReserveShare = 0.05
+
+// maxReserveShare bounds SaturationConfig.ReserveShare: a reserve of half
+// the slots would idle them whenever one tenant floods.
+const maxReserveShare = 0.5
+
+// reserve returns how many of a replica's limit slots a request flow
+// control does not favour may not take: 0 when none is kept or no limit
+// is known.
+func (c SaturationConfig) reserve(limit float64) float64 {
+	share := c.ReserveShare
+	if share == 0 {
+		share = defaultReserveShare
+	}
+	if share < 0 || limit <= 1 {
+		return 0
+	}
+	return math.Ceil(share * limit)
+}
 
 // kvFullUsage returns the configured SaturationConfig.KVFullUsage.
 func (c SaturationConfig) kvFullUsage() float64 {
@@ -189,8 +226,10 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 // plus the headroom of its own queue. Two signals say so: the occupancy
 // against the slot limit (configured or learned), and the engine's own
 // queue of requests waiting for memory, which a replica bound by its KV
-// cache fills well below its slot limit.
-func (b *Balancer) full(r *replica) bool {
+// cache fills well below its slot limit. For a request flow control does
+// not favour (barred) the limit is less its reserve
+// (SaturationConfig.ReserveShare).
+func (b *Balancer) full(r *replica, barred bool) bool {
 	headroom := float64(b.cfg.Saturation.Headroom)
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return true
@@ -201,6 +240,9 @@ func (b *Balancer) full(r *replica) bool {
 	}
 	if r.cap.probe {
 		limit++
+	}
+	if barred {
+		limit -= b.cfg.Saturation.reserve(limit)
 	}
 	return r.occupancy() >= limit+headroom
 }
@@ -240,8 +282,8 @@ func (b *Balancer) updateFleetLimit() {
 // requests only up to the largest limit another replica has, or twice the
 // most it has run with none waiting when that is more; then one at a time
 // as above, until its scrapes tell its room.
-func (b *Balancer) hasRoom(r *replica) bool {
-	if b.full(r) {
+func (b *Balancer) hasRoom(r *replica, barred bool) bool {
+	if b.full(r, barred) {
 		return false
 	}
 	if b.provisionalLimit(r) > 0 {
@@ -268,18 +310,25 @@ func (b *Balancer) routable(r *replica, model string) bool {
 // saturated: such a request fails (or falls back) at once instead of
 // waiting for a fleet that may not come back.
 func (b *Balancer) Saturated(model string, now time.Time) bool {
+	return b.SaturatedFor(model, true, now)
+}
+
+// SaturatedFor is Saturated for a request flow control favours or not
+// (flowcontrol.Queue.Favoured): one it does not favour finds a replica
+// full at its limit less the reserve (SaturationConfig.ReserveShare).
+func (b *Balancer) SaturatedFor(model string, favoured bool, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refreshPeers(now)
-	return b.saturated(model)
+	return b.saturated(model, !favoured)
 }
 
 // saturated is Saturated under the lock. The cheap test goes first: at
 // saturation every replica is full, and only one needs to be routable.
-func (b *Balancer) saturated(model string) bool {
+func (b *Balancer) saturated(model string, barred bool) bool {
 	some := false
 	for _, r := range b.replicas {
-		if b.full(r) {
+		if b.full(r, barred) {
 			some = some || b.routable(r, model)
 			continue
 		}
@@ -294,11 +343,13 @@ func (b *Balancer) saturated(model string) bool {
 // among the replicas that have room only (late binding: the first replica
 // that frees up takes the request). With none, it chooses as Select does.
 // roomLeft reports whether some replica still has room after this
-// reservation (false after a choice among full ones). exclude is Select's:
+// reservation (false after a choice among full ones). favoured says
+// whether the request may take the replicas' reserved slots
+// (SaturatedFor); roomLeft is for a request like it. exclude is Select's:
 // replicas the request must not go to (the gateway's subset, in `llmlb
 // epp`).
-func (b *Balancer) Dispatch(p *Profile, now time.Time, exclude ...string) (res *Reservation, roomLeft bool, err error) {
-	return b.choose(p, now, exclude, true)
+func (b *Balancer) Dispatch(p *Profile, now time.Time, favoured bool, exclude ...string) (res *Reservation, roomLeft bool, err error) {
+	return b.choose(p, now, exclude, true, !favoured)
 }
 
 // Serves reports whether some replica serves model (one whose models are

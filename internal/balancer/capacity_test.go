@@ -90,7 +90,7 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 	}
 	freed := held[0].Replica
 	for range 4 { // Select's policy may pick any; Dispatch only the one with room
-		d, _, err := b.Dispatch(&Profile{}, t0)
+		d, _, err := b.Dispatch(&Profile{}, t0, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,12 +245,35 @@ func TestDispatchDoesNotEmptyTheQueueIntoAnUnknownReplica(t *testing.T) {
 	if b.Saturated("", at) {
 		t.Fatal("saturated, with b not full")
 	}
-	if _, roomLeft, err := b.Dispatch(&Profile{}, at); err != nil || roomLeft {
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at, true); err != nil || roomLeft {
 		t.Fatalf("Dispatch: room left %v (err %v), want none: b's room is not known", roomLeft, err)
 	}
 	// Once b has shown its queue empty it has room again.
 	b.ObserveScrape("b", Snapshot{Running: 4}, nil, at.Add(time.Second))
-	if _, roomLeft, err := b.Dispatch(&Profile{}, at.Add(time.Second)); err != nil || !roomLeft {
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at.Add(time.Second), true); err != nil || !roomLeft {
 		t.Fatalf("Dispatch after b showed none waiting: room left %v (err %v), want room", roomLeft, err)
+	}
+}
+
+// TestSaturationReserve: a request flow control does not favour finds a
+// replica full at its limit less the reserve, ceil(share x limit); a
+// favoured one at the limit; a negative share keeps none; a share above
+// half is refused.
+func TestSaturationReserve(t *testing.T) {
+	for _, tc := range []struct {
+		share      float64
+		barredFull bool // with 19 of 20 slots taken
+	}{{0, true}, {0.05, true}, {-1, false}} {
+		b := newFleet(t, 1, func(c *Config) { c.Saturation.MaxRunning, c.Saturation.ReserveShare = 20, tc.share })
+		selectN(t, b, 19, t0)
+		if b.SaturatedFor("", true, t0) {
+			t.Errorf("share %g: 19 of 20 slots taken, saturated for a favoured request", tc.share)
+		}
+		if got := b.SaturatedFor("", false, t0); got != tc.barredFull {
+			t.Errorf("share %g: 19 of 20 slots taken, saturated for a barred request %v, want %v", tc.share, got, tc.barredFull)
+		}
+	}
+	if err := (SaturationConfig{ReserveShare: 0.6}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.reserve_share") {
+		t.Errorf("reserve_share 0.6: Validate() = %v, want an error naming saturation.reserve_share", err)
 	}
 }

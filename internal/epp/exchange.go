@@ -402,6 +402,9 @@ func (x *exchange) reserve(exclude []string, now time.Time) (*balancer.Reservati
 	case d.Outcome == flowcontrol.Refused:
 		return nil, x.refuse(openai.Refusal(d.Reason.Code()), d.RetryAfter)
 	case d.Outcome == flowcontrol.Queued:
+		// Held behind requests that may not take the replicas' reserve,
+		// it may take it now (balancer.SaturationConfig.ReserveShare).
+		s.pump()
 		return x.wait(r, now)
 	default:
 		x.slot = r

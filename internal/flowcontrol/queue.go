@@ -15,6 +15,11 @@ type Item struct {
 	Tokens   int64  // estimated prompt plus output tokens: the fair-share cost
 	Bytes    int64  // request body bytes, counted against MaxQueuedBytes
 	Enqueued time.Time
+	// PassesHeld lets Admit dispatch it while requests of its priority
+	// are queued, when the room the pool has is room they may not take
+	// (the replicas' reserve, which only favoured tenants' requests
+	// take: Favoured).
+	PassesHeld bool
 	// Payload is the caller's own: typically what wakes the waiting
 	// request (a channel the shell owns). The queue never looks at it.
 	Payload any
@@ -136,6 +141,8 @@ type Queue struct {
 	idleT    list[*tenant] // tenants with nothing outstanding, oldest idle first
 	idleF    list[*flow]   // flows with nothing queued still owed fairness, oldest first
 
+	inflight int // dispatched requests not yet Done, every tenant's
+
 	refused    [numReasons]uint64
 	admitted   uint64
 	dispatched uint64
@@ -172,7 +179,7 @@ func (q *Queue) Admit(it Item, saturated bool, now time.Time) (Decision, error) 
 	}
 	q.pruneTenants(now)
 
-	now1 := !saturated && !q.queuedAtOrAbove(it.Priority)
+	now1 := !saturated && (it.PassesHeld || !q.queuedAtOrAbove(it.Priority))
 	if !now1 {
 		switch {
 		case it.Priority < 0 && saturated:
@@ -199,6 +206,7 @@ func (q *Queue) Admit(it Item, saturated bool, now time.Time) (Decision, error) 
 	if now1 {
 		q.busy(t)
 		t.inflight++
+		q.inflight++
 		q.dispatched++
 		return Decision{Outcome: Dispatch}, nil
 	}
@@ -264,6 +272,25 @@ func (q *Queue) push(it Item, t *tenant) {
 	t.bytes += it.Bytes
 }
 
+// Head returns the request Next would return at now, leaving it queued.
+func (q *Queue) Head(now time.Time) (Item, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.bh) == 0 {
+		return Item{}, false
+	}
+	return q.head(now).item, true
+}
+
+// head is the entry Next takes at now from a queue that is not empty.
+func (q *Queue) head(now time.Time) *entry {
+	e := q.bh[0].fh[0].head
+	if q.cfg.LIFOAfter > 0 && now.Sub(e.item.Enqueued) >= q.cfg.LIFOAfter {
+		e = e.flow.tail // the flow is behind: newest first (Config.LIFOAfter)
+	}
+	return e
+}
+
 // Next returns the next request to dispatch when a replica has room: the
 // highest priority first; within a priority the tenant with the smallest
 // start tag; within a tenant the oldest, or the newest once the oldest has
@@ -275,14 +302,12 @@ func (q *Queue) Next(now time.Time) (Item, bool) {
 	if len(q.bh) == 0 {
 		return Item{}, false
 	}
-	f := q.bh[0].fh[0]
-	e := f.head
-	if q.cfg.LIFOAfter > 0 && now.Sub(e.item.Enqueued) >= q.cfg.LIFOAfter {
-		e = f.tail // the flow is behind: newest first (Config.LIFOAfter)
-	}
+	e := q.head(now)
+	f := e.flow
 	f.band.v = f.start
 	f.start += max(e.item.Tokens, 1)
 	e.t.inflight++ // before unlink, so the tenant never looks idle
+	q.inflight++
 	q.unlink(e)
 	if f.hidx >= 0 {
 		f.band.fh.fix(f.hidx) // its start tag moved (unlink fixes it only for a head)
@@ -388,6 +413,7 @@ func (q *Queue) Done(tenant string, now time.Time) bool {
 		return false
 	}
 	t.inflight--
+	q.inflight--
 	q.maybeIdle(t)
 	q.pruneTenants(now)
 	return true
@@ -410,6 +436,37 @@ func (q *Queue) Drain() []Item {
 		out = append(out, e.item)
 	}
 	return out
+}
+
+// Favoured reports whether a request of tenant may take the slots each
+// replica keeps in reserve (balancer.SaturationConfig.ReserveShare): its
+// tenant has no more requests in flight than an equal share of all the
+// pool's requests in flight among the tenants with requests outstanding,
+// or it is the only such tenant. A tenant sending far more than the others
+// fills the pool only up to the reserve, so that a request of another
+// tenant arriving at saturation finds a free slot at once instead of
+// waiting for the next to end (trunk reservation).
+//
+// contested reports whether the answer matters: more than one tenant has
+// requests outstanding.
+func (q *Queue) Favoured(tenant string) (favoured, contested bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenants[tenant]
+	if t == nil && len(q.tenants) >= q.cfg.MaxTenants {
+		t = q.overflow
+	}
+	active := len(q.tenants) - q.idleT.n
+	if q.overflow != nil && q.overflow.queued+q.overflow.inflight > 0 {
+		active++
+	}
+	if t == nil || t.queued+t.inflight == 0 {
+		active++ // the request makes its tenant active
+	}
+	if active <= 1 || t == nil {
+		return true, false
+	}
+	return t.inflight*active <= q.inflight, true
 }
 
 // Len returns the number of queued requests.

@@ -90,6 +90,9 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		return nil, false
 	}
 
+	// Held behind requests that may not take the replicas' reserve, it
+	// may take it now (balancer.SaturationConfig.ReserveShare).
+	p.Pump()
 	t, dispatched := p.wait(ctx, req, ch)
 	p.waiters.Add(-1)
 	noteFlow(traceOf(w, ctx), prof, "", t.Waited, true)
