@@ -130,7 +130,7 @@ func (g *Gate) Admit(r *Request, now time.Time) (flowcontrol.Decision, error) {
 	// A tenant sending more than its share of the pool's requests finds
 	// the pool saturated earlier: at each replica's limit less its
 	// reserve, which others' requests may still take.
-	favoured, contested := q.Favoured(r.Tenant)
+	favoured, contested := q.Favoured(r.Tenant, r.Priority)
 	saturated := g.cfg.Enabled && g.bal.SaturatedFor(model, favoured, now)
 	// Room left only in the reserve is room the requests held are not
 	// favoured for: this one need not wait behind them.
@@ -169,7 +169,7 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 			if !ok {
 				break
 			}
-			favoured, _ := q.Favoured(head.Tenant)
+			favoured, _ := q.Favoured(head.Tenant, head.Priority)
 			if g.bal.SaturatedFor(model, favoured, now) {
 				break
 			}
@@ -215,7 +215,7 @@ func (g *Gate) Expire(now time.Time) []*Request {
 // way). Call it once per request Admit dispatched or Pump returned.
 func (g *Gate) Done(r *Request, now time.Time) {
 	if q := g.existing(r.Profile.Model); q != nil {
-		q.Done(r.Tenant, now)
+		q.Done(r.Tenant, r.Priority, now)
 	}
 }
 

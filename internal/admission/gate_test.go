@@ -307,3 +307,44 @@ func TestGateOneTenantUsesTheWholeLimit(t *testing.T) {
 		t.Fatal("8 of 8 slots taken, but the pool is not saturated")
 	}
 }
+
+// While a higher priority has requests outstanding, lower ones fill the
+// replicas only up to the reserve, which the higher one takes at once.
+func TestGateKeepsTheReserveForAHigherPriority(t *testing.T) {
+	b := reserveFleet(t)
+	g := New(b, flowcontrol.DefaultConfig())
+	admit := func(id uint64, prio int) flowcontrol.Outcome {
+		t.Helper()
+		r := &Request{ID: id, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "one", Priority: prio}
+		d, err := g.Admit(r, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == flowcontrol.Dispatch {
+			if _, err := b.Select(r.Profile, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d.Outcome
+	}
+	if got := admit(1, 1); got != flowcontrol.Dispatch {
+		t.Fatalf("first high request: %v", got)
+	}
+	var outcomes []flowcontrol.Outcome
+	for id := uint64(2); id <= 7; id++ {
+		outcomes = append(outcomes, admit(id, 0))
+	}
+	want := []flowcontrol.Outcome{flowcontrol.Dispatch, flowcontrol.Dispatch, flowcontrol.Dispatch, flowcontrol.Dispatch,
+		flowcontrol.Dispatch, flowcontrol.Queued}
+	if diff := cmp.Diff(want, outcomes); diff != "" {
+		t.Fatalf("default-priority outcomes (-want +got):\n%s", diff)
+	}
+	for _, id := range []uint64{8, 9} {
+		if got := admit(id, 1); got != flowcontrol.Dispatch {
+			t.Fatalf("high request %d with the reserve free: %v", id, got)
+		}
+	}
+	if got := admit(10, 1); got != flowcontrol.Queued {
+		t.Fatalf("high request with every slot taken: %v", got)
+	}
+}

@@ -42,7 +42,7 @@ func BenchmarkAdmitNext(b *testing.B) {
 					b.Fatalf("%+v", d)
 				}
 				it, _ := q.Next(now)
-				q.Done(it.Tenant, now)
+				q.Done(it.Tenant, it.Priority, now)
 				i++
 			}
 		})
@@ -99,7 +99,7 @@ func TestConcurrentUse(t *testing.T) {
 				d, _ := q.Admit(it, i%3 != 0, now)
 				switch {
 				case d.Outcome == Dispatch:
-					q.Done(it.Tenant, now)
+					q.Done(it.Tenant, it.Priority, now)
 				case d.Outcome == Queued && i%4 == 0:
 					if _, ok := q.Remove(it.ID); ok {
 						break
@@ -107,7 +107,7 @@ func TestConcurrentUse(t *testing.T) {
 					fallthrough
 				default:
 					if n, ok := q.Next(now); ok {
-						q.Done(n.Tenant, now)
+						q.Done(n.Tenant, n.Priority, now)
 					}
 				}
 				_ = q.Stats(now)
@@ -120,7 +120,7 @@ func TestConcurrentUse(t *testing.T) {
 		if !ok {
 			break
 		}
-		q.Done(it.Tenant, t0.Add(time.Hour))
+		q.Done(it.Tenant, it.Priority, t0.Add(time.Hour))
 	}
 	if st := q.Stats(t0.Add(time.Hour)); st.Queued != 0 || len(st.ByTenant) != 0 || st.Tenants != 0 {
 		t.Fatalf("left over: %+v", st)

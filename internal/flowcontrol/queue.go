@@ -142,6 +142,11 @@ type Queue struct {
 	idleF    list[*flow]   // flows with nothing queued still owed fairness, oldest first
 
 	inflight int // dispatched requests not yet Done, every tenant's
+	// byPrio counts them by priority, and topPrio is the highest priority
+	// among them (valid while inflight > 0): a request of a lower one may
+	// not take the replicas' reserve (Favoured).
+	byPrio  map[int]int
+	topPrio int
 
 	refused    [numReasons]uint64
 	admitted   uint64
@@ -155,6 +160,7 @@ func New(cfg Config) *Queue {
 	return &Queue{
 		cfg:     cfg,
 		ids:     make(map[uint64]*entry),
+		byPrio:  make(map[int]int),
 		bands:   make(map[int]*band),
 		tenants: make(map[string]*tenant),
 	}
@@ -206,7 +212,7 @@ func (q *Queue) Admit(it Item, saturated bool, now time.Time) (Decision, error) 
 	if now1 {
 		q.busy(t)
 		t.inflight++
-		q.inflight++
+		q.started(it.Priority)
 		q.dispatched++
 		return Decision{Outcome: Dispatch}, nil
 	}
@@ -307,7 +313,7 @@ func (q *Queue) Next(now time.Time) (Item, bool) {
 	f.band.v = f.start
 	f.start += max(e.item.Tokens, 1)
 	e.t.inflight++ // before unlink, so the tenant never looks idle
-	q.inflight++
+	q.started(e.item.Priority)
 	q.unlink(e)
 	if f.hidx >= 0 {
 		f.band.fh.fix(f.hidx) // its start tag moved (unlink fixes it only for a head)
@@ -399,10 +405,42 @@ func (q *Queue) Expire(now time.Time) []Item {
 	return out
 }
 
-// Done releases a tenant slot of a dispatched request at now (it finished,
-// failed or was cancelled). A tenant admitted over MaxTenants releases the
-// overflow tenant's slot. It reports whether a slot was held.
-func (q *Queue) Done(tenant string, now time.Time) bool {
+// started counts a dispatched request of priority p.
+func (q *Queue) started(p int) {
+	if q.inflight == 0 || p > q.topPrio {
+		q.topPrio = p
+	}
+	q.inflight++
+	q.byPrio[p]++
+}
+
+// ended uncounts a dispatched request of priority p, if one is counted.
+func (q *Queue) ended(p int) {
+	n, ok := q.byPrio[p]
+	if !ok {
+		return
+	}
+	q.inflight--
+	if n > 1 {
+		q.byPrio[p] = n - 1
+		return
+	}
+	delete(q.byPrio, p)
+	if p == q.topPrio { // at most one scan per priority that empties
+		first := true
+		for k := range q.byPrio {
+			if first || k > q.topPrio {
+				q.topPrio, first = k, false
+			}
+		}
+	}
+}
+
+// Done releases a tenant slot of a dispatched request of priority at now
+// (it finished, failed or was cancelled). A tenant admitted over
+// MaxTenants releases the overflow tenant's slot. It reports whether a
+// slot was held.
+func (q *Queue) Done(tenant string, priority int, now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t := q.tenants[tenant]
@@ -413,7 +451,7 @@ func (q *Queue) Done(tenant string, now time.Time) bool {
 		return false
 	}
 	t.inflight--
-	q.inflight--
+	q.ended(priority)
 	q.maybeIdle(t)
 	q.pruneTenants(now)
 	return true
@@ -438,20 +476,30 @@ func (q *Queue) Drain() []Item {
 	return out
 }
 
-// Favoured reports whether a request of tenant may take the slots each
-// replica keeps in reserve (balancer.SaturationConfig.ReserveShare): its
-// tenant has no more requests in flight than an equal share of all the
-// pool's requests in flight among the tenants with requests outstanding,
-// or it is the only such tenant. A tenant sending far more than the others
-// fills the pool only up to the reserve, so that a request of another
-// tenant arriving at saturation finds a free slot at once instead of
-// waiting for the next to end (trunk reservation).
+// Favoured reports whether a request of tenant and priority may take the
+// slots each replica keeps in reserve (balancer.SaturationConfig.
+// ReserveShare): no request of a higher priority is outstanding (queued or
+// in flight), and its tenant has no more requests in flight than an equal
+// share of all the pool's among the tenants with requests outstanding, or
+// is the only such tenant. Lower classes and a tenant sending far more
+// than the others fill the pool only up to the reserve, so that a request
+// of a higher class or of another tenant arriving at saturation finds a
+// free slot at once instead of waiting for the next to end (trunk
+// reservation).
 //
-// contested reports whether the answer matters: more than one tenant has
-// requests outstanding.
-func (q *Queue) Favoured(tenant string) (favoured, contested bool) {
+// contested reports whether the answer matters: requests of another
+// priority or of more than one tenant are outstanding.
+func (q *Queue) Favoured(tenant string, priority int) (favoured, contested bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	higher := (q.inflight > 0 && q.topPrio > priority) || (len(q.bh) > 0 && q.bh[0].prio > priority)
+	others := higher || q.inflight > q.byPrio[priority] || len(q.bh) > 1 || (len(q.bh) == 1 && q.bh[0].prio != priority)
+	tf, tc := q.tenantFavoured(tenant)
+	return tf && !higher, tc || others
+}
+
+// tenantFavoured is Favoured's tenant part.
+func (q *Queue) tenantFavoured(tenant string) (favoured, contested bool) {
 	t := q.tenants[tenant]
 	if t == nil && len(q.tenants) >= q.cfg.MaxTenants {
 		t = q.overflow
@@ -463,8 +511,8 @@ func (q *Queue) Favoured(tenant string) (favoured, contested bool) {
 	if t == nil || t.queued+t.inflight == 0 {
 		active++ // the request makes its tenant active
 	}
-	if active <= 1 || t == nil {
-		return true, false
+	if t == nil || active <= 1 { // a new tenant has nothing in flight
+		return true, active > 1
 	}
 	return t.inflight*active <= q.inflight, true
 }

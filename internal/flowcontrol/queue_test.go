@@ -73,7 +73,7 @@ func run(t *testing.T, q *Queue, steps []step) {
 		case "drain":
 			got = ids(q.Drain())
 		case "done":
-			got = strconv.FormatBool(q.Done(s.it.Tenant, now))
+			got = strconv.FormatBool(q.Done(s.it.Tenant, s.it.Priority, now))
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
@@ -376,7 +376,7 @@ func TestFairnessFlooder(t *testing.T) {
 						politeServed++
 						maxWait = max(maxWait, now.Sub(it.Enqueued))
 					}
-					q.Done(it.Tenant, now)
+					q.Done(it.Tenant, it.Priority, now)
 				}
 			}
 			st := q.Stats(t0.Add(500 * d))
@@ -433,7 +433,7 @@ func TestHundredThousand(t *testing.T) {
 		}
 		last[key] = it.ID
 		seen[it.ID] = true
-		q.Done(it.Tenant, now)
+		q.Done(it.Tenant, it.Priority, now)
 	}
 	if i := slices.Index(seen, false); i >= 0 {
 		t.Fatalf("item %d never dispatched", i)
@@ -493,7 +493,7 @@ func TestTenantBound(t *testing.T) {
 	// Dispatched requests hold their tenants until Done; then, without a
 	// rate limiter, they are forgotten.
 	for _, it := range out {
-		if !q.Done(it.Tenant, t0.Add(time.Second)) {
+		if !q.Done(it.Tenant, it.Priority, t0.Add(time.Second)) {
 			t.Errorf("done %s: no slot", it.Tenant)
 		}
 	}
@@ -522,7 +522,7 @@ func TestInventedPriorities(t *testing.T) {
 			t.Fatalf("next %d: %+v %v after priority %d", k, it, ok, prio)
 		}
 		prio = it.Priority
-		q.Done(it.Tenant, t0)
+		q.Done(it.Tenant, it.Priority, t0)
 	}
 	if len(q.bands) != keptBands || q.idleF.n > keptBands*3 {
 		t.Fatalf("%d bands, %d idle flows remembered", len(q.bands), q.idleF.n)
@@ -541,7 +541,7 @@ func TestRateLimitedTenantForgottenWhenRefilled(t *testing.T) {
 		tenants int
 	}{{0, 1}, {30 * time.Second, 1}, {59 * time.Second, 1}, {61 * time.Second, 0}}
 	q.Admit(Item{ID: 1, Tenant: "a", Tokens: 6000}, false, t0)
-	q.Done("a", t0)
+	q.Done("a", 0, t0)
 	for _, s := range steps {
 		q.Next(t0.Add(s.at))
 		if got := q.Stats(t0.Add(s.at)).Tenants; got != s.tenants {
@@ -581,7 +581,7 @@ func TestOverflowNameCollision(t *testing.T) {
 	for range 3 {
 		it, _ := q.Next(t0)
 		got = append(got, strconv.FormatUint(it.ID, 10))
-		if !q.Done(it.Tenant, t0) {
+		if !q.Done(it.Tenant, it.Priority, t0) {
 			t.Errorf("done %q: no slot", it.Tenant)
 		}
 	}
@@ -591,4 +591,38 @@ func TestOverflowNameCollision(t *testing.T) {
 	if st := q.Stats(t0); st.Queued != 0 || len(st.ByTenant) != 0 || st.Tenants != 0 || q.overflow.queued != 0 {
 		t.Errorf("left over: %+v", st)
 	}
+}
+
+// Favoured: a tenant over an equal share of the requests in flight, or a
+// request while a higher priority has some outstanding, may not take the
+// reserve; once the higher one is done it may again.
+func TestFavoured(t *testing.T) {
+	q := New(DefaultConfig())
+	dispatch := func(id uint64, prio int, tenant string) {
+		t.Helper()
+		if d, err := q.Admit(Item{ID: id, Priority: prio, Tenant: tenant, Tokens: 10}, false, t0); err != nil || d.Outcome != Dispatch {
+			t.Fatalf("admit %d: %v, %v", id, d.Outcome, err)
+		}
+	}
+	type fav struct{ favoured, contested bool }
+	check := func(what, tenant string, prio int, want fav) {
+		t.Helper()
+		f, c := q.Favoured(tenant, prio)
+		if got := (fav{f, c}); got != want {
+			t.Errorf("%s: Favoured(%q, %d) = %+v, want %+v", what, tenant, prio, got, want)
+		}
+	}
+	check("empty queue", "a", 0, fav{true, false})
+	dispatch(1, 0, "a")
+	dispatch(2, 0, "a")
+	check("the only tenant", "a", 0, fav{true, false})
+	check("a second tenant", "b", 0, fav{true, true})
+	dispatch(3, 0, "b")
+	check("two of three in flight", "a", 0, fav{false, true})
+	check("one of three in flight", "b", 0, fav{true, true})
+	dispatch(4, 5, "b")
+	check("below a higher priority", "b", 0, fav{false, true})
+	check("the higher priority", "b", 5, fav{true, true})
+	q.Done("b", 5, t0)
+	check("the higher priority done", "b", 0, fav{true, true})
 }
