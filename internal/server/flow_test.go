@@ -498,3 +498,33 @@ func TestFlowPoliteTenantAheadOfTheFlood(t *testing.T) {
 		t.Errorf("dispatch order %v: the polite request went %d of 7, want among the first 2 (fair shares)", order, i+1)
 	}
 }
+
+// (j) The reserve: a tenant over its share fills the replicas only up to
+// their limit less the reserve; a polite request arriving while the
+// flood's wait is sent at once into a reserved slot, through serve.
+func TestFlowPoliteTenantTakesTheReserve(t *testing.T) {
+	e, f := startHold(t, 2, nil, func(c *config.Config) {
+		c.Routing.Saturation.MaxRunning, c.Routing.Saturation.Headroom = 4, 0
+		c.Routing.Saturation.ReserveShare = 0.25 // 1 slot of 4
+	})
+	polite := map[string]string{"x-project-id": "polite"}
+	flood := map[string]string{"x-project-id": "flood"}
+	heldPolite, _ := e.fill(f, 1, polite)
+	heldFlood, _ := e.fill(f, 5, flood) // 3 on each replica with the polite one
+	waiting := e.queue(context.Background(), "flood-held", flood)
+	p := e.send(context.Background(), "polite-2", polite)
+	a := f.next(t) // reaches a replica with nothing released
+	if a.tag != "polite-2" {
+		t.Fatalf("%q reached %s, want the polite request", a.tag, a.replica)
+	}
+	if n := e.srv.Gate().Len(); n != 1 {
+		t.Errorf("%d requests wait, want the flood's one", n)
+	}
+	a.release()
+	wantOK(t, e.answer(p), "")
+	for _, h := range append(heldPolite, heldFlood...) {
+		h.release()
+	}
+	f.next(t).release() // the flood's held request, once slots free
+	wantOK(t, e.answer(waiting), "")
+}
