@@ -45,34 +45,36 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // benchOptions are the flags of `llmlb bench`.
 type benchOptions struct {
-	workload    string
-	trace       string
-	traceFormat string
-	traceSpeed  float64
-	traceLimit  int
-	policies    string
-	replicas    int
-	profile     string
-	duration    time.Duration
-	durationSet bool // --duration was given: it also cuts a trace's replay
-	seed        int64
-	json        bool
-	html        string
-	requests    string
-	rate        float64
-	users       int
-	parallel    int
-	balancers   int
-	shareDelay  time.Duration
-	shareLoad   bool
-	kvEvents    benchKVEvents
-	quiet       bool
-	cpuProfile  string
-	engineSizes string // known | default: what cost is told of the engines
-	maxNumSeqs  int    // overrides the profile's running slots when > 0
-	partial     int    // overrides the profile's prefill model when > 0
-	flaps       []bench.Flap
-	slow        []bench.Slow
+	workload string
+	// enginePriority: engines schedule by priority, flow control forwards it.
+	enginePriority bool
+	trace          string
+	traceFormat    string
+	traceSpeed     float64
+	traceLimit     int
+	policies       string
+	replicas       int
+	profile        string
+	duration       time.Duration
+	durationSet    bool // --duration was given: it also cuts a trace's replay
+	seed           int64
+	json           bool
+	html           string
+	requests       string
+	rate           float64
+	users          int
+	parallel       int
+	balancers      int
+	shareDelay     time.Duration
+	shareLoad      bool
+	kvEvents       benchKVEvents
+	quiet          bool
+	cpuProfile     string
+	engineSizes    string // known | default: what cost is told of the engines
+	maxNumSeqs     int    // overrides the profile's running slots when > 0
+	partial        int    // overrides the profile's prefill model when > 0
+	flaps          []bench.Flap
+	slow           []bench.Slow
 
 	speed       float64
 	priorityMix string
@@ -123,6 +125,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.flowControl, "flow-control", "off", "on: every policy runs behind flow control (serve's flow_control: requests wait in the balancer while every replica is full); off: none, except policies named NAME+fc in --policies")
 	fs.DurationVar(&o.queue.MaxQueueTime, "max-queue-time", o.queue.MaxQueueTime, "flow control: longest wait in the queue before a 429 queue_timeout (flow_control.max_queue_time)")
 	fs.DurationVar(&o.queue.LIFOAfter, "lifo-after", o.queue.LIFOAfter, "flow control: a tenant's newest request goes first once its oldest has waited this long; 0 keeps first come, first served (flow_control.lifo_after)")
+	fs.BoolVar(&o.enginePriority, "engine-priority", false, "engines schedule their waiting queue by priority (vLLM's --scheduling-policy priority) and flow control writes each request's priority into it (flow_control.engine_priority)")
 	fs.IntVar(&o.queue.MaxQueued, "max-queued", o.queue.MaxQueued, "flow control: most requests queued (flow_control.max_queued)")
 	fs.IntVar(&o.queue.Tenant.MaxConcurrent, "tenant-max-concurrent", 0, "flow control: each tenant's requests queued or running at once, 0 = no limit (flow_control.tenant_max_concurrent)")
 	fs.IntVar(&o.queue.Tenant.TokensPerMinute, "tenant-tokens-per-minute", 0, "flow control: each tenant's estimated tokens a minute, 0 = no limit (flow_control.tenant_tokens_per_minute)")
@@ -232,6 +235,8 @@ func (o *benchOptions) runOptions(stderr io.Writer) (bench.Options, error) {
 	if o.partial > 0 {
 		prof.MaxPartialPrefills = o.partial
 	}
+	prof.PriorityScheduling = o.enginePriority
+	o.queue.EnginePriority = o.enginePriority
 	if o.engineSizes != "known" && o.engineSizes != "default" {
 		return bench.Options{}, fmt.Errorf("--engine-sizes: must be known or default, got %q", o.engineSizes)
 	}

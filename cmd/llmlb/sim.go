@@ -37,6 +37,7 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	maxSeqs := fs.Int("max-num-seqs", 0, "override the profile's running slots per replica (0 = the profile's)")
 	partial := fs.Int("partial-prefills", 0, "prefills that share a step's token budget: 1 serial (vLLM's default), more parallel (0 = the profile's)")
+	schedPolicy := fs.String("scheduling-policy", "fcfs", "the engines' waiting queue: fcfs (first come, first served; a request's non-zero priority is refused) or priority (the request's priority field, lower first), as vLLM's flag")
 	kvTokens := fs.Int("kv-tokens", 0, "override the profile's KV-cache size in tokens per replica (0 = the profile's)")
 	var kvEvents simKVEvents
 	kvEvents.flags(fs)
@@ -56,6 +57,9 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *maxSeqs < 0 || *kvTokens < 0 {
 		return fmt.Errorf("--max-num-seqs and --kv-tokens must be >= 0, got %d and %d", *maxSeqs, *kvTokens)
+	}
+	if *schedPolicy != "fcfs" && *schedPolicy != "priority" {
+		return fmt.Errorf("--scheduling-policy: must be fcfs or priority, got %q", *schedPolicy)
 	}
 	if *replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1, got %d", *replicas)
@@ -83,6 +87,7 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		KVCacheTokens: *kvTokens,
 		// The prefill model: serial or parallel.
 		MaxPartialPrefills: *partial,
+		PriorityScheduling: *schedPolicy == "priority",
 	})
 	if err != nil {
 		return err

@@ -425,7 +425,11 @@ func (r *run) route(req *workload.Request, core int, res *balancer.Reservation, 
 		e.Advance(now, r.emit)
 		r.nextID++
 		id := r.nextID
-		if err := e.Add(engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.Output}, now); err != nil {
+		ereq := engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.Output}
+		if r.fc != nil && r.fc.cfg.EnginePriority {
+			ereq.Priority = -req.Priority // as the proxy writes it: vLLM serves lower values first
+		}
+		if err := e.Add(ereq, now); err != nil {
 			// The replica answers 400 (prompt too long): not its fault,
 			// and it computed nothing.
 			bal.Release(res, balancer.OutcomeRejected, now)

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -48,6 +49,10 @@ type Request struct {
 	// StreamTokens asks for a Token event for every generated token (streaming
 	// HTTP responses); without it only FirstToken and Finished are emitted.
 	StreamTokens bool
+	// Priority is vLLM's request priority: lower is served earlier. It
+	// orders the waiting queue only on an engine with
+	// Profile.PriorityScheduling.
+	Priority int
 }
 
 // EventKind says what happened to a request.
@@ -282,7 +287,7 @@ func (e *Engine) Add(r Request, now time.Time) error {
 		s.blocks = make([]int32, 0, c)
 	}
 	e.seqs[r.ID] = s
-	e.waiting = append(e.waiting, s)
+	e.enqueue(s)
 
 	if !e.plan.active {
 		e.schedule(later(now, e.clock))
@@ -290,6 +295,21 @@ func (e *Engine) Add(r Request, now time.Time) error {
 		e.truncate(now)
 	}
 	return nil
+}
+
+// enqueue adds s, which has just arrived, to the waiting queue: at its end,
+// or with priority scheduling after every waiting request of its priority
+// or a lower (earlier served) one. It arrived last, so once the plan is cut
+// at its arrival every request it passes has arrived too, and the queue's
+// arrivals need no order.
+func (e *Engine) enqueue(s *seq) {
+	i := len(e.waiting)
+	if e.profile.PriorityScheduling {
+		for i > e.whead && e.waiting[i-1].req.Priority > s.req.Priority {
+			i--
+		}
+	}
+	e.waiting = slices.Insert(e.waiting, i, s)
 }
 
 // Abort removes a request (client went away) and frees its blocks. It emits

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -890,6 +891,35 @@ func TestRunTiming(t *testing.T) {
 			if got := pl.stepsUntil(d, limit); got != wantUntil {
 				t.Errorf("%+v: stepsUntil(%v) = %d, want %d", pl, d, got, wantUntil)
 			}
+		}
+	}
+}
+
+// TestPriorityScheduling: with one slot taken, waiting requests start in
+// arrival order under first come, first served, and lowest priority value
+// first (then arrival) under priority scheduling; a running request is not
+// stopped for them.
+func TestPriorityScheduling(t *testing.T) {
+	for _, tc := range []struct {
+		priority bool
+		want     []uint64
+	}{{false, []uint64{1, 2, 3, 4}}, {true, []uint64{1, 3, 4, 2}}} {
+		p := testProfile()
+		p.MaxNumSeqs, p.PriorityScheduling = 1, tc.priority
+		evs := drive(t, New(p), []op{
+			{at: 0, add: &Request{ID: 1, Prompt: prompt(1, 64), MaxTokens: 20, Priority: 5}},
+			{at: time.Millisecond, add: &Request{ID: 2, Prompt: prompt(2, 64), MaxTokens: 5}},
+			{at: 2 * time.Millisecond, add: &Request{ID: 3, Prompt: prompt(3, 64), MaxTokens: 5, Priority: -1}},
+			{at: 3 * time.Millisecond, add: &Request{ID: 4, Prompt: prompt(4, 64), MaxTokens: 5, Priority: -1}},
+		})
+		var order []uint64
+		for _, ev := range evs {
+			if ev.Kind == FirstToken {
+				order = append(order, ev.ID)
+			}
+		}
+		if !slices.Equal(order, tc.want) {
+			t.Errorf("priority scheduling %v: first tokens in order %v, want %v", tc.priority, order, tc.want)
 		}
 	}
 }

@@ -27,6 +27,14 @@ type Profile struct {
 	// after a few steps while the long one slows (parallel prefill).
 	MaxPartialPrefills int
 
+	// PriorityScheduling orders the waiting queue by each request's
+	// Priority, lowest first, then by arrival (vLLM's --scheduling-policy
+	// priority; its default, fcfs, is first come, first served whatever
+	// the priority). A running request is never stopped for a waiting
+	// one of a higher priority: the queue's order decides who takes the
+	// next free slot.
+	PriorityScheduling bool
+
 	// Step time = StepBase + StepPerSeq*requests in the step
 	//   + StepPerToken*batched tokens
 	//   + StepPerAttention*(Σ over prefill chunks of n*(c+n/2))/1000

@@ -57,6 +57,17 @@ type Config struct {
 	// lower a request's priority (background or sheddable work), never jump
 	// the queue; rules, matched on tenant or API key, raise priorities.
 	MaxHeaderPriority int
+	// EnginePriority writes each request's priority into the body it
+	// sends, as vLLM's "priority" field (engine_priority, default false):
+	// engines run with --scheduling-policy priority then order their own
+	// waiting queue by it, which matters while flow control holds nothing
+	// (before the replicas' limits are known, or with headroom). vLLM
+	// serves a lower value first, so the field is the negated priority;
+	// every request carries it, replacing any the client sent. vLLM
+	// refuses a non-zero priority unless it schedules by priority: turn it
+	// on only for such engines. `llmlb epp` does not rewrite bodies and
+	// ignores it.
+	EnginePriority bool
 }
 
 // TenantLimits are the limits of one tenant; zero means no limit.

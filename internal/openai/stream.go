@@ -1,6 +1,9 @@
 package openai
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+)
 
 // Bounds of what a UsageReader keeps.
 const (
@@ -176,4 +179,27 @@ func (r *UsageReader) Finish() {
 		}
 	}
 	r.body = bytes.Buffer{}
+}
+
+// WithPriority returns body, a JSON object, with vLLM's request field
+// "priority" set to p: appended as the object's last member, so that it wins
+// over one the client sent (vLLM's JSON decoding keeps the last of a
+// repeated key). body is returned as it is when it does not end in '}'.
+func WithPriority(body []byte, p int) []byte {
+	end := len(bytes.TrimRight(body, " \t\r\n")) - 1
+	if end < 1 || body[end] != '}' {
+		return body
+	}
+	open := bytes.IndexByte(body, '{')
+	if open < 0 || open >= end {
+		return body
+	}
+	member := `"priority":` + strconv.Itoa(p)
+	out := make([]byte, 0, len(body)+len(member)+1)
+	out = append(out, body[:end]...)
+	if len(bytes.TrimSpace(body[open+1:end])) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, member...)
+	return append(out, body[end:]...)
 }

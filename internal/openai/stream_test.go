@@ -256,3 +256,24 @@ func TestNewUsage(t *testing.T) {
 		t.Errorf("Usage without details encodes as %s", got)
 	}
 }
+
+func TestWithPriority(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"model":"m"}`, `{"model":"m","priority":-5}`},
+		{"{\"model\":\"m\",\"priority\":-99}\n", "{\"model\":\"m\",\"priority\":-99,\"priority\":-5}\n"},
+		{`{ }`, `{ "priority":-5}`},
+		{`[1]`, `[1]`},
+		{``, ``},
+	} {
+		got := string(WithPriority([]byte(tc.in), -5))
+		if got != tc.want {
+			t.Errorf("WithPriority(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if tc.in != "" && tc.in[0] == '{' {
+			var v struct{ Priority int }
+			if err := json.Unmarshal([]byte(got), &v); err != nil || v.Priority != -5 {
+				t.Errorf("WithPriority(%q) decodes to priority %d (%v), want -5: the last member wins", tc.in, v.Priority, err)
+			}
+		}
+	}
+}

@@ -67,6 +67,9 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 			HeaderPriority+" must be an integer (higher goes first; below 0 is sheddable)")
 		return nil, false
 	}
+	if p.flowCfg.EnginePriority {
+		body.b = openai.WithPriority(body.b, -prio) // vLLM serves lower values first
+	}
 	ch := make(chan admission.Ticket, 1)
 	req := &admission.Request{ID: p.ids.Add(1), Profile: prof, Priority: prio, Tenant: tenant,
 		Bytes: int64(len(body.b)), Payload: ch}

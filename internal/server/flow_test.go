@@ -528,3 +528,53 @@ func TestFlowPoliteTenantTakesTheReserve(t *testing.T) {
 	f.next(t).release() // the flood's held request, once slots free
 	wantOK(t, e.answer(waiting), "")
 }
+
+// (k) flow_control.engine_priority writes each request's priority into the
+// body as vLLM's priority field, negated (vLLM serves lower values first),
+// over any the client sent; off, the body goes as it came.
+func TestFlowEnginePriority(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		bodies := make(chan string, 4)
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			bodies <- string(b)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"model":"sim-model","choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
+		}))
+		fake := scrape.NewFake()
+		fake.Set(upstream.URL, scrape.Result{}, nil)
+		fake.SetModels(upstream.URL, []string{model}, nil)
+		e := startURLs(t, []string{upstream.URL}, testLogger(), func(c *config.Config) {
+			c.FlowControl.EnginePriority, c.FlowControl.MaxHeaderPriority = on, 10
+		}, WithFetcher(fake))
+		for _, prio := range []string{"3", ""} {
+			req, _ := http.NewRequest(http.MethodPost, e.proxy+"/v1/chat/completions",
+				strings.NewReader(`{"model":"`+model+`","priority":-50,"messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set("Content-Type", "application/json")
+			if prio != "" {
+				req.Header.Set(proxy.HeaderPriority, prio)
+			}
+			res, err := e.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			var sent struct{ Priority int }
+			b := <-bodies
+			if err := json.Unmarshal([]byte(b), &sent); err != nil {
+				t.Fatalf("replica got %q: %v", b, err)
+			}
+			want := -50 // the client's own field, untouched
+			if on && prio == "3" {
+				want = -3
+			} else if on {
+				want = 0
+			}
+			if sent.Priority != want {
+				t.Errorf("engine_priority %v, header %q: replica got priority %d (%s), want %d", on, prio, sent.Priority, b, want)
+			}
+		}
+		upstream.Close()
+	}
+}

@@ -34,6 +34,9 @@ type FleetOptions struct {
 	// MaxPartialPrefills overrides every replica's prefill model when > 0
 	// (1 serial, more parallel: engine.Profile.MaxPartialPrefills).
 	MaxPartialPrefills int
+	// PriorityScheduling: every replica schedules by priority
+	// (Options.PriorityScheduling).
+	PriorityScheduling bool
 }
 
 // Fleet is a set of replicas running in process, for tests and the demo.
@@ -100,6 +103,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 			KVCacheTokens: opts.KVCacheTokens,
 			// Parallel prefill, when asked for.
 			MaxPartialPrefills: opts.MaxPartialPrefills,
+			PriorityScheduling: opts.PriorityScheduling,
 		})
 		if err != nil {
 			for _, r := range replicas {

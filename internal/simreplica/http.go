@@ -126,6 +126,7 @@ type genRequest struct {
 	includeUsage bool
 	tool         string // the function a chat request's tool_choice requires ("": none)
 	toolArgs     string // its arguments, a JSON object its parameters accept
+	priority     int    // vLLM's request priority (engine.Request.Priority)
 }
 
 func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
@@ -163,7 +164,20 @@ func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	g.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
+	if g.priority, ok = r.checkPriority(w, body.Priority); !ok {
+		return
+	}
 	r.generate(w, req, g)
+}
+
+// checkPriority accepts a request's priority as vLLM does: any with
+// priority scheduling, only 0 without (it answers 400 otherwise).
+func (r *Replica) checkPriority(w http.ResponseWriter, p int) (int, bool) {
+	if p != 0 && !r.profile.PriorityScheduling {
+		writeError(w, http.StatusBadRequest, "Got priority "+strconv.Itoa(p)+" but Priority scheduling is not enabled.")
+		return 0, false
+	}
+	return p, true
 }
 
 func (r *Replica) handleCompletions(w http.ResponseWriter, req *http.Request) {
@@ -185,6 +199,9 @@ func (r *Replica) handleCompletions(w http.ResponseWriter, req *http.Request) {
 	}
 	g.stream = body.Stream
 	g.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
+	if g.priority, ok = r.checkPriority(w, body.Priority); !ok {
+		return
+	}
 	r.generate(w, req, g)
 }
 
@@ -259,7 +276,7 @@ func (r *Replica) limitTokens(w http.ResponseWriter, p tokenize.Prompt, limit *i
 
 // generate runs a request through the engine and writes the response.
 func (r *Replica) generate(w http.ResponseWriter, req *http.Request, g genRequest) {
-	id, st, err := r.submit(engine.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, StreamTokens: g.stream}, g.stop)
+	id, st, err := r.submit(engine.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, StreamTokens: g.stream, Priority: g.priority}, g.stop)
 	if err != nil {
 		status := http.StatusBadRequest
 		if !errors.Is(err, engine.ErrPromptTooLong) && !errors.Is(err, engine.ErrBadRequest) {

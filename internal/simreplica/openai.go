@@ -30,6 +30,7 @@ type chatRequest struct {
 		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"` // "auto" | "required" | "none" | {"type":"function","function":{"name":...}}
+	Priority   int             `json:"priority"`    // vLLM's: lower first, with --scheduling-policy priority
 }
 
 // toolCall is a chat completion's call of a function, whole or as a
@@ -60,6 +61,7 @@ type completionRequest struct {
 	Stream        bool            `json:"stream"`
 	StreamOptions *streamOptions  `json:"stream_options"`
 	N             *int            `json:"n"`
+	Priority      int             `json:"priority"` // as chatRequest's
 }
 
 type streamOptions struct {

@@ -52,6 +52,10 @@ type Options struct {
 	// 1 serial, more runs that many prefills in parallel
 	// (engine.Profile.MaxPartialPrefills).
 	MaxPartialPrefills int
+	// PriorityScheduling orders the engine's waiting queue by the requests'
+	// priority field (vLLM's --scheduling-policy priority); without it a
+	// non-zero priority is refused, as vLLM does.
+	PriorityScheduling bool
 	// Logger receives lifecycle and fault messages; default slog.Default().
 	Logger *slog.Logger
 }
@@ -145,6 +149,7 @@ func New(opts Options) (*Replica, error) {
 	if opts.MaxPartialPrefills > 0 {
 		profile.MaxPartialPrefills = opts.MaxPartialPrefills
 	}
+	profile.PriorityScheduling = profile.PriorityScheduling || opts.PriorityScheduling
 	if err := profile.Validate(); err != nil {
 		return nil, fmt.Errorf("simreplica: %w", err)
 	}

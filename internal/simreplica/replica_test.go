@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -885,5 +886,29 @@ func checkCacheConfigInfo(t *testing.T, fams map[string]*dto.MetricFamily) {
 	}
 	if _, ok := labels["model_name"]; ok {
 		t.Errorf("vllm:cache_config_info has model_name; vLLM's has only CacheConfig fields and engine")
+	}
+}
+
+// TestPriorityField: like vLLM, a non-zero priority is refused (400)
+// unless the replica schedules by priority; 0 is always accepted.
+func TestPriorityField(t *testing.T) {
+	for _, sched := range []bool{false, true} {
+		r := startReplica(t, Options{PriorityScheduling: sched})
+		for _, prio := range []int{0, -3} {
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"priority":%d,"messages":[{"role":"user","content":"hi"}]}`, r.Model(), prio)
+			res, err := testClient(waitTimeout).Post(r.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			want := http.StatusOK
+			if prio != 0 && !sched {
+				want = http.StatusBadRequest
+			}
+			if res.StatusCode != want {
+				t.Errorf("priority scheduling %v, priority %d: %d %s, want %d", sched, prio, res.StatusCode, b, want)
+			}
+		}
 	}
 }
