@@ -47,6 +47,19 @@
 // saturated pool, is served in the step each request arrives while the
 // flood absorbs the wait.
 //
+// Reserve: fair order decides who takes a slot that frees, not whether one
+// is free when a request arrives. Favoured tells the shell which requests
+// may take the slots each replica keeps in reserve
+// (balancer.SaturationConfig.ReserveShare): not those of a tenant with more
+// than an equal share of the requests in flight, nor those below a priority
+// with requests outstanding (trunk reservation). Such requests find the pool
+// saturated earlier; a favoured one arriving while they wait passes them
+// (Item.PassesHeld), since the room left is room they may not take. Pump
+// stops at a head that may not take the reserve, even if a favoured
+// request waits behind it in the same priority; fair order puts the
+// favoured tenants' requests first, so this is rare, and the next pump
+// (any request's end) sends it.
+//
 // Tenant limits: MaxConcurrent counts a tenant's requests admitted and not
 // yet finished, queued or running, so a limited tenant never blocks the
 // head of its flow; TokensPerMinute is a golang.org/x/time/rate bucket with
