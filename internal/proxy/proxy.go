@@ -813,6 +813,8 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		p:        p,
 		sse:      sse,
 		wantDone: sse && a.wantDone && res.StatusCode == http.StatusOK,
+		length:   res.ContentLength,
+		trailer:  len(res.Trailer) > 0,
 	}
 	return nil
 }
