@@ -523,19 +523,30 @@ const copyBufferSize = 8 << 10
 const streamCopyBufferSize = 2 << 10
 
 // bufferPool recycles ReverseProxy's copy buffers of one size across
-// responses.
+// responses. It holds them as pointers to arrays, which a slice converts
+// to without an allocation (a *[]byte per Put was one allocation a request).
 type bufferPool struct {
-	size int
+	size int // copyBufferSize or streamCopyBufferSize
 	p    sync.Pool
 }
 
 // Get implements httputil.BufferPool.
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	switch v := b.p.Get().(type) {
+	case *[copyBufferSize]byte:
+		return v[:]
+	case *[streamCopyBufferSize]byte:
+		return v[:]
 	}
 	return make([]byte, b.size)
 }
 
 // Put implements httputil.BufferPool.
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	switch len(buf) {
+	case copyBufferSize:
+		b.p.Put((*[copyBufferSize]byte)(buf))
+	case streamCopyBufferSize:
+		b.p.Put((*[streamCopyBufferSize]byte)(buf))
+	}
+}

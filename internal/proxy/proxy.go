@@ -155,6 +155,9 @@ type Proxy struct {
 
 	id    string   // instance id, the mark on forwarded requests (loop.go)
 	loops sync.Map // replica name -> true: its loop was logged
+	// via is HeaderVia's value when the client sent none, {id}, shared by
+	// the requests; capped so that an Add to one cannot write into it.
+	via []string
 }
 
 // outBody is the request body the attempts send, read whole.
@@ -237,6 +240,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.id == "" {
 		p.id = newInstanceID()
 	}
+	p.via = []string{p.id}[:1:1]
 	if p.gate != nil {
 		p.flowCfg = p.gate.Config()
 		if !p.flowCfg.Enabled {
@@ -729,7 +733,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if via := pr.In.Header.Values(viaKey); len(via) > 0 {
 		pr.Out.Header[viaKey] = []string{strings.Join(via, ", ") + ", " + p.id}
 	} else {
-		pr.Out.Header[viaKey] = []string{p.id}
+		pr.Out.Header[viaKey] = p.via
 	}
 	setCredentials(pr.Out.Header, p.apiKey(a.res.Replica), p.cfg.PassAuthorization)
 }
