@@ -62,6 +62,7 @@ type attempt struct {
 	idleAfter time.Duration // proxy.stream_idle_timeout
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
+	http1     bool          // the client speaks HTTP/1.x (flushWhole)
 	// tokenFirst: the path's SSE stream sends nothing before its first
 	// token (openai.FirstChunkIsToken).
 	tokenFirst bool
@@ -359,9 +360,11 @@ type upstreamBody struct {
 // is relayed (its Content-Length read to the end, no trailers to follow),
 // before the attempt's bookkeeping and the observer's (release, metrics,
 // access log): net/http would otherwise send it when the handler returns.
-// It is still one write with the headers.
+// It is still one write with the headers. Over HTTP/2 the flush would
+// cost a frame of its own (the stream's end follows in another), so there
+// the answer leaves when the handler returns, as before.
 func (b *upstreamBody) flushWhole() {
-	if !b.sse && b.a.eof && !b.trailer && b.length > 0 && b.relayed == b.length {
+	if b.a.http1 && !b.sse && b.a.eof && !b.trailer && b.length > 0 && b.relayed == b.length {
 		b.a.w.Flush()
 	}
 }

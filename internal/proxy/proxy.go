@@ -624,6 +624,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), tw: trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
+		http1:      r.ProtoMajor == 1,
 		wantDone:   r.Method == http.MethodPost && openai.CompletionsPath(r.URL.Path),
 		tokenFirst: r.Method == http.MethodPost && openai.FirstChunkIsToken(r.URL.Path)}
 	a.w = &a.tw
