@@ -75,3 +75,19 @@ func BenchmarkDecodeUsage(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFirstChunk is the read of a stream's first chunk (that of
+// scripts/proxybench): every chunk before the first token is decoded. The
+// observer does it after the chunk is flushed to the client.
+func BenchmarkFirstChunk(b *testing.B) {
+	line := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",` +
+		`"choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		var r UsageReader
+		r.Line(line)
+		if !r.Token {
+			b.Fatal("no token")
+		}
+	}
+}

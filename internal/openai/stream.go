@@ -155,6 +155,14 @@ func (r *UsageReader) Line(line []byte) (usageOnly bool) {
 	return c.Usage != nil && len(c.Choices) == 0
 }
 
+// MayBeUsageOnly reports whether an event stream's line may be the data
+// line of a usage-only chunk (see Line): it has a non-null "usage" member.
+// A line without one is not read as that chunk by Line either once the
+// first token was seen.
+func MayBeUsageOnly(line []byte) bool {
+	return bytes.Contains(line, usageKey) && !bytes.Contains(line, nullUsage)
+}
+
 // Body keeps a piece of a non-streamed JSON answer, up to MaxJSONBody in
 // all; Finish reads it.
 func (r *UsageReader) Body(p []byte) {

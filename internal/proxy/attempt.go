@@ -62,6 +62,7 @@ type attempt struct {
 	idleAfter time.Duration // proxy.stream_idle_timeout
 	idle      *time.Timer   // nil until the idle timeout applies
 	wantDone  bool          // chat or completions: an SSE answer must end with [DONE]
+	http1     bool          // the client speaks HTTP/1.x (flushWhole)
 	// tokenFirst: the path's SSE stream sends nothing before its first
 	// token (openai.FirstChunkIsToken).
 	tokenFirst bool
@@ -342,10 +343,49 @@ type upstreamBody struct {
 	done     bool
 	cut      error // a JSON answer broke: flush, then return it
 	lineLen  int   // SSE: bytes relayed since the last newline
+	// firstAt is when the first byte arrived; it is recorded (metrics, the
+	// balancer's first token) by the next Read or Close, once the first
+	// bytes are on their way to the client, not before they leave.
+	firstAt      time.Time
+	firstPending bool
+	// length is the answer's Content-Length (-1: unknown), relayed the
+	// bytes read so far, trailer whether trailers are announced: a JSON
+	// answer relayed whole is flushed by Close (flushWhole).
+	length  int64
+	relayed int64
+	trailer bool
+}
+
+// flushWhole sends a non-stream answer to the client as soon as all of it
+// is relayed (its Content-Length read to the end, no trailers to follow),
+// before the attempt's bookkeeping and the observer's (release, metrics,
+// access log): net/http would otherwise send it when the handler returns.
+// It is still one write with the headers. Over HTTP/2 the flush would
+// cost a frame of its own (the stream's end follows in another), so there
+// the answer leaves when the handler returns, as before.
+func (b *upstreamBody) flushWhole() {
+	if b.a.http1 && !b.sse && b.a.eof && !b.trailer && b.length > 0 && b.relayed == b.length {
+		b.a.w.Flush()
+	}
+}
+
+// noteFirstByte records the first byte's arrival, once.
+func (b *upstreamBody) noteFirstByte() {
+	if !b.firstPending {
+		return
+	}
+	b.firstPending = false
+	b.p.metrics.FirstByte(b.a.res.Replica, b.firstAt.Sub(b.a.start))
+	// A stream's first chunk comes with its first token: the replica's
+	// prefill for it is done (policy cost's pending work).
+	if b.sse && b.a.tokenFirst {
+		b.p.bal.FirstToken(b.a.res, b.firstAt)
+	}
 }
 
 // Read implements io.Reader.
 func (b *upstreamBody) Read(buf []byte) (int, error) {
+	b.noteFirstByte()
 	if b.done {
 		return 0, io.EOF
 	}
@@ -365,18 +405,14 @@ func (b *upstreamBody) Read(buf []byte) (int, error) {
 		return n, nil
 	}
 	n, err := b.rc.Read(buf)
+	b.relayed += int64(n)
 	if n > 0 {
 		if b.a.idle != nil && b.sse {
 			b.a.startIdle()
 		}
 		if !b.a.firstByte {
 			b.a.firstByte = true
-			b.p.metrics.FirstByte(b.a.res.Replica, b.p.now().Sub(b.a.start))
-			// A stream's first chunk comes with its first token: the
-			// replica's prefill for it is done (policy cost's pending work).
-			if b.sse && b.a.tokenFirst {
-				b.p.bal.FirstToken(b.a.res, b.p.now())
-			}
+			b.firstAt, b.firstPending = b.p.now(), true
 		}
 		if n >= 2 {
 			b.last = [2]byte{buf[n-2], buf[n-1]}
@@ -472,7 +508,11 @@ func (b *upstreamBody) errorEvent() []byte {
 }
 
 // Close implements io.Closer.
-func (b *upstreamBody) Close() error { return b.rc.Close() }
+func (b *upstreamBody) Close() error {
+	b.flushWhole()
+	b.noteFirstByte()
+	return b.rc.Close()
+}
 
 // copyBufferSize is ReverseProxy's copy buffer: 8 KiB (NGINX's
 // proxy_buffer_size) rather than ReverseProxy's own 32 KiB; a large JSON
@@ -486,19 +526,30 @@ const copyBufferSize = 8 << 10
 const streamCopyBufferSize = 2 << 10
 
 // bufferPool recycles ReverseProxy's copy buffers of one size across
-// responses.
+// responses. It holds them as pointers to arrays, which a slice converts
+// to without an allocation (a *[]byte per Put was one allocation a request).
 type bufferPool struct {
-	size int
+	size int // copyBufferSize or streamCopyBufferSize
 	p    sync.Pool
 }
 
 // Get implements httputil.BufferPool.
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	switch v := b.p.Get().(type) {
+	case *[copyBufferSize]byte:
+		return v[:]
+	case *[streamCopyBufferSize]byte:
+		return v[:]
 	}
 	return make([]byte, b.size)
 }
 
 // Put implements httputil.BufferPool.
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	switch len(buf) {
+	case copyBufferSize:
+		b.p.Put((*[copyBufferSize]byte)(buf))
+	case streamCopyBufferSize:
+		b.p.Put((*[streamCopyBufferSize]byte)(buf))
+	}
+}

@@ -92,18 +92,26 @@ func TestRequestLeavesInOneWrite(t *testing.T) {
 	}
 }
 
-// flushCounter is a ResponseWriter that counts flushes.
+// flushCounter is a ResponseWriter that counts flushes and notes how
+// much of the body had been written at each.
 type flushCounter struct {
 	*httptest.ResponseRecorder
 	flushes int
+	at      []int
 }
 
-func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
+func (f *flushCounter) Flush() {
+	f.flushes++
+	f.at = append(f.at, f.Body.Len())
+	f.ResponseRecorder.Flush()
+}
 
 // TestOnlyStreamsAreFlushed: a JSON answer of known length is
-// written once when the handler ends (no flush per write, no flush timer);
-// an SSE answer is flushed as it is relayed (TestClientGoneMidStreamReleases
-// shows its first event arrives while the replica still holds the stream).
+// written once, whole (no flush per write, no flush timer): one flush once
+// all of it is relayed, which sends it before the proxy's bookkeeping
+// rather than when the handler ends; an SSE answer is flushed as it is
+// relayed (TestClientGoneMidStreamReleases shows its first event arrives
+// while the replica still holds the stream).
 func TestOnlyStreamsAreFlushed(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -134,8 +142,11 @@ func TestOnlyStreamsAreFlushed(t *testing.T) {
 			if w.Code != http.StatusOK || !strings.HasSuffix(w.Body.String(), c.body) {
 				t.Fatalf("status %d body %q", w.Code, w.Body)
 			}
-			if (w.flushes > 0) != c.flushed {
-				t.Errorf("%d flushes, want flushed=%v", w.flushes, c.flushed)
+			switch {
+			case c.flushed && w.flushes == 0:
+				t.Errorf("no flush, want the events flushed as they are relayed")
+			case !c.flushed && (w.flushes != 1 || w.at[0] != len(c.body)):
+				t.Errorf("flushes with %v bytes written, want one with all %d", w.at, len(c.body))
 			}
 		})
 	}

@@ -155,6 +155,9 @@ type Proxy struct {
 
 	id    string   // instance id, the mark on forwarded requests (loop.go)
 	loops sync.Map // replica name -> true: its loop was logged
+	// via is HeaderVia's value when the client sent none, {id}, shared by
+	// the requests; capped so that an Add to one cannot write into it.
+	via []string
 }
 
 // outBody is the request body the attempts send, read whole.
@@ -237,6 +240,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.id == "" {
 		p.id = newInstanceID()
 	}
+	p.via = []string{p.id}[:1:1]
 	if p.gate != nil {
 		p.flowCfg = p.gate.Config()
 		if !p.flowCfg.Enabled {
@@ -620,6 +624,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), tw: trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
+		http1:      r.ProtoMajor == 1,
 		wantDone:   r.Method == http.MethodPost && openai.CompletionsPath(r.URL.Path),
 		tokenFirst: r.Method == http.MethodPost && openai.FirstChunkIsToken(r.URL.Path)}
 	a.w = &a.tw
@@ -729,7 +734,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if via := pr.In.Header.Values(viaKey); len(via) > 0 {
 		pr.Out.Header[viaKey] = []string{strings.Join(via, ", ") + ", " + p.id}
 	} else {
-		pr.Out.Header[viaKey] = []string{p.id}
+		pr.Out.Header[viaKey] = p.via
 	}
 	setCredentials(pr.Out.Header, p.apiKey(a.res.Replica), p.cfg.PassAuthorization)
 }
@@ -813,6 +818,8 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		p:        p,
 		sse:      sse,
 		wantDone: sse && a.wantDone && res.StatusCode == http.StatusOK,
+		length:   res.ContentLength,
+		trailer:  len(res.Trailer) > 0,
 	}
 	return nil
 }

@@ -4,7 +4,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,3 +59,42 @@ func BenchmarkServeHandler(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFloorHandler is BenchmarkServeHandler's request through the
+// floor scripts/proxybench.sh compares llmlb with (goproxy: a bare
+// httputil.ReverseProxy), over the same in-memory replica: what a Go proxy
+// costs before llmlb adds anything.
+func BenchmarkFloorHandler(b *testing.B) {
+	target, err := url.Parse("http://up:8000")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport:  canned.Transport{Body: cannedBody},
+		BufferPool: &floorBuffers{},
+	}
+	const body = `{"model":"m","max_tokens":16,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		rp.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// floorBuffers is goproxy's pool of 32 KiB copy buffers.
+type floorBuffers struct{ p sync.Pool }
+
+func (f *floorBuffers) Get() []byte {
+	if v, ok := f.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (f *floorBuffers) Put(b []byte) { f.p.Put(&b) }

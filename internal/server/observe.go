@@ -203,6 +203,12 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 	w.bytes += int64(n)
 	switch w.kind {
 	case kindStream:
+		// Flushed before it is read: decoding a chunk (every one before
+		// the first token) must not delay it. The flush that follows
+		// (ReverseProxy flushes every write of a stream) finds nothing left.
+		if n > 0 {
+			w.flushClient()
+		}
 		w.read.Stream(p[:n])
 		w.sawToken()
 	case kindJSON:
@@ -213,21 +219,38 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 
 // writeStripped relays a stream whose usage chunk the client did not ask
 // for: whole lines only (a partial line waits for its end), minus the
-// data line of the usage-only chunk. It reports p as written.
+// data line of the usage-only chunk. It reports p as written. A line that
+// cannot be that chunk (no "usage" member, or a null one) is relayed and
+// flushed before it is read, so that decoding it does not delay it; one
+// that may be is read first, to know whether to drop it.
 func (w *observingWriter) writeStripped(p []byte) (int, error) {
 	w.line = append(w.line, p...)
-	start := 0
+	start, unread := 0, -1 // unread: the first relayed line not yet read
+	readRelayed := func(end int) {
+		if unread >= 0 {
+			w.flushClient()
+			w.read.Stream(w.line[unread:end])
+			w.sawToken()
+			unread = -1
+		}
+	}
 	for {
 		i := bytes.IndexByte(w.line[start:], '\n')
 		if i < 0 {
 			break
 		}
+		lineStart := start
 		line := w.line[start : start+i+1]
 		start += i + 1
-		usageOnly := w.read.Line(line[:len(line)-1])
-		w.sawToken()
-		if usageOnly {
-			continue // the usage chunk: counted, not relayed
+		if openai.MayBeUsageOnly(line) {
+			readRelayed(lineStart) // in order: the model is the first chunk's
+			usageOnly := w.read.Line(line[:len(line)-1])
+			w.sawToken()
+			if usageOnly {
+				continue // the usage chunk: counted, not relayed
+			}
+		} else if unread < 0 {
+			unread = lineStart
 		}
 		n, err := w.ResponseWriter.Write(line)
 		w.bytes += int64(n)
@@ -236,6 +259,7 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 			return 0, err
 		}
 	}
+	readRelayed(start)
 	rest := copy(w.line, w.line[start:])
 	w.line = w.line[:rest]
 	if len(w.line) > openai.MaxSSELine { // not an event stream after all: pass it on
@@ -250,7 +274,10 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 }
 
 // Flush implements http.Flusher (streams are flushed chunk by chunk).
-func (w *observingWriter) Flush() {
+func (w *observingWriter) Flush() { w.flushClient() }
+
+// flushClient sends what the response holds to the client.
+func (w *observingWriter) flushClient() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 		return
