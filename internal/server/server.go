@@ -798,12 +798,14 @@ func (f fleet) RemoveReplica(name string) bool {
 // in-flight responses finish and release normally.
 func (s *Server) removeReplica(name string) bool {
 	scraped := s.scraper.Remove(name)
+	// Its events stop first: once the core no longer lists the replica,
+	// nothing of it is left in the KV index or subscribed to.
+	s.kv.remove(name)
 	removed := s.bal.RemoveReplica(name, s.now())
 	s.keysMu.Lock()
 	delete(s.keys, name)
 	s.keysMu.Unlock()
 	s.metrics.ForgetReplica(name)
-	s.kv.remove(name)
 	// Requests waiting for its model stay queued for the other replicas;
 	// with none left they are answered as without flow control.
 	s.proxy.Pump()
