@@ -89,6 +89,7 @@ type Snapshot struct {
 	PrefillCount   float64 // vllm:request_prefill_time_seconds_count
 	DecodeSeconds  float64 // vllm:inter_token_latency_seconds_sum
 	DecodeCount    float64 // vllm:inter_token_latency_seconds_count
+	Preemptions    float64 // vllm:num_preemptions_total
 
 	// KVCacheTokens is the replica's KV capacity in tokens, num_gpu_blocks
 	// x block_size of vllm:cache_config_info; 0 when not exported.

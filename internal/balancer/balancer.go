@@ -681,7 +681,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	}
 	b.updateFleetDecode()
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
-		KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
+		Preemptions: sane(snap.Preemptions), KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.othersWaiting = max(0, r.snap.Waiting-float64(r.pendingRequests))
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage())
 	r.slots.observe(r.snap)

@@ -504,6 +504,7 @@ func snapshotOf(st engine.Stats, p engine.Profile) balancer.Snapshot {
 		PrefillCount:   float64(st.PrefillTime.Count),
 		DecodeSeconds:  st.InterTokenLatency.Sum,
 		DecodeCount:    float64(st.InterTokenLatency.Count),
+		Preemptions:    float64(st.Preemptions),
 		KVCacheTokens:  float64(p.Blocks() * tokenize.BlockSize),
 	}
 }

@@ -51,8 +51,8 @@ type CostConfig struct {
 	// MaxNumSeqs is the replicas' batch size in requests, vLLM's
 	// max_num_seqs: beyond it a request waits for a slot
 	// (cost.max_num_seqs). 0, the default, learns each replica's own
-	// (Candidate.MaxRunning: its running count held over three scrapes
-	// while requests waited) and prices an unknown one at
+	// (Candidate.MaxRunning: its running count held over scrapes while
+	// requests waited, or its KV-bound batch while it preempts) and prices an unknown one at
 	// DefaultMaxNumSeqs; a value set overrides every replica's.
 	MaxNumSeqs int
 	// TieSteps is the margin, in decode steps of the fastest candidate,

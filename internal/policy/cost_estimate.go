@@ -101,7 +101,8 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	}
 	shape.Waits = est
 	scale, shared := p.prefill.model(id)
-	ttft = est + scale*((1-shared)*shape.Serial+shared*shape.Shared)
+	shape.Tokens = prefill
+	ttft = est + scale*p.prefill.sizeFactor(id, prefill)*((1-shared)*shape.Serial+shared*shape.Shared)
 	// The score keeps the serial prefill at the learned rate: weighed
 	// by the learned model it routed worse (the fleet's scale moved the
 	// balance between prefill and the slot, KV and eviction prices:

@@ -193,3 +193,50 @@ func TestCostPrefillPrior(t *testing.T) {
 		t.Errorf("scale %v after far faster first tokens, want the bound %v", scale, minPrefillScale)
 	}
 }
+
+// TestCostLearnsPrefillSize: a replica whose long prompts take longer per
+// token than its short ones (an engine sharing its steps among prefills)
+// or shorter is learned to (its size exponent nears the engine's), and its
+// estimates then follow it; one whose time grows with the prompt as its
+// rate says keeps the exponent near 0; a restart forgets it.
+func TestCostLearnsPrefillSize(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		exponent float64 // the engine's prefill time is the serial one x (tokens / sizeRef)^exponent
+		wantSize [2]float64
+	}{
+		{"linear", 0, [2]float64{-0.05, 0.05}},
+		{"long prompts slower", 0.3, [2]float64{0.2, 0.4}},
+		{"long prompts faster", -0.3, [2]float64{-0.4, -0.2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newCost(t, nil)
+			cands := costCands(1)
+			c := &cands[0]
+			var errs []float64 // relative errors of the estimates, once learned
+			for i := range 4000 {
+				blocks := 4 << (i % 6)                                 // 64 to 2,048 tokens
+				r := costPrompt(fmt.Sprintf("q%d/", i), blocks, 0, "") // fresh blocks
+				ch := p.Choose(r, cands, t0.Add(time.Duration(i)*time.Second))
+				tokens := float64(ch.PrefillTokens)
+				truth := (c.DecodeStep + tokens/c.PrefillRate) * math.Pow(tokens/sizeRef, tc.exponent)
+				if i >= 3000 {
+					errs = append(errs, math.Abs(ch.Estimate/truth-1))
+				}
+				p.ObserveFirstToken(c.Name, ch.Shape, truth)
+			}
+			id := p.ids[c.Name]
+			if got := p.prefill.sizeExp(id); got < tc.wantSize[0] || got > tc.wantSize[1] {
+				t.Errorf("size exponent %.3f, want within %v", got, tc.wantSize)
+			}
+			slices.Sort(errs)
+			if e := errs[len(errs)/2]; e > 0.05 {
+				t.Errorf("median estimate error %.3f, want at most 0.05", e)
+			}
+			p.ForgetCache(c.Name)
+			if got := p.prefill.sizeExp(id); got != 0 {
+				t.Errorf("size exponent %.3f after a restart, want 0", got)
+			}
+		})
+	}
+}

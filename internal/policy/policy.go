@@ -43,8 +43,9 @@ type Candidate struct {
 	MeanOutput float64
 	// MaxRunning is the replica's running-slot limit as far as the
 	// balancer knows it (configured for flow control, or learned from its
-	// running count held over three scrapes while requests waited); 0 while
-	// not known.
+	// running count held over scrapes while requests waited, or, while it
+	// preempts, the most it ran then: the batch its KV cache holds); 0
+	// while not known.
 	MaxRunning float64
 	// PendingPrefill is the prompt tokens (less their expected cache hits)
 	// of the balancer's own requests on the replica that have not had their

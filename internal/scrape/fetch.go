@@ -93,6 +93,7 @@ const (
 	metricInterToken    = "vllm:inter_token_latency_seconds"
 	metricInterTokenOld = "vllm:time_per_output_token_seconds" // before vLLM 0.11
 	metricCacheConfig   = "vllm:cache_config_info"
+	metricPreemptions   = "vllm:num_preemptions_total"
 	defaultTimeout      = time.Second
 	defaultMaxBodySize  = 4 << 20
 )
@@ -292,7 +293,8 @@ func readVLLM(families map[string]*dto.MetricFamily) (Result, bool) {
 
 // readRates reads what policy cost learns each replica's rates from (the
 // balancer takes differences between scrapes): the prompt-token counter,
-// the sums and counts of the prefill-time and inter-token histograms, and
+// the sums and counts of the prefill-time and inter-token histograms, the
+// preemption counter (a KV-bound batch, limits.go), and
 // the KV capacity of vllm:cache_config_info (num_gpu_blocks x block_size,
 // summed over engines). Missing or implausible values stay 0.
 func readRates(families map[string]*dto.MetricFamily, snap *balancer.Snapshot) {
@@ -306,6 +308,8 @@ func readRates(families map[string]*dto.MetricFamily, snap *balancer.Snapshot) {
 	}
 	sumSec, count = histogramSums(itl)
 	snap.DecodeSeconds, snap.DecodeCount = plausible(sumSec), plausible(count)
+	preemptions, _ := sumCount(families[metricPreemptions])
+	snap.Preemptions = plausible(preemptions)
 	if mf := families[metricCacheConfig]; mf != nil {
 		var capacity float64
 		for _, m := range mf.GetMetric() {

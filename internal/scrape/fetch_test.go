@@ -91,6 +91,9 @@ vllm:inter_token_latency_seconds_count{engine="0"} 400
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1
 vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0"} 3
+vllm:num_preemptions_total{engine="1"} 4
 `
 
 // Before vLLM 0.12: gpu_cache_usage_perc instead of kv_cache_usage_perc.
@@ -156,7 +159,7 @@ func TestFetch(t *testing.T) {
 			want: Result{Snapshot: balancer.Snapshot{Running: 1, PrefixHits: 10}, PrefixCacheQueries: 40, PrefixCacheHits: 10, PrefixCacheKnown: true}},
 		{name: "rates for policy cost", handler: text(metricsRates),
 			want: Result{Snapshot: balancer.Snapshot{Running: 2, PromptTokens: 9000, PrefillSeconds: 1.5, PrefillCount: 6,
-				DecodeSeconds: 12, DecodeCount: 400, KVCacheTokens: 2 * 1000 * 16}}},
+				DecodeSeconds: 12, DecodeCount: 400, Preemptions: 7, KVCacheTokens: 2 * 1000 * 16}}},
 		{name: "rates, pre-0.11 inter-token name", handler: text("vllm:num_requests_running 0\n" +
 			"# TYPE vllm:time_per_output_token_seconds histogram\n" +
 			"vllm:time_per_output_token_seconds_bucket{le=\"+Inf\"} 10\nvllm:time_per_output_token_seconds_sum 0.5\nvllm:time_per_output_token_seconds_count 10\n"),
