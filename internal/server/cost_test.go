@@ -50,13 +50,16 @@ func TestCostLearnsFromTheReplicasMetrics(t *testing.T) {
 	if _, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range e.replicas() {
-		if r.Name == replica {
-			if r.InFlight != 1 || r.PendingPrefill != 0 {
-				t.Fatalf("%s after the first chunk: in flight %d, pending prefill %v; want 1 and 0", r.Name, r.InFlight, r.PendingPrefill)
+	// The proxy records the first chunk once its bytes are on their way to
+	// the client, so the client may read them a moment before that.
+	e.waitReplicas("the first chunk to retire the prefill of a running stream", func(rs []balancer.ReplicaStatus) bool {
+		for _, r := range rs {
+			if r.Name == replica {
+				return r.InFlight == 1 && r.PendingPrefill == 0
 			}
 		}
-	}
+		return false
+	})
 	e.waitReplicas("a decode step learned from vllm:inter_token_latency_seconds", func(rs []balancer.ReplicaStatus) bool {
 		for _, r := range rs {
 			if r.Name == replica {
