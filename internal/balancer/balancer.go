@@ -268,10 +268,15 @@ type Balancer struct {
 	// fleetLimit is the largest running-slot limit of any replica
 	// (capacity.go, provisionalLimit).
 	fleetLimit float64
-	policy     policy.Policy
-	rng        *rand.Rand
-	counters   Counters
-	alerts     alertState
+	// contestedAt is when flow control last asked about a request it does
+	// not favour (SaturatedFor): requests of several priorities or
+	// tenants compete, and a replica whose limit is not known yet gets a
+	// tentative one for those requests (capacity.go, tentativeLimit).
+	contestedAt time.Time
+	policy      policy.Policy
+	rng         *rand.Rand
+	counters    Counters
+	alerts      alertState
 
 	// Scratch reused by every Select under the lock (no per-call allocation):
 	// the candidates handed to the policy and their replicas, index-aligned.
@@ -683,7 +688,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		Preemptions: sane(snap.Preemptions), KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.othersWaiting = max(0, r.snap.Waiting-float64(r.pendingRequests))
-	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage())
+	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage(), b.contested(now))
 	r.slots.observe(r.snap)
 	b.updateFleetSlots()
 	b.updateFleetLimit()

@@ -99,6 +99,13 @@ type capacity struct {
 	queuedAt bool    // some scrape showed requests waiting for memory
 	atLimit  int     // consecutive scrapes running the limit with none waiting
 	probe    bool    // one request past the limit may be sent
+	// tentative is the limit for requests flow control does not favour
+	// while none is learned (tentativeLimit; 0: none); tentativeProbe
+	// lets one more of them go until the next scrape; rising says the
+	// last scrape showed more running than ever before, none waiting.
+	tentative      float64
+	tentativeProbe bool
+	rising         bool
 }
 
 // defaultKVFullUsage is SaturationConfig.KVFullUsage's default, chosen on
@@ -146,10 +153,17 @@ const plateauScrapes = 3
 // observe learns from a successful scrape; sent is the replica's own plus
 // peers' in-flight requests at that moment, kvFull the configured
 // SaturationConfig.KVFullUsage.
-func (c *capacity) observe(snap Snapshot, sent int, kvFull float64) {
+//
+// contested says that flow control has lately held requests it does not
+// favour (Balancer.contestedAt): only then does a replica whose limit is
+// not learned yet get a tentative one (tentativeLimit).
+func (c *capacity) observe(snap Snapshot, sent int, kvFull float64, contested bool) {
 	c.atScrape = sent
 	c.queuedAt = c.queuedAt || (snap.Waiting >= 1 && snap.KVCacheUsage >= kvFull)
-	c.probe = false
+	c.probe, c.tentativeProbe, c.rising = false, false, false
+	if !contested || c.learned > 0 {
+		c.tentative = 0
+	}
 	if snap.Waiting >= 1 {
 		c.atLimit = 0
 	}
@@ -165,12 +179,28 @@ func (c *capacity) observe(snap Snapshot, sent int, kvFull float64) {
 		if c.streak >= plateauScrapes {
 			c.learned = max(c.learned, snap.Running, c.free)
 		}
+		if contested && c.learned == 0 && snap.Running >= c.free {
+			c.tentative = max(c.tentative, snap.Running)
+		}
+		return
+	}
+	if c.tentative > 0 && snap.Waiting < 1 && snap.Running == c.tentative {
+		// Held at its tentative limit, the replica says neither yes nor
+		// no: the plateau goes on, and one request more may go until the
+		// next scrape. Where the limit is higher it runs, and the
+		// tentative limit ends; at the limit it waits, and the plateau
+		// has one more scrape.
+		c.tentativeProbe = true
 		return
 	}
 	c.plateau, c.streak = 0, 0
 	if snap.Waiting >= 1 {
 		return
 	}
+	if snap.Running > c.tentative {
+		c.tentative = 0 // more ran with none waiting: it was not the limit
+	}
+	c.rising = snap.Running > c.free
 	c.free = max(c.free, snap.Running)
 	if c.learned > 0 && snap.Running > c.learned {
 		c.learned = snap.Running // more ran with none waiting: the limit is higher
@@ -187,6 +217,35 @@ func (c *capacity) observe(snap Snapshot, sent int, kvFull float64) {
 		c.atLimit = 0
 	}
 	c.probe = c.atLimit >= plateauScrapes
+}
+
+// contestWindow is how long after flow control last asked about a request
+// it does not favour the balancer keeps tentative limits (tentativeLimit)
+// and scrapes filling replicas soon (ScrapeSoon).
+const contestWindow = 30 * time.Second
+
+// contested reports whether flow control asked about a request it does not
+// favour within contestWindow of now.
+func (b *Balancer) contested(now time.Time) bool {
+	return !b.contestedAt.IsZero() && now.Sub(b.contestedAt) < contestWindow
+}
+
+// ScrapeSoon reports whether the replica should be scraped again soon,
+// at a fraction of the scrape interval (scrape.Options.FollowUp): requests
+// of several priorities or tenants compete for the pool, its limit is not
+// known, and its last scrape showed it running more than ever before with
+// none waiting (a replica filling up). The scrape that first shows
+// requests waiting then sets its tentative limit (tentativeLimit) within
+// a fraction of an interval of the engine's first queued request, not up
+// to a whole interval later.
+func (b *Balancer) ScrapeSoon(name string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.byName[name]
+	if !ok || !r.lastScrapeOK || !b.contested(now) {
+		return false
+	}
+	return b.limit(r) <= 0 && r.cap.rising
 }
 
 // limit returns the replica's running-slot limit: configured, else
@@ -235,16 +294,44 @@ func (b *Balancer) full(r *replica, barred bool) bool {
 		return true
 	}
 	limit := b.provisionalLimit(r)
+	if t := r.tentativeLimit(); barred && t > 0 && (limit <= 0 || t < limit) {
+		limit = t
+	} else if r.cap.probe {
+		limit++
+	}
 	if limit <= 0 {
 		return false
-	}
-	if r.cap.probe {
-		limit++
 	}
 	if barred {
 		limit -= b.cfg.Saturation.reserve(limit)
 	}
 	return r.occupancy() >= limit+headroom
+}
+
+// tentativeLimit is, for a replica whose limit is neither configured nor
+// learned yet, the running-slot limit that requests flow control does not
+// favour are held at while requests of several priorities or tenants
+// compete: the number running at the latest scrape that showed requests
+// waiting in its own queue, when that was at least the most it has run
+// with none waiting (a lower plateau is more likely a long prefill holding
+// a step's token budget, or a full KV cache). It stands until a scrape
+// shows more running with none waiting. 0: none.
+//
+// Learning the limit takes a plateau over three scrapes: until then every
+// request sent waits in the engine's own queue, first come first served,
+// and a request of a higher priority (or of a polite tenant) arriving then
+// waits behind every one sent before it. Holding only the requests flow
+// control does not favour at a limit that may be too low costs them a few
+// seconds of throughput at worst, and leaves policy cost's pricing, which
+// reads the learned limit, as it was.
+func (r *replica) tentativeLimit() float64 {
+	if r.cap.tentative <= 0 {
+		return 0
+	}
+	if r.cap.tentativeProbe {
+		return r.cap.tentative + 1
+	}
+	return r.cap.tentative
 }
 
 // provisionalLimit is limit, or for a replica that has queued for memory
@@ -286,7 +373,7 @@ func (b *Balancer) hasRoom(r *replica, barred bool) bool {
 	if b.full(r, barred) {
 		return false
 	}
-	if b.provisionalLimit(r) > 0 {
+	if b.provisionalLimit(r) > 0 || (barred && r.tentativeLimit() > 0) {
 		return true
 	}
 	if r.snap.Waiting >= 1 {
@@ -319,6 +406,9 @@ func (b *Balancer) Saturated(model string, now time.Time) bool {
 func (b *Balancer) SaturatedFor(model string, favoured bool, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !favoured {
+		b.contestedAt = now
+	}
 	b.refreshPeers(now)
 	return b.saturated(model, !favoured)
 }

@@ -277,3 +277,101 @@ func TestSaturationReserve(t *testing.T) {
 		t.Errorf("reserve_share 0.6: Validate() = %v, want an error naming saturation.reserve_share", err)
 	}
 }
+
+// TestSaturationTentativeLimitForContestedRequests: while flow control
+// holds requests it does not favour (several priorities or tenants), a
+// replica whose limit is not learned yet is full for those requests at the
+// number running at the first scrape that shows requests waiting, when that
+// is at least the most it ran with none waiting; favoured requests, and
+// every request while nothing is contested, still see no limit. Held at
+// that number with none waiting, one more may go; more running with none
+// waiting ends it; the learned limit replaces it.
+func TestSaturationTentativeLimitForContestedRequests(t *testing.T) {
+	b := newFleet(t, 1, nil)
+	s := 0
+	scrape := func(running, waiting float64) time.Time {
+		s++
+		at := t0.Add(time.Duration(s) * time.Second)
+		b.ObserveScrape("a", Snapshot{Running: running, Waiting: waiting}, nil, at)
+		return at
+	}
+	held := selectN(t, b, 8, t0)
+	now := scrape(6, 0)
+	now = scrape(8, 2)
+	if b.SaturatedFor("", false, now) {
+		t.Fatal("saturated for a contested request before anything was contested")
+	}
+	// From now on flow control asks about requests it does not favour.
+	now = scrape(8, 2)
+	if !b.SaturatedFor("", false, now) {
+		t.Fatal("not saturated for a request flow control does not favour, 8 in flight at a tentative limit of 8")
+	}
+	if b.SaturatedFor("", true, now) {
+		t.Fatal("saturated for a favoured request: no limit is learned")
+	}
+	if b.Replicas(now)[0].MaxRunning != 0 {
+		t.Fatal("the tentative limit shows as the learned one (policy cost would price it)")
+	}
+	// Held at 8 with none waiting, one request ending: 7 in flight. The
+	// request flow control does not favour may not take the reserve (1
+	// slot of 8); one more than the tentative limit may go.
+	now = scrape(8, 0)
+	b.Release(held[0], OutcomeOK, now)
+	if b.SaturatedFor("", false, now) {
+		t.Fatal("no probe past a tentative limit the replica holds with none waiting")
+	}
+	now = scrape(9, 0) // more ran with none waiting: not the limit
+	selectN(t, b, 4, now)
+	if b.SaturatedFor("", false, now) {
+		t.Fatal("the tentative limit outlived a scrape showing more running with none waiting")
+	}
+	for range 3 {
+		now = scrape(10, 3)
+	}
+	if got := b.Replicas(now)[0].MaxRunning; got != 10 {
+		t.Fatalf("learned limit %v after a plateau of 10 over three scrapes, want 10", got)
+	}
+}
+
+// TestSaturationTentativeLimitIgnoresLowPlateaus: a queue with fewer
+// running than the replica has run free is a long prefill holding a step's
+// budget or a full KV cache, not its slot limit: no tentative limit.
+func TestSaturationTentativeLimitIgnoresLowPlateaus(t *testing.T) {
+	b := newFleet(t, 1, nil)
+	selectN(t, b, 6, t0)
+	b.SaturatedFor("", false, t0) // contested
+	b.ObserveScrape("a", Snapshot{Running: 6}, nil, t0.Add(time.Second))
+	b.ObserveScrape("a", Snapshot{Running: 4, Waiting: 2}, nil, t0.Add(2*time.Second))
+	if b.SaturatedFor("", false, t0.Add(2*time.Second)) {
+		t.Fatal("a plateau below what ran free was taken as a tentative limit")
+	}
+}
+
+// TestScrapeSoonWhileContestedReplicasFill: the balancer asks for a
+// replica's next scrape soon only while requests are contested, its limit
+// is unknown and its last scrape showed more running than ever before with
+// none waiting.
+func TestScrapeSoonWhileContestedReplicasFill(t *testing.T) {
+	b := newFleet(t, 1, nil)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	b.ObserveScrape("a", Snapshot{Running: 4}, nil, at(1))
+	if b.ScrapeSoon("a", at(1)) {
+		t.Fatal("scrape soon with nothing contested")
+	}
+	b.SaturatedFor("", false, at(1))
+	b.ObserveScrape("a", Snapshot{Running: 6}, nil, at(2))
+	if !b.ScrapeSoon("a", at(2)) {
+		t.Fatal("no follow-up while a contested replica of unknown limit fills")
+	}
+	b.ObserveScrape("a", Snapshot{Running: 5}, nil, at(3))
+	if b.ScrapeSoon("a", at(3)) {
+		t.Fatal("follow-up although fewer run than before")
+	}
+	b.ObserveScrape("a", Snapshot{Running: 7}, nil, at(4))
+	if b.ScrapeSoon("a", at(4).Add(contestWindow)) {
+		t.Fatal("follow-up after the contest ended")
+	}
+	if b.ScrapeSoon("nobody", at(4)) {
+		t.Fatal("follow-up for an unknown replica")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admission"
@@ -31,6 +32,11 @@ type run struct {
 	// scrapeEvery is Options.ScrapeInterval, or the policy's own metrics
 	// refresh where its original polls faster (llm-d: every 50 ms).
 	scrapeEvery time.Duration
+	// followUps: the run scrapes a replica again at scrapeEvery /
+	// scrapeFollowUp when its balancer asks (Balancer.ScrapeSoon), as
+	// serve's scraper does. Only llmlb's own policies behind flow control:
+	// a baseline's state follows the replicas at its original's pace.
+	followUps bool
 
 	eng      []simEngine
 	names    []string
@@ -93,6 +99,7 @@ func (r *run) setup() error {
 	if f, ok := policy.Lookup(cfg.Policy); ok && f.PollEvery != nil {
 		r.scrapeEvery = f.PollEvery(cfg.Settings)
 	}
+	r.followUps = r.flow && slices.Contains(ownPolicies, cfg.Policy)
 	// Several balancers: the same code N times, each its own seed; an
 	// arrival goes to one at random (the same draws in both modes).
 	r.bals = make([]*balancer.Balancer, max(o.Balancers, 1))
@@ -350,8 +357,23 @@ func (r *run) scrape(i int) {
 		}
 		r.rekeyArrival()
 	}
-	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+r.scrapeEvery)))
+	next := r.scrapeEvery
+	for _, b := range r.bals {
+		if r.followUps && b.ScrapeSoon(r.names[i], now) {
+			next = r.scrapeEvery / scrapeFollowUp
+			break
+		}
+	}
+	r.h.set(r.srcScrape0+i, r.nextAfterDuration(int64(r.now+next)))
 }
+
+// scrapeFollowUp divides the scrape interval into the wait before a
+// follow-up scrape (scrape.Options.FollowUp's default).
+const scrapeFollowUp = 6
+
+// ownPolicies are llmlb's policies, whose runs behind flow control scrape
+// as serve does, follow-ups included (run.followUps).
+var ownPolicies = []string{policy.NameCost, "llmlb", "llmlb-warm"}
 
 // mark fires once at Duration: the throughput window closes here.
 func (r *run) mark() {

@@ -27,6 +27,14 @@ type Sink interface {
 // The routing core is the Sink of `llmlb serve`.
 var _ Sink = (*balancer.Balancer)(nil)
 
+// followUpSink is a Sink that may ask for a replica's next scrape soon,
+// at Options.FollowUp rather than the interval.
+type followUpSink interface {
+	ScrapeSoon(name string, now time.Time) bool
+}
+
+var _ followUpSink = (*balancer.Balancer)(nil)
+
 // Target is one replica to scrape.
 type Target struct {
 	Name   string
@@ -47,6 +55,11 @@ type Options struct {
 	// Jitter spreads scrapes of different replicas apart: each wait is
 	// Interval * (1 ± Jitter) (default 0.1; negative for none).
 	Jitter float64
+	// FollowUp is the wait before the next scrape when the sink asks for
+	// one soon (a Sink with ScrapeSoon, such as *balancer.Balancer while
+	// a replica whose limit is not known fills up and requests of several
+	// priorities or tenants compete): default Interval/6.
+	FollowUp time.Duration
 
 	// OnTransitions is called with the health transitions a scrape caused
 	// (for logging and metrics; called from the replica's goroutine).
@@ -109,6 +122,9 @@ type target struct {
 func New(f Fetcher, sink Sink, o Options) *Scraper {
 	if o.Interval <= 0 {
 		o.Interval = 3 * time.Second
+	}
+	if o.FollowUp <= 0 || o.FollowUp > o.Interval {
+		o.FollowUp = o.Interval / 6
 	}
 	if o.ModelsInterval <= 0 {
 		o.ModelsInterval = 30 * time.Second
@@ -255,6 +271,10 @@ func (s *Scraper) loop(ctx context.Context, t Target) {
 		case <-timer.C:
 		}
 		s.once(ctx, t, &st)
+		if soon, ok := s.sink.(followUpSink); ok && soon.ScrapeSoon(t.Name, time.Now()) {
+			timer.Reset(s.opt.FollowUp)
+			continue
+		}
 		timer.Reset(s.wait())
 	}
 }

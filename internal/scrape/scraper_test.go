@@ -382,3 +382,34 @@ func TestScraperHTTP(t *testing.T) {
 		}
 	}
 }
+
+// soonSink is a recordingSink that asks for follow-up scrapes of "a".
+type soonSink struct{ *recordingSink }
+
+func (soonSink) ScrapeSoon(name string, _ time.Time) bool { return name == "a" }
+
+// TestScraperFollowUp: a sink that asks for a scrape soon (the balancer
+// while a replica of unknown limit fills and requests are contested) gets
+// the next one after FollowUp, not after the interval; other replicas keep
+// the interval.
+func TestScraperFollowUp(t *testing.T) {
+	fake := NewFake()
+	fake.Set("http://a", Result{Snapshot: balancer.Snapshot{Running: 3}}, nil)
+	fake.Set("http://b", Result{}, nil)
+	sink := soonSink{newSink(4096)}
+	s := New(fake, sink, Options{Interval: time.Hour, FollowUp: time.Millisecond, Logger: quiet})
+	for _, tg := range []Target{{Name: "a", URL: "http://a", Models: []string{"m"}}, {Name: "b", URL: "http://b", Models: []string{"m"}}} {
+		if err := s.Add(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	sink.waitFor(t, "a", 3) // with an hour's interval, only follow-ups come this soon
+	cancel()
+	<-done
+	if n := len(sink.observed("b")); n > 1 {
+		t.Errorf("b scraped %d times, want at most once (its interval is an hour)", n)
+	}
+}
