@@ -150,6 +150,10 @@ type ReplicaStatus struct {
 	MaxRunning float64 `json:"max_running"`
 	Occupancy  float64 `json:"occupancy"`
 	Full       bool    `json:"full"`
+	// TentativeMaxRunning is the limit the requests flow control does not
+	// favour are held at while none is learned and requests of several
+	// priorities or tenants compete (0: none; docs/FLOW_CONTROL.md).
+	TentativeMaxRunning float64 `json:"tentative_max_running,omitempty"`
 
 	// LastDecision is why the latest request routed here was, in the words
 	// of the policy that chose it (Explanation.Why); empty until one was.
@@ -751,6 +755,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
 			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r, false),
+			TentativeMaxRunning: r.tentativeLimit(),
 		})
 		st := &out[len(out)-1]
 		st.TTFTPredictionError, st.TTFTPredictionRatio = r.ttft.summary()

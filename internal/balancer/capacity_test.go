@@ -309,8 +309,8 @@ func TestSaturationTentativeLimitForContestedRequests(t *testing.T) {
 	if b.SaturatedFor("", true, now) {
 		t.Fatal("saturated for a favoured request: no limit is learned")
 	}
-	if b.Replicas(now)[0].MaxRunning != 0 {
-		t.Fatal("the tentative limit shows as the learned one (policy cost would price it)")
+	if st := b.Replicas(now)[0]; st.MaxRunning != 0 || st.TentativeMaxRunning != 8 {
+		t.Fatalf("max_running %v, tentative_max_running %v: want 0 (policy cost would price it) and 8", st.MaxRunning, st.TentativeMaxRunning)
 	}
 	// Held at 8 with none waiting, one request ending: 7 in flight. The
 	// request flow control does not favour may not take the reserve (1
