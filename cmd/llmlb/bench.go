@@ -125,6 +125,8 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.flowControl, "flow-control", "off", "on: every policy runs behind flow control (serve's flow_control: requests wait in the balancer while every replica is full); off: none, except policies named NAME+fc in --policies")
 	fs.DurationVar(&o.queue.MaxQueueTime, "max-queue-time", o.queue.MaxQueueTime, "flow control: longest wait in the queue before a 429 queue_timeout (flow_control.max_queue_time)")
 	fs.DurationVar(&o.queue.LIFOAfter, "lifo-after", o.queue.LIFOAfter, "flow control: a tenant's newest request goes first once its oldest has waited this long; 0 keeps first come, first served (flow_control.lifo_after)")
+	fs.IntVar(&o.queue.LocalityScan, "locality-scan", o.queue.LocalityScan, "flow control: held requests of a flow looked at per dispatch for one whose cached prefix is on a replica with room; 0 takes them in turn (flow_control.locality_scan)")
+	fs.DurationVar(&o.queue.LocalityWait, "locality-wait", o.queue.LocalityWait, "flow control: longest a held request is passed over for locality (flow_control.locality_wait)")
 	fs.BoolVar(&o.enginePriority, "engine-priority", false, "engines schedule their waiting queue by priority (vLLM's --scheduling-policy priority) and flow control writes each request's priority into it (flow_control.engine_priority)")
 	fs.IntVar(&o.queue.MaxQueued, "max-queued", o.queue.MaxQueued, "flow control: most requests queued (flow_control.max_queued)")
 	fs.IntVar(&o.queue.Tenant.MaxConcurrent, "tenant-max-concurrent", 0, "flow control: each tenant's requests queued or running at once, 0 = no limit (flow_control.tenant_max_concurrent)")

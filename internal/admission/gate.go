@@ -173,7 +173,7 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 			if g.bal.SaturatedFor(model, favoured, now) {
 				break
 			}
-			it, ok := q.Next(now)
+			it, ok := g.next(q, head, favoured, now)
 			if !ok {
 				break
 			}
@@ -185,6 +185,38 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 		}
 	}
 	return out
+}
+
+// next takes from q the held request to dispatch now, head being the one
+// Next would return: head, unless the replica holding the most of its
+// prompt has no room for it (Balancer.Local) and it has waited less than
+// flow_control.locality_wait; then the first of the next requests of its
+// flow (locality_scan in all, head included) that loses no cached prefix
+// by going now, if any. Delay scheduling (Zaharia et al., EuroSys 2010):
+// a request waits a bounded time for the replica that holds its context
+// while slots elsewhere go to requests with nothing to lose there, instead
+// of computing its whole context again on whichever replica frees first.
+func (g *Gate) next(q *flowcontrol.Queue, head flowcontrol.Item, favoured bool, now time.Time) (flowcontrol.Item, bool) {
+	if g.cfg.LocalityScan <= 1 || now.Sub(head.Enqueued) >= g.cfg.LocalityWait {
+		return q.Next(now)
+	}
+	local := func(it flowcontrol.Item) bool {
+		r := it.Payload.(*Request)
+		return g.bal.Local(r.Profile, favoured, r.Exclude...)
+	}
+	if local(head) {
+		return q.Next(now)
+	}
+	var buf [16]flowcontrol.Item
+	for _, it := range q.Peek(now, g.cfg.LocalityScan, buf[:0])[1:] {
+		if local(it) {
+			if t, ok := q.Take(now, it.ID); ok {
+				return t, true
+			}
+			break
+		}
+	}
+	return q.Next(now)
 }
 
 // Remove takes a waiting request out (its client went away). False means

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/policy"
 )
 
 // SaturationConfig says when a replica is full and a pool of replicas is
@@ -454,3 +456,36 @@ func (b *Balancer) Serves(model string) bool {
 	}
 	return false
 }
+
+// Local reports whether a held request loses none of its cached prefix by
+// being dispatched now: its policy keeps no block index
+// (policy.CacheHolder), no replica holds the start of its prompt, or the
+// replica that holds the most of it can take it (has room, for a request
+// flow control favours or not; or cannot take it at all: not routable,
+// excluded). Flow control asks it of the requests it may dispatch next and
+// prefers one for which it is true (admission.Gate.Pump): late binding
+// sends a held request to whichever replica frees a slot first, and a
+// conversation's next turn sent to a replica without its context computes
+// the whole context again.
+func (b *Balancer) Local(p *Profile, favoured bool, exclude ...string) bool {
+	ch, ok := b.policy.(policy.CacheHolder)
+	if !ok || p == nil || len(p.PromptBlocks) == 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	name, tokens := ch.Holder(p.PromptBlocks)
+	if tokens < localMinTokens {
+		return true
+	}
+	r, ok := b.byName[name]
+	if !ok || !b.routable(r, p.Model) || slices.Contains(exclude, name) {
+		return true
+	}
+	return b.hasRoom(r, !favoured)
+}
+
+// localMinTokens is the cached prefix below which a held request counts as
+// having nothing to lose wherever it goes (Local): a quarter of one step's
+// token budget on the smallest engines.
+const localMinTokens = 512

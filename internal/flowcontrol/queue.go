@@ -309,6 +309,53 @@ func (q *Queue) Next(now time.Time) (Item, bool) {
 		return Item{}, false
 	}
 	e := q.head(now)
+	q.take(e)
+	return e.item, true
+}
+
+// Peek appends to out the requests Next may return at now, up to n: the
+// one Next would return, then those queued behind it in its flow (the same
+// priority and tenant), in the order Next would reach them. Take dispatches
+// one of them instead of the first, so that flow control may pass over a
+// request for another of the same flow (admission.Gate.Pump prefers one
+// whose cached prefix is on a replica with room). Fairness between
+// priorities and tenants is unchanged: only the order within a flow moves.
+func (q *Queue) Peek(now time.Time, n int, out []Item) []Item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.bh) == 0 || n <= 0 {
+		return out
+	}
+	e := q.head(now)
+	lifo := e != e.flow.head
+	for ; e != nil && n > 0; n-- {
+		out = append(out, e.item)
+		if lifo {
+			e = e.fprev
+		} else {
+			e = e.fnext
+		}
+	}
+	return out
+}
+
+// Take dispatches the queued request id as Next would (its tenant keeps a
+// slot until Done) if it is in the flow Next serves at now; false
+// otherwise (it left the queue, or another flow's turn came meanwhile).
+func (q *Queue) Take(now time.Time, id uint64) (Item, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pruneTenants(now)
+	e := q.ids[id]
+	if e == nil || len(q.bh) == 0 || q.head(now).flow != e.flow {
+		return Item{}, false
+	}
+	q.take(e)
+	return e.item, true
+}
+
+// take dispatches e, queued in the flow whose turn it is.
+func (q *Queue) take(e *entry) {
 	f := e.flow
 	f.band.v = f.start
 	f.start += max(e.item.Tokens, 1)
@@ -319,7 +366,6 @@ func (q *Queue) Next(now time.Time) (Item, bool) {
 		f.band.fh.fix(f.hidx) // its start tag moved (unlink fixes it only for a head)
 	}
 	q.dispatched++
-	return e.item, true
 }
 
 // unlink takes e out of every structure and its tenant's queued count,

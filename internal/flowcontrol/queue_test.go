@@ -626,3 +626,55 @@ func TestFavoured(t *testing.T) {
 	q.Done("b", 5, t0)
 	check("the higher priority done", "b", 0, fav{true, true})
 }
+
+// TestPeekAndTake: Peek lists the request Next would return and those
+// behind it in its flow, in the order Next would reach them; Take
+// dispatches one of them out of turn, leaving the others in order, and
+// refuses a request of a flow whose turn it is not.
+func TestPeekAndTake(t *testing.T) {
+	q := New(DefaultConfig())
+	for i, tenant := range []string{"x", "x", "x", "y"} {
+		if _, err := q.Admit(Item{ID: uint64(i + 1), Tenant: tenant, Tokens: 1, Enqueued: t0}, true, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(items []Item) []uint64 {
+		var out []uint64
+		for _, it := range items {
+			out = append(out, it.ID)
+		}
+		return out
+	}
+	if got := ids(q.Peek(t0, 8, nil)); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("Peek = %v, want [1 2 3] (tenant x's flow)", got)
+	}
+	if got := ids(q.Peek(t0, 2, nil)); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("Peek(2) = %v, want [1 2]", got)
+	}
+	if _, ok := q.Take(t0, 4); ok {
+		t.Fatal("took tenant y's request while it is x's turn")
+	}
+	if it, ok := q.Take(t0, 2); !ok || it.ID != 2 {
+		t.Fatalf("Take(2) = %v, %v", it.ID, ok)
+	}
+	var order []uint64
+	for {
+		it, ok := q.Next(t0)
+		if !ok {
+			break
+		}
+		order = append(order, it.ID)
+	}
+	if !slices.Equal(order, []uint64{4, 1, 3}) {
+		t.Fatalf("then Next gave %v, want [4 1 3]: y's turn after x's dispatch, then x in order", order)
+	}
+	// Newest first once the oldest has waited lifo_after: Peek follows.
+	q2 := New(DefaultConfig())
+	for i := range 3 {
+		q2.Admit(Item{ID: uint64(i + 1), Tenant: "x", Tokens: 1, Enqueued: t0}, true, t0)
+	}
+	late := t0.Add(DefaultLIFOAfter)
+	if got := ids(q2.Peek(late, 8, nil)); !slices.Equal(got, []uint64{3, 2, 1}) {
+		t.Fatalf("Peek after lifo_after = %v, want [3 2 1]", got)
+	}
+}

@@ -255,6 +255,8 @@ type Cost struct {
 	index *kvindex.Index
 	ids   map[string]int32 // replica name -> index id
 	names []string
+	// holderDepth is Holder's scratch, one entry per replica id.
+	holderDepth []int32
 
 	sessions map[string]costSession
 	hot      map[uint64]costHot // deepest held block of a prompt -> how often it comes

@@ -222,3 +222,32 @@ func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
 	}
 	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
 }
+
+// Holder returns the replica whose share of the index holds the most
+// leading blocks of a prompt, and how many tokens that is (0 and "" when
+// no replica holds its first block). It changes nothing: flow control asks
+// it before dispatching a held request (CacheHolder).
+func (p *Cost) Holder(blocks []uint64) (replica string, tokens int) {
+	if len(blocks) == 0 || len(p.names) == 0 {
+		return "", 0
+	}
+	if len(blocks) > maxIndexBlocks {
+		blocks = blocks[:maxIndexBlocks]
+	}
+	if cap(p.holderDepth) < len(p.names) {
+		p.holderDepth = make([]int32, len(p.names))
+	}
+	depth := p.holderDepth[:len(p.names)]
+	clear(depth)
+	p.index.Match(blocks, depth)
+	best := -1
+	for id, d := range depth {
+		if d > 0 && (best < 0 || d > depth[best]) {
+			best = id
+		}
+	}
+	if best < 0 {
+		return "", 0
+	}
+	return p.names[best], int(depth[best]) * tokenize.BlockSize
+}

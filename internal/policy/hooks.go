@@ -144,3 +144,12 @@ type Delta struct {
 type Sharer interface {
 	Publish(d Delta)
 }
+
+// CacheHolder is a policy that can say, without changing anything, which
+// replica holds the most of a prompt's leading blocks and how many tokens
+// that is (cost: its block index). Flow control prefers, among the held
+// requests it may dispatch next, one whose holder has room
+// (admission.Gate.Pump).
+type CacheHolder interface {
+	Holder(blocks []uint64) (replica string, tokens int)
+}
