@@ -391,17 +391,16 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if err != nil {
 		putBody(body)
 	}
-	var mbe *http.MaxBytesError
-	var ne net.Error
 	switch {
-	case errors.As(err, &mbe):
+	case err == nil:
+	case isMaxBytes(err):
 		return tooLarge()
-	case errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		w.Header().Set("Connection", "close")
 		msg := fmt.Sprintf("request body not received within %s", p.bodyTimeout)
 		p.answer(w, http.StatusRequestTimeout, openai.TypeInvalidRequest, openai.CodeBodyTimeout, msg)
 		return nil, false
-	case err != nil:
+	default:
 		p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, "reading the request body failed")
 		return nil, false
 	}
@@ -409,6 +408,14 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 		_ = rc.SetReadDeadline(time.Time{}) // streams must not inherit it
 	}
 	return body, true
+}
+
+// isMaxBytes reports whether err is http.MaxBytesReader's. Its own
+// function, as isTimeout: the target errors.As needs would otherwise be
+// allocated on every request, not only on the error path.
+func isMaxBytes(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
 }
 
 // readGrowing reads r to its end. The buffer grows only as bytes arrive
