@@ -55,8 +55,10 @@ func decodeObject(data []byte) (*requestBody, error) {
 		}
 		end := jsontop.SkipValue(d, i)
 		name, ok := fieldName(d[i:end])
-		if !ok && json.Unmarshal(d[i:end], &name) != nil {
-			return decodeObjectErr(data)
+		if !ok {
+			if name, ok = unquote(d[i:end]); !ok {
+				return decodeObjectErr(data)
+			}
 		}
 		if i = jsontop.SkipSpace(d, end); i >= len(d) || d[i] != ':' {
 			return decodeObjectErr(data)
@@ -99,6 +101,17 @@ func decodeObject(data []byte) (*requestBody, error) {
 func isTypeError(err error) bool {
 	var typeErr *json.UnmarshalTypeError
 	return errors.As(err, &typeErr)
+}
+
+// unquote decodes a JSON string with json.Unmarshal. Its own function:
+// the target json.Unmarshal needs would otherwise be allocated for every
+// key, also those fieldName reads without it.
+func unquote(raw []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // fieldName is plainString for a top-level key: the keys of OpenAI
@@ -207,7 +220,7 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 			case "content":
 				if s, ok := plainString(v); ok {
 					m.Content = s
-				} else if json.Unmarshal(v, &m.Content) != nil {
+				} else if m.Content, ok = decodeAny(v, m.Content); !ok {
 					return nil, false
 				}
 			case "tool_calls":
@@ -228,6 +241,18 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 		}
 		i = jsontop.SkipSpace(raw, i+1) // past ','
 	}
+}
+
+// decodeAny is json.Unmarshal of raw into an interface holding prev (as
+// into a message's Content). Its own function: the message it is read
+// into would otherwise be allocated for every message, not only for the
+// contents that are not plain strings.
+func decodeAny(raw []byte, prev any) (any, bool) {
+	v := prev
+	if json.Unmarshal(raw, &v) != nil {
+		return nil, false
+	}
+	return v, true
 }
 
 // plainKey reports whether an object key (raw, between its quotes) that is
