@@ -213,7 +213,7 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 			switch string(key) {
 			case "role":
 				if string(v) != "null" {
-					if m.Role, ok = plainString(v); !ok {
+					if m.Role, ok = roleName(v); !ok {
 						return nil, false
 					}
 				}
@@ -253,6 +253,26 @@ func decodeAny(raw []byte, prev any) (any, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// roleName is plainString for a message's role: the usual roles come back
+// as constants, without allocating a string each.
+func roleName(raw []byte) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		switch string(raw[1 : len(raw)-1]) {
+		case "system":
+			return "system", true
+		case "user":
+			return "user", true
+		case "assistant":
+			return "assistant", true
+		case "tool":
+			return "tool", true
+		case "developer":
+			return "developer", true
+		}
+	}
+	return plainString(raw)
 }
 
 // plainKey reports whether an object key (raw, between its quotes) that is
