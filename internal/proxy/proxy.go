@@ -345,17 +345,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var prof request.Profile
+	// The profile and the outbound body live as long as each other: one
+	// allocation for both.
+	st := &routed{}
+	prof, out := &st.prof, &st.out
 	if r.Method == http.MethodPost && request.Routed(path) {
 		var err error
-		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
+		*prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
 			putBody(body)
 			p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, err.Error())
 			return
 		}
 	}
-	out := &outBody{b: askUsage(traceOf(w, r.Context()), path, &prof, body)}
+	out.b = askUsage(traceOf(w, r.Context()), path, prof, body)
 	if len(out.b) != len(body) {
 		putBody(body) // askUsage made a new body; nothing else has this one
 	}
@@ -363,7 +366,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// after RoundTrip returned, and it writes headers and body in one go
 	// only for a body it knows is in memory (a bytes.Reader), whose end it
 	// does not report. It is left to the garbage collector.
-	p.route(w, r, out, &prof)
+	p.route(w, r, out, prof)
+}
+
+// routed is a request on its way to a replica: its profile and the body
+// the attempts send.
+type routed struct {
+	prof request.Profile
+	out  outBody
 }
 
 // readBody reads the whole request body under the size limit; over it the
