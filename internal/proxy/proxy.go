@@ -738,7 +738,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// transport recognises io.NopCloser over a *bytes.Reader, not a type of
 	// ours (TestRequestLeavesInOneWrite).
 	if body := a.body; len(body.b) > 0 {
-		a.sent = bytes.NewReader(body.b)
+		a.first.Reset(body.b)
+		a.sent = &a.first
 		pr.Out.Body = io.NopCloser(a.sent)
 		pr.Out.GetBody = func() (io.ReadCloser, error) {
 			a.sent = bytes.NewReader(body.b)
@@ -829,7 +830,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		a.stopIdle() // a JSON answer arrives whole
 	}
 	a.releaseBody()
-	res.Body = &upstreamBody{
+	a.ub = upstreamBody{
 		rc:       res.Body,
 		a:        a,
 		p:        p,
@@ -838,6 +839,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		length:   res.ContentLength,
 		trailer:  len(res.Trailer) > 0,
 	}
+	res.Body = &a.ub
 	return nil
 }
 
