@@ -74,6 +74,7 @@ type attempt struct {
 	sent  *bytes.Reader
 	first bytes.Reader
 	ub    upstreamBody
+	route [2]string // the route headers' values (proxy.route_headers)
 
 	mayRetry  bool     // another attempt may follow: a refusal is held back
 	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)

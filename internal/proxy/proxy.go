@@ -790,10 +790,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	a := attemptFrom(res.Request.Context())
 	p.waiting.remove(a) // answered: an ejection no longer concerns it
 	if p.cfg.RouteHeaders {
-		// One allocation for both values; each slice is capped so that an
-		// Add to one cannot overwrite the other.
-		v := []string{a.res.Replica, string(a.res.Reason)}
-		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
+		// Both values in the attempt's own allocation; each slice is
+		// capped so that an Add to one cannot overwrite the other.
+		a.route = [2]string{a.res.Replica, string(a.res.Reason)}
+		res.Header[replicaKey], res.Header[routeKey] = a.route[0:1:1], a.route[1:2:2]
 		if q := a.res.Explanation.Queued; q > 0 {
 			res.Header[queueWaitKey] = []string{queueWaitValue(q)}
 		}
