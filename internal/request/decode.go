@@ -27,6 +27,19 @@ type message struct {
 	Role      string          `json:"role"`
 	Content   any             `json:"content"` // string, array of parts or null: decoded in one pass
 	ToolCalls json.RawMessage `json:"tool_calls"`
+	// text is the content when walkMessages read it as a plain string
+	// (isText; Content is then nil): a string put in an interface costs
+	// an allocation of its own.
+	text   string
+	isText bool
+}
+
+// content returns the message's content as json.Unmarshal decodes it.
+func (m *message) content() any {
+	if m.isText {
+		return m.text
+	}
+	return m.Content
 }
 
 // decodeObject reads the body's top level. Its values are sub-slices of
@@ -219,9 +232,11 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 				}
 			case "content":
 				if s, ok := plainString(v); ok {
-					m.Content = s
-				} else if m.Content, ok = decodeAny(v, m.Content); !ok {
+					m.Content, m.text, m.isText = nil, s, true
+				} else if m.Content, ok = decodeAny(v, m.content()); !ok {
 					return nil, false
+				} else {
+					m.text, m.isText = "", false
 				}
 			case "tool_calls":
 				m.ToolCalls = json.RawMessage(v)
