@@ -59,12 +59,18 @@ func (m *Metrics) Decision(_ time.Time, res *balancer.Reservation, prof *request
 	if res == nil {
 		return
 	}
-	r := label(res.Replica)
+	replica, c := res.Replica, &m.cache
 	if prof != nil && prof.PromptTokens > 0 {
-		m.decided.promptTokens.WithLabelValues(r).Add(float64(prof.PromptTokens))
+		c.promptTokens.get(&c.mu, replica, func() prometheus.Counter {
+			return m.decided.promptTokens.WithLabelValues(label(replica))
+		}).Add(float64(prof.PromptTokens))
 	}
-	if e := res.Explanation; e.Estimate > 0 {
-		m.decided.cachedTokens.WithLabelValues(r).Add(float64(max(e.CachedTokens, 0)))
-		m.decided.expectedTTFT.WithLabelValues(r).Observe(e.Estimate)
+	if e := &res.Explanation; e.Estimate > 0 {
+		c.cachedTokens.get(&c.mu, replica, func() prometheus.Counter {
+			return m.decided.cachedTokens.WithLabelValues(label(replica))
+		}).Add(float64(max(e.CachedTokens, 0)))
+		c.expectedTTFT.get(&c.mu, replica, func() prometheus.Observer {
+			return m.decided.expectedTTFT.WithLabelValues(label(replica))
+		}).Observe(e.Estimate)
 	}
 }

@@ -50,6 +50,9 @@ type Metrics struct {
 	queueWait *prometheus.HistogramVec
 	// decided is what routing decisions expected (decisions.go).
 	decided decisionMetrics
+	// cache holds the children the per-request events count into
+	// (children.go).
+	cache seriesCache
 }
 
 // Route reasons and token kinds the client-facing series are created for
@@ -241,6 +244,36 @@ func (m *Metrics) ModelLabel(model string) string {
 // not streamed or no token), and the usage it reported.
 func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total time.Duration, u openai.TokenCounts) {
 	model = m.ModelLabel(model)
+	if !knownRoute(route) {
+		m.completionUncached(model, route, ttft, total, u)
+		return
+	}
+	s := m.cache.completions.get(&m.cache.mu, completionKey{model, route}, func() *completionSeries {
+		r := string(route)
+		return &completionSeries{
+			ttft: m.ttft.WithLabelValues(model, r), duration: m.duration.WithLabelValues(model, r),
+			prompt: m.tokens.WithLabelValues(model, "prompt"), cached: m.tokens.WithLabelValues(model, "cached"),
+			completion: m.tokens.WithLabelValues(model, "completion"),
+		}
+	})
+	if ttft >= 0 {
+		s.ttft.Observe(ttft.Seconds())
+	}
+	s.duration.Observe(total.Seconds())
+	if u.PromptTokens > 0 {
+		s.prompt.Add(float64(u.PromptTokens))
+	}
+	if u.CachedTokens > 0 {
+		s.cached.Add(float64(u.CachedTokens))
+	}
+	if u.CompletionTokens > 0 {
+		s.completion.Add(float64(u.CompletionTokens))
+	}
+}
+
+// completionUncached is Completion for a route whose series are not made
+// with a model's: each series is made only when something is counted in it.
+func (m *Metrics) completionUncached(model string, route balancer.Reason, ttft, total time.Duration, u openai.TokenCounts) {
 	r := label(string(route))
 	if ttft >= 0 {
 		m.ttft.WithLabelValues(model, r).Observe(ttft.Seconds())
@@ -276,12 +309,16 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Request counts one answered client request.
 func (m *Metrics) Request(replica string, reason balancer.Reason, code int) {
-	m.requests.WithLabelValues(label(replica), label(string(reason)), strconv.Itoa(code)).Inc()
+	m.cache.requests.get(&m.cache.mu, requestKey{replica, reason, code}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(label(replica), label(string(reason)), strconv.Itoa(code))
+	}).Inc()
 }
 
 // FirstByte observes the time to first byte of a replica's response.
 func (m *Metrics) FirstByte(replica string, d time.Duration) {
-	m.firstByte.WithLabelValues(label(replica)).Observe(d.Seconds())
+	m.cache.firstByte.get(&m.cache.mu, replica, func() prometheus.Observer {
+		return m.firstByte.WithLabelValues(label(replica))
+	}).Observe(d.Seconds())
 }
 
 // StreamError counts a response broken after its first byte.
@@ -329,6 +366,11 @@ func label(s string) string {
 // ForgetReplica drops the per-replica event series of a removed replica.
 func (m *Metrics) ForgetReplica(replica string) {
 	l := prometheus.Labels{"replica": label(replica)}
+	// Under the cache's lock, children dropped first: a request cannot
+	// cache a child of the series deleted here in between.
+	m.cache.mu.Lock()
+	defer m.cache.mu.Unlock()
+	m.cache.forget(l["replica"])
 	m.decided.forget(l)
 	m.requests.DeletePartialMatch(l)
 	m.firstByte.DeletePartialMatch(l)

@@ -68,8 +68,13 @@ type attempt struct {
 	tokenFirst bool
 
 	// sent reads the request body to the replica: the transport's current
-	// reader of body (rewrite and GetBody set it).
-	sent *bytes.Reader
+	// reader of body (rewrite and GetBody set it); first is the first
+	// one, and ub the replica's answer as relayed: each in the attempt's
+	// own allocation (an attempt has one of each).
+	sent  *bytes.Reader
+	first bytes.Reader
+	ub    upstreamBody
+	route [2]string // the route headers' values (proxy.route_headers)
 
 	mayRetry  bool     // another attempt may follow: a refusal is held back
 	refusal   *refusal // the replica's refusal, held back (proxy.retry_statuses)

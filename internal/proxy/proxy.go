@@ -345,17 +345,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var prof request.Profile
+	// The profile and the outbound body live as long as each other: one
+	// allocation for both.
+	st := &routed{}
+	prof, out := &st.prof, &st.out
 	if r.Method == http.MethodPost && request.Routed(path) {
 		var err error
-		prof, err = request.Parse(p.reqCfg, path, r.Header, body)
+		*prof, err = request.Parse(p.reqCfg, path, r.Header, body)
 		if err != nil {
 			putBody(body)
 			p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, err.Error())
 			return
 		}
 	}
-	out := &outBody{b: askUsage(traceOf(w, r.Context()), path, &prof, body)}
+	out.b = askUsage(traceOf(w, r.Context()), path, prof, body)
 	if len(out.b) != len(body) {
 		putBody(body) // askUsage made a new body; nothing else has this one
 	}
@@ -363,7 +366,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// after RoundTrip returned, and it writes headers and body in one go
 	// only for a body it knows is in memory (a bytes.Reader), whose end it
 	// does not report. It is left to the garbage collector.
-	p.route(w, r, out, &prof)
+	p.route(w, r, out, prof)
+}
+
+// routed is a request on its way to a replica: its profile and the body
+// the attempts send.
+type routed struct {
+	prof request.Profile
+	out  outBody
 }
 
 // readBody reads the whole request body under the size limit; over it the
@@ -391,17 +401,16 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if err != nil {
 		putBody(body)
 	}
-	var mbe *http.MaxBytesError
-	var ne net.Error
 	switch {
-	case errors.As(err, &mbe):
+	case err == nil:
+	case isMaxBytes(err):
 		return tooLarge()
-	case errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		w.Header().Set("Connection", "close")
 		msg := fmt.Sprintf("request body not received within %s", p.bodyTimeout)
 		p.answer(w, http.StatusRequestTimeout, openai.TypeInvalidRequest, openai.CodeBodyTimeout, msg)
 		return nil, false
-	case err != nil:
+	default:
 		p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, "reading the request body failed")
 		return nil, false
 	}
@@ -409,6 +418,14 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 		_ = rc.SetReadDeadline(time.Time{}) // streams must not inherit it
 	}
 	return body, true
+}
+
+// isMaxBytes reports whether err is http.MaxBytesReader's. Its own
+// function, as isTimeout: the target errors.As needs would otherwise be
+// allocated on every request, not only on the error path.
+func isMaxBytes(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
 }
 
 // readGrowing reads r to its end. The buffer grows only as bytes arrive
@@ -721,7 +738,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// transport recognises io.NopCloser over a *bytes.Reader, not a type of
 	// ours (TestRequestLeavesInOneWrite).
 	if body := a.body; len(body.b) > 0 {
-		a.sent = bytes.NewReader(body.b)
+		a.first.Reset(body.b)
+		a.sent = &a.first
 		pr.Out.Body = io.NopCloser(a.sent)
 		pr.Out.GetBody = func() (io.ReadCloser, error) {
 			a.sent = bytes.NewReader(body.b)
@@ -772,10 +790,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	a := attemptFrom(res.Request.Context())
 	p.waiting.remove(a) // answered: an ejection no longer concerns it
 	if p.cfg.RouteHeaders {
-		// One allocation for both values; each slice is capped so that an
-		// Add to one cannot overwrite the other.
-		v := []string{a.res.Replica, string(a.res.Reason)}
-		res.Header[replicaKey], res.Header[routeKey] = v[0:1:1], v[1:2:2]
+		// Both values in the attempt's own allocation; each slice is
+		// capped so that an Add to one cannot overwrite the other.
+		a.route = [2]string{a.res.Replica, string(a.res.Reason)}
+		res.Header[replicaKey], res.Header[routeKey] = a.route[0:1:1], a.route[1:2:2]
 		if q := a.res.Explanation.Queued; q > 0 {
 			res.Header[queueWaitKey] = []string{queueWaitValue(q)}
 		}
@@ -812,7 +830,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		a.stopIdle() // a JSON answer arrives whole
 	}
 	a.releaseBody()
-	res.Body = &upstreamBody{
+	a.ub = upstreamBody{
 		rc:       res.Body,
 		a:        a,
 		p:        p,
@@ -821,6 +839,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		length:   res.ContentLength,
 		trailer:  len(res.Trailer) > 0,
 	}
+	res.Body = &a.ub
 	return nil
 }
 

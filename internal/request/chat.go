@@ -52,8 +52,12 @@ func parseMessages(b *requestBody) ([]tokenize.Message, string, error) {
 	// it is, the builder copies only when a second one joins it.
 	var system string
 	var joined strings.Builder
-	for i, m := range b.messages {
-		text, err := contentText(m.Content)
+	for i := range b.messages {
+		m := &b.messages[i]
+		text, err := m.text, error(nil)
+		if !m.isText {
+			text, err = contentText(m.Content)
+		}
 		if err != nil {
 			return nil, "", badf(err, `"messages[%d].content" must be a string or an array of content parts`, i)
 		}

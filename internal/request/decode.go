@@ -27,6 +27,19 @@ type message struct {
 	Role      string          `json:"role"`
 	Content   any             `json:"content"` // string, array of parts or null: decoded in one pass
 	ToolCalls json.RawMessage `json:"tool_calls"`
+	// text is the content when walkMessages read it as a plain string
+	// (isText; Content is then nil): a string put in an interface costs
+	// an allocation of its own.
+	text   string
+	isText bool
+}
+
+// content returns the message's content as json.Unmarshal decodes it.
+func (m *message) content() any {
+	if m.isText {
+		return m.text
+	}
+	return m.Content
 }
 
 // decodeObject reads the body's top level. Its values are sub-slices of
@@ -55,8 +68,10 @@ func decodeObject(data []byte) (*requestBody, error) {
 		}
 		end := jsontop.SkipValue(d, i)
 		name, ok := fieldName(d[i:end])
-		if !ok && json.Unmarshal(d[i:end], &name) != nil {
-			return decodeObjectErr(data)
+		if !ok {
+			if name, ok = unquote(d[i:end]); !ok {
+				return decodeObjectErr(data)
+			}
 		}
 		if i = jsontop.SkipSpace(d, end); i >= len(d) || d[i] != ':' {
 			return decodeObjectErr(data)
@@ -99,6 +114,17 @@ func decodeObject(data []byte) (*requestBody, error) {
 func isTypeError(err error) bool {
 	var typeErr *json.UnmarshalTypeError
 	return errors.As(err, &typeErr)
+}
+
+// unquote decodes a JSON string with json.Unmarshal. Its own function:
+// the target json.Unmarshal needs would otherwise be allocated for every
+// key, also those fieldName reads without it.
+func unquote(raw []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // fieldName is plainString for a top-level key: the keys of OpenAI
@@ -200,15 +226,17 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 			switch string(key) {
 			case "role":
 				if string(v) != "null" {
-					if m.Role, ok = plainString(v); !ok {
+					if m.Role, ok = roleName(v); !ok {
 						return nil, false
 					}
 				}
 			case "content":
 				if s, ok := plainString(v); ok {
-					m.Content = s
-				} else if json.Unmarshal(v, &m.Content) != nil {
+					m.Content, m.text, m.isText = nil, s, true
+				} else if m.Content, ok = decodeAny(v, m.content()); !ok {
 					return nil, false
+				} else {
+					m.text, m.isText = "", false
 				}
 			case "tool_calls":
 				m.ToolCalls = json.RawMessage(v)
@@ -228,6 +256,38 @@ func walkMessages(raw []byte) (msgs []message, ok bool) {
 		}
 		i = jsontop.SkipSpace(raw, i+1) // past ','
 	}
+}
+
+// decodeAny is json.Unmarshal of raw into an interface holding prev (as
+// into a message's Content). Its own function: the message it is read
+// into would otherwise be allocated for every message, not only for the
+// contents that are not plain strings.
+func decodeAny(raw []byte, prev any) (any, bool) {
+	v := prev
+	if json.Unmarshal(raw, &v) != nil {
+		return nil, false
+	}
+	return v, true
+}
+
+// roleName is plainString for a message's role: the usual roles come back
+// as constants, without allocating a string each.
+func roleName(raw []byte) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		switch string(raw[1 : len(raw)-1]) {
+		case "system":
+			return "system", true
+		case "user":
+			return "user", true
+		case "assistant":
+			return "assistant", true
+		case "tool":
+			return "tool", true
+		case "developer":
+			return "developer", true
+		}
+	}
+	return plainString(raw)
 }
 
 // plainKey reports whether an object key (raw, between its quotes) that is

@@ -114,7 +114,7 @@ func sameMessages(a, b []message) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].Role != b[i].Role || !reflect.DeepEqual(a[i].Content, b[i].Content) ||
+		if a[i].Role != b[i].Role || !reflect.DeepEqual(a[i].content(), b[i].content()) ||
 			!bytes.Equal(a[i].ToolCalls, b[i].ToolCalls) {
 			return false
 		}

@@ -171,7 +171,8 @@ func parseModel(fields map[string]json.RawMessage, required bool) (string, error
 	}
 	model, ok := plainString(raw)
 	if !ok {
-		if err := json.Unmarshal(raw, &model); err != nil {
+		var err error
+		if model, err = unmarshalString(raw); err != nil {
 			if required {
 				return "", badf(err, `"model" must be a string`)
 			}
@@ -187,6 +188,15 @@ func parseModel(fields map[string]json.RawMessage, required bool) (string, error
 		return "", badf(nil, `"model" contains control characters`)
 	}
 	return model, nil
+}
+
+// unmarshalString is json.Unmarshal into a string. Its own function: the
+// target would otherwise be allocated for every model name, also those
+// plainString reads without it.
+func unmarshalString(raw []byte) (string, error) {
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
 }
 
 // parseOutput sets the expected output tokens: max_completion_tokens, else

@@ -36,21 +36,22 @@ type observed struct {
 
 func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := o.now()
-	id := r.Header.Get(HeaderRequestID)
-	if !saneID(id) {
-		id = newRequestID()
-		// One value for the request's and the response's header, each
-		// capped so that an Add to one cannot write into the other.
-		v := []string{id}
-		r.Header[HeaderRequestID] = v[:1:1]
-		w.Header()[HeaderRequestID] = v[:1:1]
-	} else {
-		w.Header().Set(HeaderRequestID, id)
-	}
 	// The writer carries the Trace (proxy.TracedWriter): no copy of the
 	// request for a context that would carry it.
 	ow := &observingWriter{ResponseWriter: w, now: o.now}
 	ow.trace = &ow.tr
+	id := r.Header.Get(HeaderRequestID)
+	if !saneID(id) {
+		id = newRequestID()
+		// One value for the request's and the response's header, held by
+		// the writer, each capped so that an Add to one cannot write into
+		// the other.
+		ow.id[0] = id
+		r.Header[HeaderRequestID] = ow.id[:1:1]
+		w.Header()[HeaderRequestID] = ow.id[:1:1]
+	} else {
+		w.Header().Set(HeaderRequestID, id)
+	}
 	tr := ow.trace
 	o.next.ServeHTTP(ow, r)
 	end := o.now()
@@ -153,6 +154,7 @@ type observingWriter struct {
 	now   func() time.Time
 	trace *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
 	tr    proxy.Trace  // what trace points at when the writer owns it
+	id    [1]string    // a generated request id, both headers' value
 
 	status int
 	bytes  int64
