@@ -1,0 +1,104 @@
+package hftok
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestChatTemplateMatchesReference(t *testing.T) {
+	tks, ref := models(t)
+	cfg, err := os.ReadFile(filepath.Join("testdata", "qwen2_5", "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := LoadChatTemplate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Chats) == 0 {
+		t.Fatal("reference has no chats")
+	}
+	for i, c := range ref.Chats {
+		got, err := ct.Render(c.Messages)
+		if err != nil {
+			t.Fatalf("chat %d: %v", i, err)
+		}
+		if got != c.Rendered {
+			t.Errorf("chat %d rendered:\n%q\nwant\n%q", i, got, c.Rendered)
+			continue
+		}
+		ids, err := tks[c.Model].Encode(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalIDs(ids, c.IDs) {
+			t.Errorf("chat %d ids:\n got %v\nwant %v", i, ids, c.IDs)
+		}
+	}
+}
+
+func TestChatTemplateVariables(t *testing.T) {
+	ct, err := NewChatTemplate(
+		"{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"+
+			"{% if add_generation_prompt %}>{% endif %}{% if unk_token is defined %}U{% endif %}{{ eos_token }}",
+		SpecialTokens{BOS: "<s>", EOS: "</s>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ct.Render([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<s>[user:hi][assistant:yo]></s>"; got != want {
+		t.Fatalf("got %q want %q", got, want)
+	}
+}
+
+func TestChatTemplateRaiseException(t *testing.T) {
+	ct, err := NewChatTemplate(
+		"{% if messages[0].role != 'user' %}{{ raise_exception('Conversation must start with user') }}{% endif %}ok",
+		SpecialTokens{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ct.Render([]Message{{Role: "user", Content: "x"}}); err != nil || got != "ok" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	_, err = ct.Render([]Message{{Role: "assistant", Content: "x"}})
+	var te *TemplateError
+	if !errors.As(err, &te) || te.Message != "Conversation must start with user" {
+		t.Fatalf("err %v, want the template's own exception", err)
+	}
+}
+
+func TestChatTemplateUnsupportedFeatureSaysSo(t *testing.T) {
+	ct, err := NewChatTemplate("{{ messages[0].content | nosuchfilter }}", SpecialTokens{})
+	if err == nil {
+		_, err = ct.Render([]Message{{Role: "user", Content: "x"}})
+	}
+	if err == nil || !strings.Contains(err.Error(), jinjaLib) || !strings.Contains(err.Error(), "nosuchfilter") {
+		t.Fatalf("err %v, want one naming the library and the filter", err)
+	}
+	if _, err := NewChatTemplate("{% nosuchtag %}", SpecialTokens{}); err == nil || !strings.Contains(err.Error(), jinjaLib) {
+		t.Fatalf("err %v, want one naming the library", err)
+	}
+}
+
+func TestLoadChatTemplateConfigs(t *testing.T) {
+	cfg := `{"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>",
+		"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ bos_token }}D{{ eos_token }}"}]}`
+	ct, err := LoadChatTemplate([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ct.Render(nil)
+	if err != nil || got != "<s>D</s>" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, err := LoadChatTemplate([]byte(`{"eos_token": "x"}`)); err == nil {
+		t.Fatal("a config without chat_template loaded")
+	}
+}
