@@ -36,6 +36,10 @@ func (t *Tokenizer) bpe(ids []uint32, word string, s *scratch) []uint32 {
 			return append(ids, id)
 		}
 	}
+	if cap(s.syms) < n {
+		s.syms = make([]symbol, 0, n)
+		s.heap = make([]mergeItem, 0, n)
+	}
 	syms := s.syms[:0]
 	for i := 0; i < n; i++ {
 		syms = append(syms, symbol{id: t.byteID[word[i]], prev: int32(i - 1), next: int32(i + 1), size: 1})

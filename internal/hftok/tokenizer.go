@@ -2,6 +2,7 @@ package hftok
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ type Tokenizer struct {
 	raw, normed addedSet
 
 	maxInput int
+	cache    *segmentCache // nil without Options.CacheBytes
 	pool     sync.Pool
 }
 
@@ -61,6 +63,10 @@ type Options struct {
 	// MaxInputBytes is the longest text Encode accepts; 0 means
 	// DefaultMaxInputBytes.
 	MaxInputBytes int
+	// CacheBytes bounds an LRU cache of the ids of text segments (the
+	// runs between added tokens, such as one chat message); 0 disables
+	// it. Cached or not, Encode returns the same ids.
+	CacheBytes int
 }
 
 // LoadFile reads a tokenizer.json from path.
@@ -92,6 +98,9 @@ func Load(data []byte, opts Options) (*Tokenizer, error) {
 	t := &Tokenizer{maxInput: opts.MaxInputBytes}
 	if t.maxInput <= 0 {
 		t.maxInput = DefaultMaxInputBytes
+	}
+	if opts.CacheBytes > 0 {
+		t.cache = newSegmentCache(opts.CacheBytes)
 	}
 	if err := t.loadNormalizer(f.Normalizer); err != nil {
 		return nil, err
@@ -359,7 +368,7 @@ func (t *Tokenizer) AppendEncode(ids []uint32, text string) ([]uint32, error) {
 			if err != nil {
 				return ids
 			}
-			ids, err = t.encodeSegment(ids, seg, s)
+			ids, err = t.cachedSegment(ids, seg, s)
 			return ids
 		})
 	})
@@ -380,11 +389,31 @@ func validUTF8(s string) string {
 	return b.String()
 }
 
+// cachedSegment encodes a segment through the cache when there is one.
+func (t *Tokenizer) cachedSegment(ids []uint32, seg string, s *scratch) ([]uint32, error) {
+	if t.cache == nil || len(seg) < minCachedSegment {
+		return t.encodeSegment(ids, seg, s)
+	}
+	key := sha256.Sum256([]byte(seg))
+	if hit, ok := t.cache.get(key); ok {
+		return append(ids, hit...), nil
+	}
+	n := len(ids)
+	ids, err := t.encodeSegment(ids, seg, s)
+	if err == nil {
+		t.cache.put(key, ids[n:])
+	}
+	return ids, err
+}
+
 // encodeSegment pre-tokenizes a text without added tokens and BPE-encodes
 // each piece.
 func (t *Tokenizer) encodeSegment(ids []uint32, seg string, s *scratch) ([]uint32, error) {
 	if seg == "" {
 		return ids, nil
+	}
+	if cap(s.runes) < len(seg) {
+		s.runes = make([]rune, 0, len(seg))
 	}
 	runes := s.runes[:0]
 	for _, r := range seg {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -277,5 +279,87 @@ func TestEncodeLimits(t *testing.T) {
 	}
 	if _, err := tk.Encode("0123456789"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSegmentCacheGivesSameIDs(t *testing.T) {
+	_, ref := models(t)
+	const bound = 1 << 20
+	tk, err := Load(loaded["qwen2_5"], Options{CacheBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		for i, c := range ref.Cases {
+			got, err := tk.Encode(c.Text)
+			if err != nil || !equalIDs(got, c.IDs["qwen2_5"]) {
+				t.Fatalf("round %d case %d %q: ids differ with the cache (err %v)", round, i, short(c.Text), err)
+			}
+			// A caller appending to the result must not corrupt the cache.
+			_ = append(got, 1, 2, 3)
+		}
+		for i, c := range ref.Chats {
+			got, err := tk.Encode(c.Rendered)
+			if err != nil || !equalIDs(got, c.IDs) {
+				t.Fatalf("round %d chat %d: ids differ with the cache (err %v)", round, i, err)
+			}
+		}
+	}
+	st := tk.CacheStats()
+	if st.Hits == 0 || st.Misses == 0 {
+		t.Fatalf("cache stats %+v: want hits and misses", st)
+	}
+	if st.Bytes > bound {
+		t.Fatalf("cache holds %d bytes, over its bound", st.Bytes)
+	}
+
+	// A small cache evicts and stays within its bound.
+	small, err := Load(loaded["qwen2_5"], Options{CacheBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := ref.Cases[len(ref.Cases)-1]
+	for round := 0; round < 2; round++ {
+		got, err := small.Encode(long.Text)
+		if err != nil || !equalIDs(got, long.IDs["qwen2_5"]) {
+			t.Fatalf("round %d: long document ids differ with a small cache (err %v)", round, err)
+		}
+	}
+	if st := small.CacheStats(); st.Bytes > 16<<10 || st.Entries == 0 {
+		t.Fatalf("small cache stats %+v: want entries within 16 KiB", st)
+	}
+}
+
+func TestEncodeHugeInputs(t *testing.T) {
+	tks, _ := models(t)
+	const n = 64 << 10
+	inputs := map[string]string{
+		"spaces":        strings.Repeat(" ", n),
+		"spaces then a": strings.Repeat(" ", n) + "a",
+		"newlines":      strings.Repeat("\n", n),
+		"one word":      strings.Repeat("ab", n/2),
+		"digits":        strings.Repeat("9", n),
+		"punctuation":   strings.Repeat("!?", n/2),
+		"invalid utf-8": strings.Repeat("\xff\xc3", n/2),
+	}
+	for name, tk := range tks {
+		rev := reverseVocab(tk)
+		for what, in := range inputs {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			ids, err := tk.Encode(in)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, what, err)
+			}
+			if got := decodeBytes(rev, ids); string(got) != validUTF8(in) {
+				t.Fatalf("%s %s: ids do not spell the input", name, what)
+			}
+			// Working memory is linear in the input: runes, symbols and
+			// the merge heap, a few dozen bytes per input byte at most.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64*uint64(len(validUTF8(in)))+1<<20 {
+				t.Errorf("%s %s: %d bytes allocated for %d bytes of input", name, what, alloc, len(in))
+			}
+		}
 	}
 }

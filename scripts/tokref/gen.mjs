@@ -90,6 +90,9 @@ const texts = [
   "\u00ff\u00fe\u0100 byte-level edge chars Ġ Ċ ĉ",
   "\ud83d\ude00".repeat(3) + "\u{10FFFF}\u{E000}",
   "  \n\n  x  \n\n  ",
+  // Words Llama 3's vocabulary holds whole but its merges would split
+  // (ignore_merges keeps them whole).
+  "Cumhuriyet Merkezi görüntü yapıldı; diễn ーション přítom",
   long,
 ];
 
