@@ -43,8 +43,13 @@ type SpecialTokens struct {
 }
 
 // NewChatTemplate compiles a chat template source.
-func NewChatTemplate(source string, tokens SpecialTokens) (*ChatTemplate, error) {
-	tmpl, err := jinja.Compile(source)
+func NewChatTemplate(source string, tokens SpecialTokens) (ct *ChatTemplate, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ct, err = nil, fmt.Errorf("hftok: chat template: %s panicked compiling it: %v", jinjaLib, p)
+		}
+	}()
+	tmpl, err := jinja.Compile(dropAdjacentTrim(source))
 	if err != nil {
 		return nil, fmt.Errorf("hftok: chat template: %s cannot compile it: %w", jinjaLib, err)
 	}
@@ -141,7 +146,12 @@ func tokenString(raw json.RawMessage) (string, error) {
 
 // Render applies the template to messages with add_generation_prompt true
 // and no tools, the prompt vLLM builds for a chat completion.
-func (c *ChatTemplate) Render(messages []Message) (string, error) {
+func (c *ChatTemplate) Render(messages []Message) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("hftok: chat template: %s panicked rendering it: %v", jinjaLib, p)
+		}
+	}()
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		d := jinja.NewDict()
@@ -166,7 +176,7 @@ func (c *ChatTemplate) Render(messages []Message) (string, error) {
 		raised = &TemplateError{Message: msg}
 		return jinja.Undefined(), raised
 	})
-	out, err := c.tmpl.RenderValues(data)
+	out, err = c.tmpl.RenderValues(data)
 	if err != nil {
 		if raised != nil {
 			return "", raised

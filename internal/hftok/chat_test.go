@@ -102,3 +102,29 @@ func TestLoadChatTemplateConfigs(t *testing.T) {
 		t.Fatal("a config without chat_template loaded")
 	}
 }
+
+// TestChatTemplateWhitespaceLikeJinja2 pins templates where ardanlabs/jinja
+// v1.8.0 alone trims differently from Jinja2; the wants are Jinja2 3.1.6's
+// output with transformers' settings (scripts/tokref/check_jinja2.py).
+func TestChatTemplateWhitespaceLikeJinja2(t *testing.T) {
+	tests := []struct{ src, want string }{
+		{"A: {{ 'x' }}{{- 'y' }}", "A: xy"},
+		{"A: {% set y = 1 %}{%- if true %}B{% endif %}", "A: B"},
+		{"A: {# c #}{%- if true %}B{% endif %}", "A: B"},
+		{"A: {{ 'x' }}{{ 'z' }}{%- if true %}B{% endif %}", "A: xzB"},
+		{"A: {{ 'x' }}\n{%- if true %}B{% endif %}", "A: xB"},
+		{"{%- if true -%}A: {{ 'x' }}{%- endif -%}", "A: x"},
+		{"{{ '}}{%-' }}  {%- if true %}B{% endif %}", "}}{%-B"},
+		{"{% raw %}A {{ x }}{% endraw %} {{- 'q' }}", "A {{ x }}q"},
+	}
+	for _, tt := range tests {
+		ct, err := NewChatTemplate(tt.src, SpecialTokens{})
+		if err != nil {
+			t.Fatalf("%q: %v", tt.src, err)
+		}
+		got, err := ct.Render(nil)
+		if err != nil || got != tt.want {
+			t.Errorf("%q renders %q (err %v), Jinja2 renders %q", tt.src, got, err, tt.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package hftok
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
@@ -109,5 +110,23 @@ func FuzzEncode(f *testing.F) {
 				}
 			}
 		}
+	})
+}
+
+func FuzzChatTemplate(f *testing.F) {
+	f.Add("A: {{ 'x' }}{%- if true %}B{% endif %}")
+	f.Add("{% for m in messages %}{{ m.role }}: {{- m.content }}\n{% endfor %}{% raw %}{{-{% endraw %}")
+	f.Add("{{ '}}{%-' }}{#- c -#}{{- 1 -}}")
+	f.Fuzz(func(t *testing.T, src string) {
+		fixed := dropAdjacentTrim(src)
+		// The rewrite only ever drops a '-'.
+		if len(fixed) > len(src) || strings.ReplaceAll(fixed, "-", "") != strings.ReplaceAll(src, "-", "") {
+			t.Fatalf("dropAdjacentTrim(%q) = %q changes more than trims", src, fixed)
+		}
+		ct, err := NewChatTemplate(src, SpecialTokens{BOS: "<s>"})
+		if err != nil {
+			return
+		}
+		_, _ = ct.Render([]Message{{Role: "user", Content: "hi"}})
 	})
 }

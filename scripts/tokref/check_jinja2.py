@@ -1,7 +1,7 @@
 """Checks the chat renderings in internal/hftok/testdata/reference.json with
 Python Jinja2 set up as transformers' apply_chat_template sets it up
 (transformers/utils/chat_template_utils.py: a sandboxed environment with
-trim_blocks, lstrip_blocks and loopcontrols, tojson without ASCII escaping,
+trim_blocks, lstrip_blocks, loopcontrols and the generation tag, tojson without ASCII escaping,
 raise_exception), passing the special tokens the tokenizer sets.
 
 usage: python3 check_jinja2.py internal/hftok/testdata
@@ -12,7 +12,8 @@ import sys
 from datetime import datetime
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
@@ -28,8 +29,25 @@ def strftime_now(fmt):
     return datetime.now().strftime(fmt)
 
 
+class AssistantTracker(Extension):
+    """transformers' {% generation %} tag, which renders its body as is
+    (transformers also records where it lies, which does not change it)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
 def compile_template(source):
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
