@@ -26,6 +26,8 @@ type ChatTemplate struct {
 	// vars are the special-token variables transformers passes to the
 	// template (its special_tokens_map: only the tokens that are set).
 	vars map[string]string
+	// extra are further variables, for tests (a pinned strftime_now).
+	extra map[string]jinja.Value
 }
 
 // TemplateError is an error the template raised itself through
@@ -162,6 +164,9 @@ func (c *ChatTemplate) Render(messages []Message) (out string, err error) {
 	data := make(map[string]jinja.Value, len(c.vars)+3)
 	for k, v := range c.vars {
 		data[k] = jinja.NewString(v)
+	}
+	for k, v := range c.extra {
+		data[k] = v
 	}
 	data["messages"] = jinja.NewList(msgs)
 	data["add_generation_prompt"] = jinja.NewBool(true)

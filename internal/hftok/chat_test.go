@@ -1,11 +1,15 @@
 package hftok
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
 )
 
 func TestChatTemplateMatchesReference(t *testing.T) {
@@ -125,6 +129,58 @@ func TestChatTemplateWhitespaceLikeJinja2(t *testing.T) {
 		got, err := ct.Render(nil)
 		if err != nil || got != tt.want {
 			t.Errorf("%q renders %q (err %v), Jinja2 renders %q", tt.src, got, err, tt.want)
+		}
+	}
+}
+
+// TestJinjaModuleTemplatesMatchJinja2 renders the reference conversations
+// with the chat templates ardanlabs/jinja ships in its own test data
+// (DeepSeek, GLM, Kimi, Llama 3.2, Mistral, Qwen, Gemma, gpt-oss, ...) and
+// compares them with Python Jinja2's renderings in testdata (written by
+// scripts/tokref/check_jinja2.py --templates, date pinned).
+func TestJinjaModuleTemplatesMatchJinja2(t *testing.T) {
+	_, ref := models(t)
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/ardanlabs/jinja").Output()
+	if err != nil {
+		t.Fatalf("locating the jinja module: %v", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "testdata", "templates")
+	b, err := os.ReadFile(filepath.Join("testdata", "jinja2_templates.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Vars      map[string]string   `json:"vars"`
+		Templates map[string][]string `json:"templates"`
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Templates) < 17 {
+		t.Fatalf("%d templates in jinja2_templates.json, want 17", len(want.Templates))
+	}
+	pinned := jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !args[0].IsString() {
+			return jinja.Undefined(), errors.New("strftime_now: want a format")
+		}
+		return jinja.NewString(strings.NewReplacer("%Y", "2024", "%m", "07", "%d", "26", "%b", "Jul").Replace(args[0].AsString())), nil
+	})
+	for name, renders := range want.Templates {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct, err := NewChatTemplate(string(src), SpecialTokens{BOS: want.Vars["bos_token"], EOS: want.Vars["eos_token"]})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ct.vars["date_string"] = want.Vars["date_string"]
+		ct.extra = map[string]jinja.Value{"strftime_now": pinned}
+		for i, c := range ref.Chats {
+			got, err := ct.Render(c.Messages)
+			if err != nil || got != renders[i] {
+				t.Errorf("%s chat %d: renders (err %v)\n%q\nJinja2 renders\n%q", name, i, err, got, renders[i])
+			}
 		}
 	}
 }

@@ -5,7 +5,12 @@ trim_blocks, lstrip_blocks, loopcontrols and the generation tag, tojson without 
 raise_exception), passing the special tokens the tokenizer sets.
 
 usage: python3 check_jinja2.py internal/hftok/testdata
+       python3 check_jinja2.py internal/hftok/testdata --templates DIR
+The second form renders the same conversations with every *.jinja in DIR
+(ardanlabs/jinja's testdata/templates) and writes the results to
+testdata/jinja2_templates.json, for TestJinjaModuleTemplatesMatchJinja2.
 """
+import glob
 import json
 import os
 import sys
@@ -65,8 +70,43 @@ def special_tokens(cfg):
     return out
 
 
+# Fixed variables for the templates of --templates: generic special tokens
+# and a pinned date (date_string, and strftime_now on 26 Jul 2024), so the
+# output does not depend on the day it is made.
+TEMPLATE_VARS = {"bos_token": "<s>", "eos_token": "</s>", "date_string": "26 Jul 2024"}
+
+
+def pinned_strftime_now(fmt):
+    return datetime(2024, 7, 26).strftime(fmt)
+
+
+def render_templates(testdata, folder):
+    with open(os.path.join(testdata, "reference.json"), encoding="utf-8") as f:
+        ref = json.load(f)
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.jinja"))):
+        with open(path, encoding="utf-8") as f:
+            tmpl = compile_template(f.read())
+        out[os.path.basename(path)] = [
+            tmpl.render(
+                messages=c["messages"],
+                add_generation_prompt=True,
+                strftime_now=pinned_strftime_now,
+                **TEMPLATE_VARS,
+            )
+            for c in ref["chats"]
+        ]
+    with open(os.path.join(testdata, "jinja2_templates.json"), "w", encoding="utf-8") as f:
+        json.dump({"jinja2": jinja2.__version__, "vars": TEMPLATE_VARS, "templates": out}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"rendered {len(out)} templates x {len(ref['chats'])} chats")
+
+
 def main():
     testdata = sys.argv[1]
+    if len(sys.argv) == 4 and sys.argv[2] == "--templates":
+        render_templates(testdata, sys.argv[3])
+        return
     with open(os.path.join(testdata, "reference.json"), encoding="utf-8") as f:
         ref = json.load(f)
     bad = 0
