@@ -21,10 +21,12 @@
 // the normalized ones on the normalized rest), every other piece is
 // normalized, split with the pre-tokenizer's pattern and encoded by BPE merges
 // in rank order (a piece that is itself in the vocabulary stays whole when the
-// file sets ignore_merges, as Llama 3's does). The post-processor (a BOS
-// token some files prepend) is not applied: vLLM renders the chat template,
-// which already holds those tokens, and tokenizes it without adding special
-// tokens.
+// file sets ignore_merges, as Llama 3's does). That is how vLLM tokenizes a
+// rendered chat prompt, whose template already holds the special tokens.
+// EncodeWithSpecialTokens adds what the post-processor adds with
+// add_special_tokens=True (vLLM's completions prompts), such as Llama 3's
+// leading <|begin_of_text|>, for a TemplateProcessing post-processor (or
+// ByteLevel, which adds nothing); another post-processor is an error there.
 //
 // The pre-tokenizer pattern is compiled with github.com/dlclark/regexp2/v2,
 // which has the lookahead ((?!\S)) those patterns use and Go's regexp lacks.

@@ -50,6 +50,7 @@ type Tokenizer struct {
 
 	maxInput int
 	cache    *segmentCache // nil without Options.CacheBytes
+	post     postProcessor
 	pool     sync.Pool
 }
 
@@ -82,11 +83,12 @@ func LoadFile(path string, opts Options) (*Tokenizer, error) {
 // tokenizer outside the supported family (see the package comment).
 func Load(data []byte, opts Options) (*Tokenizer, error) {
 	var f struct {
-		Truncation   json.RawMessage  `json:"truncation"`
-		AddedTokens  []addedTokenJSON `json:"added_tokens"`
-		Normalizer   json.RawMessage  `json:"normalizer"`
-		PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
-		Model        modelJSON        `json:"model"`
+		Truncation    json.RawMessage  `json:"truncation"`
+		PostProcessor json.RawMessage  `json:"post_processor"`
+		AddedTokens   []addedTokenJSON `json:"added_tokens"`
+		Normalizer    json.RawMessage  `json:"normalizer"`
+		PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+		Model         modelJSON        `json:"model"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
@@ -114,6 +116,7 @@ func Load(data []byte, opts Options) (*Tokenizer, error) {
 	if err := t.loadAdded(f.AddedTokens); err != nil {
 		return nil, err
 	}
+	t.post = loadPostProcessor(f.PostProcessor)
 	return t, nil
 }
 

@@ -17,8 +17,9 @@ import (
 type reference struct {
 	Tokenizers string `json:"tokenizers"`
 	Cases      []struct {
-		Text string              `json:"text"`
-		IDs  map[string][]uint32 `json:"ids"`
+		Text       string              `json:"text"`
+		IDs        map[string][]uint32 `json:"ids"`
+		IDsSpecial map[string][]uint32 `json:"ids_special"`
 	} `json:"cases"`
 	Chats []struct {
 		Model    string    `json:"model"`
@@ -74,6 +75,29 @@ func models(t testing.TB) (map[string]*Tokenizer, *reference) {
 			return
 		}
 		loaded["qwen2_5_ignore_merges"] = b
+		// As scripts/tokref/gen.mjs: a TemplateProcessing post-processor
+		// wrapping the sequence in <|endoftext|> ... <|im_end|>.
+		j["model"].(map[string]any)["ignore_merges"] = false
+		st := func(content string, id int) map[string]any {
+			return map[string]any{"id": content, "ids": []int{id}, "tokens": []string{content}}
+		}
+		j["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+			map[string]any{"type": "ByteLevel"},
+			map[string]any{
+				"type": "TemplateProcessing",
+				"single": []any{
+					map[string]any{"SpecialToken": map[string]any{"id": "<|endoftext|>", "type_id": 0}},
+					map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+					map[string]any{"SpecialToken": map[string]any{"id": "<|im_end|>", "type_id": 0}},
+				},
+				"special_tokens": map[string]any{"<|endoftext|>": st("<|endoftext|>", 151643), "<|im_end|>": st("<|im_end|>", 151645)},
+			},
+		}}
+		if b, err = json.Marshal(j); err != nil {
+			loadErr = err
+			return
+		}
+		loaded["qwen2_5_template"] = b
 		loadedTk = map[string]*Tokenizer{}
 		for name, b := range loaded {
 			tk, err := Load(b, Options{})
@@ -115,6 +139,53 @@ func TestEncodeMatchesReference(t *testing.T) {
 				t.Errorf("%s case %d %q:\n got %v\nwant %v", name, i, short(c.Text), short2(got), short2(want))
 			}
 		}
+	}
+}
+
+func TestEncodeWithSpecialTokensMatchesReference(t *testing.T) {
+	tks, ref := models(t)
+	n := 0
+	for name, tk := range tks {
+		for i, c := range ref.Cases {
+			want, ok := c.IDsSpecial[name]
+			if !ok {
+				continue
+			}
+			n++
+			got, err := tk.EncodeWithSpecialTokens(c.Text)
+			if err != nil {
+				t.Fatalf("%s case %d: %v", name, i, err)
+			}
+			if !equalIDs(got, want) {
+				t.Errorf("%s case %d %q with special tokens:\n got %v\nwant %v", name, i, short(c.Text), short2(got), short2(want))
+			}
+		}
+	}
+	if n < 150 {
+		t.Fatalf("only %d add_special_tokens references", n)
+	}
+}
+
+func TestEncodeWithSpecialTokensRefusesUnknownPostProcessor(t *testing.T) {
+	models(t)
+	var j map[string]any
+	if err := json.Unmarshal(loaded["gpt2"], &j); err != nil {
+		t.Fatal(err)
+	}
+	j["post_processor"] = map[string]any{"type": "RobertaProcessing", "sep": []any{"</s>", 2}, "cls": []any{"<s>", 0}}
+	b, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(b, Options{})
+	if err != nil {
+		t.Fatalf("Load: %v (Encode does not need the post-processor)", err)
+	}
+	if _, err := tk.Encode("hi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tk.EncodeWithSpecialTokens("hi"); err == nil {
+		t.Fatal("EncodeWithSpecialTokens ignored an unsupported post-processor")
 	}
 }
 

@@ -34,6 +34,36 @@ const models = {
   j.model.ignore_merges = true;
   models.qwen2_5_ignore_merges = { tok: JSON.stringify(j) };
 }
+// The same Qwen file with a TemplateProcessing post-processor (as Llama 3's
+// adds <|begin_of_text|>), for add_special_tokens=True.
+{
+  const j = JSON.parse(models.qwen2_5.tok);
+  const st = (content) => {
+    const id = j.added_tokens.find((t) => t.content === content).id;
+    return { id: content, ids: [id], tokens: [content] };
+  };
+  j.post_processor = {
+    type: "Sequence",
+    processors: [
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+      {
+        type: "TemplateProcessing",
+        single: [
+          { SpecialToken: { id: "<|endoftext|>", type_id: 0 } },
+          { Sequence: { id: "A", type_id: 0 } },
+          { SpecialToken: { id: "<|im_end|>", type_id: 0 } },
+        ],
+        pair: [
+          { SpecialToken: { id: "<|endoftext|>", type_id: 0 } },
+          { Sequence: { id: "A", type_id: 0 } },
+          { Sequence: { id: "B", type_id: 1 } },
+        ],
+        special_tokens: { "<|endoftext|>": st("<|endoftext|>"), "<|im_end|>": st("<|im_end|>") },
+      },
+    ],
+  };
+  models.qwen2_5_template = { tok: JSON.stringify(j) };
+}
 
 function para(i) {
   return `Section ${i}: The quick brown fox (id=${i * 7919}) jumps over the lazy dog.\n` +
@@ -133,15 +163,19 @@ const encoded = {};
 for (const [name, m] of Object.entries(models)) {
   m.t = Tokenizer.fromString(m.tok);
 }
-async function ids(m, text) {
-  const e = await m.t.encode(text, null, { addSpecialTokens: false });
+async function ids(m, text, addSpecialTokens = false) {
+  const e = await m.t.encode(text, null, { addSpecialTokens });
   return Array.from(e.getIds());
 }
 
 const out = { generator: "scripts/tokref/gen.mjs", tokenizers: require("tokenizers/package.json").version, cases: [], chats: [] };
 for (const text of texts) {
-  const c = { text, ids: {} };
-  for (const [name, m] of Object.entries(models)) c.ids[name] = await ids(m, text);
+  const c = { text, ids: {}, ids_special: {} };
+  for (const [name, m] of Object.entries(models)) {
+    c.ids[name] = await ids(m, text);
+    // add_special_tokens=True, on the shorter strings only (size).
+    if (text.length < 1000) c.ids_special[name] = await ids(m, text, true);
+  }
   out.cases.push(c);
 }
 const tmpl = models.qwen2_5.cfg.chat_template;

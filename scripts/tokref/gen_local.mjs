@@ -17,10 +17,13 @@ const t = Tokenizer.fromFile(path.join(dir, "tokenizer.json"));
 const cfgFile = path.join(dir, "tokenizer_config.json");
 const cfg = fs.existsSync(cfgFile) ? JSON.parse(fs.readFileSync(cfgFile, "utf8")) : {};
 const tokStr = (v) => (v == null ? undefined : typeof v === "string" ? v : v.content);
-const ids = async (text) => Array.from((await t.encode(text, null, { addSpecialTokens: false })).getIds());
+const ids = async (text, addSpecialTokens = false) =>
+  Array.from((await t.encode(text, null, { addSpecialTokens })).getIds());
 
 const out = { tokenizers: require("tokenizers/package.json").version, cases: [], chats: [] };
-for (const c of ref.cases) out.cases.push({ text: c.text, ids: await ids(c.text) });
+for (const c of ref.cases) {
+  out.cases.push({ text: c.text, ids: await ids(c.text), ids_special: await ids(c.text, true) });
+}
 if (typeof cfg.chat_template === "string") {
   const tmpl = new Template(cfg.chat_template);
   for (const c of ref.chats) {

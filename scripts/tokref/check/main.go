@@ -36,8 +36,9 @@ func run(dir, refFile string) error {
 	}
 	var ref struct {
 		Cases []struct {
-			Text string   `json:"text"`
-			IDs  []uint32 `json:"ids"`
+			Text       string   `json:"text"`
+			IDs        []uint32 `json:"ids"`
+			IDsSpecial []uint32 `json:"ids_special"`
 		} `json:"cases"`
 		Chats []struct {
 			Messages []hftok.Message `json:"messages"`
@@ -54,6 +55,14 @@ func run(dir, refFile string) error {
 		if err != nil || !slices.Equal(got, c.IDs) {
 			bad++
 			fmt.Printf("case %d %.60q: ids differ (err %v)\n", i, c.Text, err)
+			continue
+		}
+		if c.IDsSpecial == nil {
+			continue
+		}
+		if got, err := tk.EncodeWithSpecialTokens(c.Text); err != nil || !slices.Equal(got, c.IDsSpecial) {
+			bad++
+			fmt.Printf("case %d %.60q: ids with special tokens differ (err %v)\n", i, c.Text, err)
 		}
 	}
 	if len(ref.Chats) > 0 {
