@@ -1,0 +1,195 @@
+package hftok
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// jinjaLib names the template engine in errors, so that a template the
+// library cannot handle is reported as that and not as a bad template.
+const jinjaLib = "github.com/ardanlabs/jinja v1.8.0"
+
+// Message is one OpenAI-style chat message with text content.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatTemplate is a compiled chat template. It is safe for concurrent use.
+type ChatTemplate struct {
+	tmpl *jinja.Template
+	// vars are the special-token variables transformers passes to the
+	// template (its special_tokens_map: only the tokens that are set).
+	vars map[string]string
+	// extra are further variables, for tests (a pinned strftime_now).
+	extra map[string]jinja.Value
+}
+
+// TemplateError is an error the template raised itself through
+// raise_exception (a conversation the model does not accept), as opposed
+// to one the template engine hit.
+type TemplateError struct{ Message string }
+
+func (e *TemplateError) Error() string { return "hftok: chat template: " + e.Message }
+
+// SpecialTokens are the special-token variables a template may use.
+// An empty string leaves the variable undefined, as transformers does
+// for a token the tokenizer does not set.
+type SpecialTokens struct {
+	BOS, EOS, UNK, PAD string
+}
+
+// NewChatTemplate compiles a chat template source.
+func NewChatTemplate(source string, tokens SpecialTokens) (ct *ChatTemplate, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ct, err = nil, fmt.Errorf("hftok: chat template: %s panicked compiling it: %v", jinjaLib, p)
+		}
+	}()
+	tmpl, err := jinja.Compile(dropAdjacentTrim(source))
+	if err != nil {
+		return nil, fmt.Errorf("hftok: chat template: %s cannot compile it: %w", jinjaLib, err)
+	}
+	vars := map[string]string{}
+	for name, v := range map[string]string{
+		"bos_token": tokens.BOS, "eos_token": tokens.EOS,
+		"unk_token": tokens.UNK, "pad_token": tokens.PAD,
+	} {
+		if v != "" {
+			vars[name] = v
+		}
+	}
+	return &ChatTemplate{tmpl: tmpl, vars: vars}, nil
+}
+
+// LoadChatTemplateFile reads the chat template and special tokens from a
+// tokenizer_config.json.
+func LoadChatTemplateFile(path string) (*ChatTemplate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hftok: %w", err)
+	}
+	return LoadChatTemplate(b)
+}
+
+// LoadChatTemplate reads the chat template and special tokens from the
+// contents of a tokenizer_config.json. A chat_template given as a list of
+// named templates uses the one named "default", as transformers does
+// without tools.
+func LoadChatTemplate(tokenizerConfig []byte) (*ChatTemplate, error) {
+	var cfg struct {
+		ChatTemplate json.RawMessage `json:"chat_template"`
+		BOS          json.RawMessage `json:"bos_token"`
+		EOS          json.RawMessage `json:"eos_token"`
+		UNK          json.RawMessage `json:"unk_token"`
+		PAD          json.RawMessage `json:"pad_token"`
+	}
+	if err := json.Unmarshal(tokenizerConfig, &cfg); err != nil {
+		return nil, fmt.Errorf("hftok: tokenizer_config.json: %w", err)
+	}
+	if isNull(cfg.ChatTemplate) {
+		return nil, errors.New("hftok: tokenizer_config.json has no chat_template")
+	}
+	var source string
+	if err := json.Unmarshal(cfg.ChatTemplate, &source); err != nil {
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		if err := json.Unmarshal(cfg.ChatTemplate, &named); err != nil {
+			return nil, errors.New("hftok: chat_template is neither a string nor a list of named templates")
+		}
+		for _, n := range named {
+			if n.Name == "default" {
+				source = n.Template
+			}
+		}
+		if source == "" {
+			return nil, errors.New("hftok: chat_template list has no template named \"default\"")
+		}
+	}
+	var toks SpecialTokens
+	for _, f := range []struct {
+		raw json.RawMessage
+		dst *string
+	}{{cfg.BOS, &toks.BOS}, {cfg.EOS, &toks.EOS}, {cfg.UNK, &toks.UNK}, {cfg.PAD, &toks.PAD}} {
+		s, err := tokenString(f.raw)
+		if err != nil {
+			return nil, err
+		}
+		*f.dst = s
+	}
+	return NewChatTemplate(source, toks)
+}
+
+// tokenString reads a special token written as a string or as an added-token
+// object ({"content": ...}).
+func tokenString(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return "", fmt.Errorf("hftok: special token %s is neither a string nor an object", raw)
+	}
+	return obj.Content, nil
+}
+
+// Render applies the template to messages with add_generation_prompt true
+// and no tools, the prompt vLLM builds for a chat completion.
+func (c *ChatTemplate) Render(messages []Message) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("hftok: chat template: %s panicked rendering it: %v", jinjaLib, p)
+		}
+	}()
+	msgs := make([]jinja.Value, len(messages))
+	for i, m := range messages {
+		d := jinja.NewDict()
+		d.AsDict().Set("role", jinja.NewString(m.Role))
+		d.AsDict().Set("content", jinja.NewString(m.Content))
+		msgs[i] = d
+	}
+	data := make(map[string]jinja.Value, len(c.vars)+3)
+	for k, v := range c.vars {
+		data[k] = jinja.NewString(v)
+	}
+	for k, v := range c.extra {
+		data[k] = v
+	}
+	data["messages"] = jinja.NewList(msgs)
+	data["add_generation_prompt"] = jinja.NewBool(true)
+	var raised *TemplateError
+	data["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		msg := "raise_exception called"
+		if len(args) > 0 && args[0].IsString() {
+			msg = args[0].AsString()
+		} else if len(args) > 0 {
+			msg = args[0].String()
+		}
+		raised = &TemplateError{Message: msg}
+		return jinja.Undefined(), raised
+	})
+	out, err = c.tmpl.RenderValues(data)
+	if err != nil {
+		if raised != nil {
+			return "", raised
+		}
+		if strings.Contains(err.Error(), "unknown filter") {
+			return "", fmt.Errorf("hftok: chat template uses a filter %s lacks: %w", jinjaLib, err)
+		}
+		return "", fmt.Errorf("hftok: chat template: %s failed to render it: %w", jinjaLib, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,97 @@
+package hftok
+
+import (
+	"regexp"
+	"strings"
+)
+
+// dropAdjacentTrim works around a whitespace bug in ardanlabs/jinja v1.8.0:
+// a left-trimming tag ({{-, {%-, {#-) that directly follows another tag
+// trims the text before that other tag ("A: {{ x }}{%- endif %}" renders
+// "A:x"). In Jinja2 the trim is a no-op there (no text lies between the two
+// tags), so dropping its "-" keeps Jinja2's meaning and avoids the bug.
+// The scan skips string literals inside tags and {% raw %} blocks.
+func dropAdjacentTrim(src string) string {
+	var b strings.Builder
+	b.Grow(len(src))
+	prevEnd := -1 // index just past the previous tag's closer
+	i := 0
+	for i < len(src) {
+		j := nextOpener(src, i)
+		if j < 0 {
+			b.WriteString(src[i:])
+			break
+		}
+		b.WriteString(src[i:j])
+		opener := src[j : j+2]
+		k := j + 2
+		b.WriteString(opener)
+		if k < len(src) && src[k] == '-' && j == prevEnd {
+			k++ // drop the no-op trim
+		}
+		end := tagEnd(src, k, opener)
+		b.WriteString(src[k:end])
+		if opener == "{%" && isRawTag(src[k:end]) {
+			// Copy a raw block verbatim up to and including its endraw.
+			loc := endRaw.FindStringIndex(src[end:])
+			if loc == nil {
+				b.WriteString(src[end:])
+				break
+			}
+			b.WriteString(src[end : end+loc[1]])
+			end += loc[1]
+		}
+		prevEnd = end
+		i = end
+	}
+	return b.String()
+}
+
+var (
+	rawTag = regexp.MustCompile(`^-?\s*raw\s*-?%}$`)
+	endRaw = regexp.MustCompile(`{%-?\s*endraw\s*-?%}`)
+)
+
+func isRawTag(body string) bool { return rawTag.MatchString(body) }
+
+// nextOpener returns the index of the next "{{", "{%" or "{#" at or after i.
+func nextOpener(s string, i int) int {
+	for {
+		j := strings.IndexByte(s[i:], '{')
+		if j < 0 || i+j+1 >= len(s) {
+			return -1
+		}
+		j += i
+		if c := s[j+1]; c == '{' || c == '%' || c == '#' {
+			return j
+		}
+		i = j + 1
+	}
+}
+
+// tagEnd returns the index just past the closer of a tag whose body starts
+// at k, skipping string literals in expressions; len(s) if unclosed.
+func tagEnd(s string, k int, opener string) int {
+	closer := map[string]string{"{{": "}}", "{%": "%}", "{#": "#}"}[opener]
+	if opener == "{#" {
+		if e := strings.Index(s[k:], closer); e >= 0 {
+			return k + e + 2
+		}
+		return len(s)
+	}
+	for p := k; p < len(s); p++ {
+		switch c := s[p]; c {
+		case '\'', '"':
+			for p++; p < len(s) && s[p] != c; p++ {
+				if s[p] == '\\' {
+					p++
+				}
+			}
+		default:
+			if strings.HasPrefix(s[p:], closer) {
+				return p + 2
+			}
+		}
+	}
+	return len(s)
+}
