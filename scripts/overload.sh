@@ -7,7 +7,8 @@
 #   scripts/overload.sh traces     # 24 trace runs, every policy and cost+fc (~10 min on 2 cores)
 #   scripts/overload.sh flood      # the flood workload and its polite tenants alone
 #   scripts/overload.sh priority   # a priority mix at 1x and 2x
-#   scripts/overload.sh all        # the three; then the tables
+#   scripts/overload.sh workloads  # 30 workload runs, every policy and cost+fc (~15 min)
+#   scripts/overload.sh all        # the four; then the tables
 #   scripts/overload.sh tables     # the tables of what $OUT holds
 #
 # Trace runs: TRACE on 4 and 8 replicas at 1x, 1.5x, 2x and 3x (--speed).
@@ -18,6 +19,10 @@
 # behind flow control with the learned limits); a second, cheap run of each
 # has cost+fc alone with the limit configured to the engine's max_num_seqs
 # (--max-running 64, NAME-mr64.json).
+#
+# Workload runs (wl-WORKLOAD-NxS): the bundled workloads on 4 and 8 replicas
+# at 1.5x, 2x and 3x (--speed S: a workload's default rate already scales
+# with --replicas).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/llmlb-overload}
@@ -50,6 +55,15 @@ flood() {
     runs+=("polite-$n|--workload flood-polite --replicas $n --duration 10m --policies rr,least-request,prefix-tree,cost,cost+fc")
   done
 }
+workloads() {
+  for w in chat agentic mixed oneshot longshort; do
+    for n in 4 8; do
+      for s in 1.5 2 3; do
+        runs+=("wl-$w-${n}x$s|--workload $w --replicas $n --speed $s --policies $ALL")
+      done
+    done
+  done
+}
 priority() {
   for n in 4 8; do
     for s in 1 2; do
@@ -64,9 +78,10 @@ case ${1:-all} in
   traces) traces ;;
   flood) flood ;;
   priority) priority ;;
-  all) traces; flood; priority ;;
+  workloads) workloads ;;
+  all) traces; flood; priority; workloads ;;
   tables) ;;
-  *) echo "usage: $0 traces|flood|priority|all|tables" >&2; exit 2 ;;
+  *) echo "usage: $0 traces|flood|priority|workloads|all|tables" >&2; exit 2 ;;
 esac
 
 i=0

@@ -83,18 +83,21 @@ func limit(r bench.Result) string {
 	return fmt.Sprintf("%.0f (%.0f-%.0f), %.0f%%", s.LearnedMaxRunning.P50, s.LearnedMaxRunning.Min, s.LearnedMaxRunning.Max, 100*s.SaturatedShare)
 }
 
-// traceRun is a trace run's name parsed: conv-4x1.5.
+// traceRun is a trace or workload run's name parsed: conv-4x1.5,
+// wl-agentic-8x2.
 type traceRun struct {
 	name, trace string
 	replicas    int
 	speed       float64
+	workload    bool
 }
 
 func traceRuns(reps map[string]*bench.Report) []traceRun {
 	var out []traceRun
 	for name := range reps {
-		t, rest, ok := strings.Cut(name, "-")
-		if !ok || (t != "conv" && t != "mc" && t != "az") || strings.Contains(rest, "-") {
+		base, workload := strings.CutPrefix(name, "wl-")
+		t, rest, ok := strings.Cut(base, "-")
+		if !ok || strings.Contains(rest, "-") || (!workload && t != "conv" && t != "mc" && t != "az") {
 			continue
 		}
 		n, s, ok := strings.Cut(rest, "x")
@@ -103,12 +106,18 @@ func traceRuns(reps map[string]*bench.Report) []traceRun {
 		if !ok || err1 != nil || err2 != nil {
 			continue
 		}
-		out = append(out, traceRun{name, t, replicas, speed})
+		out = append(out, traceRun{name, t, replicas, speed, workload})
 	}
 	order := map[string]int{"conv": 0, "mc": 1, "az": 2}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
+		if a.workload != b.workload {
+			return !a.workload
+		}
 		if a.trace != b.trace {
+			if a.workload {
+				return a.trace < b.trace
+			}
 			return order[a.trace] < order[b.trace]
 		}
 		if a.replicas != b.replicas {
@@ -126,8 +135,12 @@ func traceTable(reps map[string]*bench.Report) {
 	}
 	fmt.Println("| run | cost p50 / P99 | cost+fc p50 / P99, refused | best other P99 | fc P99 / best other | fc p50 / cost p50 | learned limit p50 (min-max), saturated | cost+fc, max_running 64: p50 / P99, refused |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
-	var met, goal, p50met, runsN, mrMet, mrP50met, mrN int
+	var met, goal, p50met, runsN, mrMet, mrP50met, mrN [2]int // traces, workloads
 	for _, tr := range runs {
+		k := 0
+		if tr.workload {
+			k = 1
+		}
 		rep := reps[tr.name]
 		cost, ok1 := result(rep, "cost")
 		fc, ok2 := result(rep, "cost+fc")
@@ -147,34 +160,45 @@ func traceTable(reps map[string]*bench.Report) {
 		if m, ok := result(reps[tr.name+"-mr64"], "cost+fc"); ok {
 			mr = fmt.Sprintf("%s / %s, %s", sec(m.TTFT.P50), sec(m.TTFT.P99), refusedPct(m))
 			if tr.speed > 1 {
-				mrN++
+				mrN[k]++
 				if m.TTFT.P99 <= best {
-					mrMet++
+					mrMet[k]++
 				}
 				if m.TTFT.P50 <= 1.05*cost.TTFT.P50 {
-					mrP50met++
+					mrP50met[k]++
 				}
 			}
 		}
 		p99r, p50r := fc.TTFT.P99/best, fc.TTFT.P50/cost.TTFT.P50
 		if tr.speed > 1 { // the overload runs
-			runsN++
+			runsN[k]++
 			if p99r <= 1 {
-				met++
+				met[k]++
 			}
 			if p99r <= 0.8 {
-				goal++
+				goal[k]++
 			}
 			if p50r <= 1.05 {
-				p50met++
+				p50met[k]++
 			}
 		}
 		fmt.Printf("| %s %d x %gx | %s / %s | %s / %s, %s | %s (%s) | %.2fx | %.2fx | %s | %s |\n",
 			tr.trace, tr.replicas, tr.speed, sec(cost.TTFT.P50), sec(cost.TTFT.P99),
 			sec(fc.TTFT.P50), sec(fc.TTFT.P99), refusedPct(fc), sec(best), bestName, p99r, p50r, limit(fc), mr)
 	}
-	fmt.Printf("\nOverload runs (1.5x-3x): cost+fc P99 <= the best other's on %d of %d (<= 0.8x on %d), p50 <= 1.05x cost's on %d of %d; "+
-		"with max_running 64: %d and %d of %d\n\n", met, runsN, goal, p50met, runsN, mrMet, mrP50met, mrN)
+	fmt.Println()
+	for k, what := range []string{"Trace", "Workload"} {
+		if runsN[k] == 0 {
+			continue
+		}
+		fmt.Printf("%s overload runs (1.5x-3x): cost+fc P99 <= the best other's on %d of %d (<= 0.8x on %d), p50 <= 1.05x cost's on %d of %d",
+			what, met[k], runsN[k], goal[k], p50met[k], runsN[k])
+		if mrN[k] > 0 {
+			fmt.Printf("; with max_running 64: %d and %d of %d", mrMet[k], mrP50met[k], mrN[k])
+		}
+		fmt.Println()
+	}
+	fmt.Println()
 	for _, name := range []string{"conv-4x2", "az-4x2"} {
 		if fc, ok := result(reps[name], "cost+fc"); ok && fc.FlowControl != nil && fc.FlowControl.Saturation != nil {
 			seriesTable(name, fc.FlowControl.Saturation)
