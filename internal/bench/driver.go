@@ -373,7 +373,7 @@ const scrapeFollowUp = 6
 
 // ownPolicies are llmlb's policies, whose runs behind flow control scrape
 // as serve does, follow-ups included (run.followUps).
-var ownPolicies = []string{policy.NameCost, "llmlb", "llmlb-warm"}
+var ownPolicies = []string{policy.NameCost, policy.NameLLMLB, policy.NameLLMLBWarm}
 
 // mark fires once at Duration: the throughput window closes here.
 func (r *run) mark() {
