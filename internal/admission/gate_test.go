@@ -359,80 +359,22 @@ func blocks(from uint64, n int) []uint64 {
 	return out
 }
 
-// TestGatePrefersAHeldRequestWhoseCacheHasRoom: when a slot frees on a
-// replica that does not hold the context of the request whose turn it is,
-// and the replica that does is full, the slot goes to the next request of
-// the same flow that loses nothing there (delay scheduling); the passed-over
-// request goes to its own replica once that one has room, or anywhere once
-// it has waited locality_wait.
-func TestGatePrefersAHeldRequestWhoseCacheHasRoom(t *testing.T) {
-	for _, waited := range []bool{false, true} {
-		cfg := balancer.DefaultConfig()
-		cfg.Saturation.MaxRunning = 1
-		b, err := balancer.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := b.AddReplica(balancer.ReplicaSpec{Name: name, URL: "http://" + name, Models: []string{"m"}}, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// A conversation's first turn runs on one replica (its holder), a
-		// request of another conversation on the other: both are full.
-		turn1 := &balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(1000, 64)}
-		first, err := b.Select(turn1, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		holder := first.Replica
-		other, err := b.Select(&balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(5000, 64)}, t0)
-		if err != nil || other.Replica == holder {
-			t.Fatalf("second request on %v (err %v), want the replica other than %s", other, err, holder)
-		}
-		if !b.Saturated("m", t0) {
-			t.Fatal("two full replicas are not a saturated pool")
-		}
-		qcfg := flowcontrol.DefaultConfig()
-		qcfg.LIFOAfter = 0 // first come, first served: the second turn's is the turn
-		qcfg.LocalityScan = 16
-		g := New(b, qcfg)
-		// The conversation's second turn (its first turn's prompt and
-		// more), then a new conversation's first: held, in that order.
-		turn2 := &Request{ID: 1, Profile: &balancer.Profile{Model: "m", PromptTokens: 80 * 16, PromptBlocks: append(blocks(1000, 64), blocks(2000, 16)...)}}
-		fresh := &Request{ID: 2, Profile: &balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(9000, 64)}}
-		for _, r := range []*Request{turn2, fresh} {
-			if d, _ := g.Admit(r, t0); d.Outcome != flowcontrol.Queued {
-				t.Fatalf("request %d: %v, want queued", r.ID, d.Outcome)
-			}
-		}
-		now := t0.Add(time.Second)
-		if waited {
-			now = t0.Add(qcfg.LocalityWait)
-		}
-		b.Release(other, balancer.OutcomeOK, now) // a slot frees where turn2's context is not
-		got := g.Pump(now)
-		want, on := fresh, other.Replica
-		if waited {
-			want = turn2 // it has waited locality_wait: it goes where the slot is
-		}
-		if len(got) != 1 || got[0].Err != nil || got[0].Request != want || got[0].Res.Replica != on {
-			t.Fatalf("waited %v: pump = %+v, want request %d on %s", waited, got, want.ID, on)
-		}
-		if waited {
-			continue
-		}
-		b.Release(first, balancer.OutcomeOK, now) // now its holder has room
-		got = g.Pump(now)
-		if len(got) != 1 || got[0].Request != turn2 || got[0].Res.Replica != holder {
-			t.Fatalf("pump = %+v, want the second turn on its holder %s", got, holder)
-		}
-	}
+// conversation is a saturated pool of replicas a and b (one slot each) for
+// the locality tests: a conversation's first turn runs on one (its
+// holder), another conversation's request on the other; then that
+// conversation's second turn (its first turn's prompt and more) and a new
+// conversation's first request are held, in that order, by a gate with
+// first come, first served order and the given locality scan.
+type conversation struct {
+	b            *balancer.Balancer
+	g            *Gate
+	cfg          flowcontrol.Config
+	first, other *balancer.Reservation
+	turn2, fresh *Request
 }
 
-// TestGateTakesHeldRequestsInTurnWithoutLocality: locality_scan 0 (the
-// default) keeps a flow's order whatever the caches hold.
-func TestGateTakesHeldRequestsInTurnWithoutLocality(t *testing.T) {
+func newConversation(t *testing.T, scan int) *conversation {
+	t.Helper()
 	cfg := balancer.DefaultConfig()
 	cfg.Saturation.MaxRunning = 1
 	b, err := balancer.New(cfg)
@@ -444,18 +386,70 @@ func TestGateTakesHeldRequestsInTurnWithoutLocality(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first, _ := b.Select(&balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(1000, 64)}, t0)
-	other, _ := b.Select(&balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(5000, 64)}, t0)
-	qcfg := flowcontrol.DefaultConfig()
-	qcfg.LocalityScan = 0
-	g := New(b, qcfg)
-	turn2 := &Request{ID: 1, Profile: &balancer.Profile{Model: "m", PromptTokens: 80 * 16, PromptBlocks: append(blocks(1000, 64), blocks(2000, 16)...)}}
-	fresh := &Request{ID: 2, Profile: &balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(9000, 64)}}
-	g.Admit(turn2, t0)
-	g.Admit(fresh, t0)
-	b.Release(other, balancer.OutcomeOK, t0)
-	if got := g.Pump(t0); len(got) != 1 || got[0].Request != turn2 {
+	c := &conversation{b: b}
+	if c.first, err = b.Select(&balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(1000, 64)}, t0); err != nil {
+		t.Fatal(err)
+	}
+	c.other, err = b.Select(&balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(5000, 64)}, t0)
+	if err != nil || c.other.Replica == c.first.Replica {
+		t.Fatalf("second request on %v (err %v), want the replica other than %s", c.other, err, c.first.Replica)
+	}
+	if !b.Saturated("m", t0) {
+		t.Fatal("two full replicas are not a saturated pool")
+	}
+	c.cfg = flowcontrol.DefaultConfig()
+	c.cfg.LIFOAfter = 0 // first come, first served: the second turn's is the turn
+	c.cfg.LocalityScan = scan
+	c.g = New(b, c.cfg)
+	c.turn2 = &Request{ID: 1, Profile: &balancer.Profile{Model: "m", PromptTokens: 80 * 16, PromptBlocks: append(blocks(1000, 64), blocks(2000, 16)...)}}
+	c.fresh = &Request{ID: 2, Profile: &balancer.Profile{Model: "m", PromptTokens: 64 * 16, PromptBlocks: blocks(9000, 64)}}
+	for _, r := range []*Request{c.turn2, c.fresh} {
+		if d, _ := c.g.Admit(r, t0); d.Outcome != flowcontrol.Queued {
+			t.Fatalf("request %d: %v, want queued", r.ID, d.Outcome)
+		}
+	}
+	return c
+}
+
+// TestGatePrefersAHeldRequestWhoseCacheHasRoom: when a slot frees on a
+// replica that does not hold the context of the request whose turn it is,
+// and the replica that does is full, the slot goes to the next request of
+// the same flow that loses nothing there (delay scheduling); the passed-over
+// request goes to its own replica once that one has room, or anywhere once
+// it has waited locality_wait.
+func TestGatePrefersAHeldRequestWhoseCacheHasRoom(t *testing.T) {
+	for _, waited := range []bool{false, true} {
+		c := newConversation(t, 16)
+		now := t0.Add(time.Second)
+		if waited {
+			now = t0.Add(c.cfg.LocalityWait)
+		}
+		c.b.Release(c.other, balancer.OutcomeOK, now) // a slot frees where turn2's context is not
+		got := c.g.Pump(now)
+		want := c.fresh
+		if waited {
+			want = c.turn2 // it has waited locality_wait: it goes where the slot is
+		}
+		if len(got) != 1 || got[0].Err != nil || got[0].Request != want || got[0].Res.Replica != c.other.Replica {
+			t.Fatalf("waited %v: pump = %+v, want request %d on %s", waited, got, want.ID, c.other.Replica)
+		}
+		if waited {
+			continue
+		}
+		c.b.Release(c.first, balancer.OutcomeOK, now) // now its holder has room
+		got = c.g.Pump(now)
+		if len(got) != 1 || got[0].Request != c.turn2 || got[0].Res.Replica != c.first.Replica {
+			t.Fatalf("pump = %+v, want the second turn on its holder %s", got, c.first.Replica)
+		}
+	}
+}
+
+// TestGateTakesHeldRequestsInTurnWithoutLocality: locality_scan 0 (the
+// default) keeps a flow's order whatever the caches hold.
+func TestGateTakesHeldRequestsInTurnWithoutLocality(t *testing.T) {
+	c := newConversation(t, 0)
+	c.b.Release(c.other, balancer.OutcomeOK, t0)
+	if got := c.g.Pump(t0); len(got) != 1 || got[0].Request != c.turn2 {
 		t.Fatalf("pump = %+v, want the second turn (first in turn)", got)
 	}
-	_ = first
 }
