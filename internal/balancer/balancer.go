@@ -755,7 +755,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
 			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r, false),
-			TentativeMaxRunning: r.tentativeLimit(),
+			TentativeMaxRunning: b.tentativeLimit(r),
 		})
 		st := &out[len(out)-1]
 		st.TTFTPredictionError, st.TTFTPredictionRatio = r.ttft.summary()

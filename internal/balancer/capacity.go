@@ -296,9 +296,9 @@ func (b *Balancer) full(r *replica, barred bool) bool {
 		return true
 	}
 	limit := b.provisionalLimit(r)
-	if t := r.tentativeLimit(); barred && t > 0 && (limit <= 0 || t < limit) {
+	if t := b.tentativeLimit(r); barred && t > 0 && (limit <= 0 || t < limit) {
 		limit = t
-	} else if r.cap.probe {
+	} else if limit > 0 && r.cap.probe {
 		limit++
 	}
 	if limit <= 0 {
@@ -326,8 +326,8 @@ func (b *Balancer) full(r *replica, barred bool) bool {
 // control does not favour at a limit that may be too low costs them a few
 // seconds of throughput at worst, and leaves policy cost's pricing, which
 // reads the learned limit, as it was.
-func (r *replica) tentativeLimit() float64 {
-	if r.cap.tentative <= 0 {
+func (b *Balancer) tentativeLimit(r *replica) float64 {
+	if r.cap.tentative <= 0 || b.limit(r) > 0 {
 		return 0
 	}
 	if r.cap.tentativeProbe {
@@ -375,7 +375,7 @@ func (b *Balancer) hasRoom(r *replica, barred bool) bool {
 	if b.full(r, barred) {
 		return false
 	}
-	if b.provisionalLimit(r) > 0 || (barred && r.tentativeLimit() > 0) {
+	if b.provisionalLimit(r) > 0 || (barred && b.tentativeLimit(r) > 0) {
 		return true
 	}
 	if r.snap.Waiting >= 1 {

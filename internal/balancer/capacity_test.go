@@ -375,3 +375,20 @@ func TestScrapeSoonWhileContestedReplicasFill(t *testing.T) {
 		t.Fatal("follow-up for an unknown replica")
 	}
 }
+
+// TestSaturationConfiguredLimitHasNoTentativeOne: with
+// saturation.max_running set, contested requests are held at it less the
+// reserve, never at a tentative limit taken from a scrape.
+func TestSaturationConfiguredLimitHasNoTentativeOne(t *testing.T) {
+	b := newFleet(t, 1, func(c *Config) { c.Saturation.MaxRunning = 16 })
+	selectN(t, b, 10, t0)
+	b.SaturatedFor("", false, t0) // contested
+	b.ObserveScrape("a", Snapshot{Running: 8, Waiting: 2}, nil, t0.Add(time.Second))
+	now := t0.Add(time.Second)
+	if st := b.Replicas(now)[0]; st.TentativeMaxRunning != 0 {
+		t.Fatalf("tentative_max_running %v with max_running configured", st.TentativeMaxRunning)
+	}
+	if b.SaturatedFor("", false, now) {
+		t.Fatal("held at a tentative limit of 8 below the configured 16")
+	}
+}
