@@ -108,6 +108,7 @@ type capacity struct {
 	tentative      float64
 	tentativeProbe bool
 	rising         bool
+	followUps      int // follow-up scrapes asked for in a row (ScrapeSoon)
 }
 
 // defaultKVFullUsage is SaturationConfig.KVFullUsage's default, chosen on
@@ -162,7 +163,10 @@ const plateauScrapes = 3
 func (c *capacity) observe(snap Snapshot, sent int, kvFull float64, contested bool) {
 	c.atScrape = sent
 	c.queuedAt = c.queuedAt || (snap.Waiting >= 1 && snap.KVCacheUsage >= kvFull)
-	c.probe, c.tentativeProbe, c.rising = false, false, false
+	c.probe, c.tentativeProbe = false, false
+	if c.rising = false; !(snap.Waiting < 1 && snap.Running > c.free) {
+		c.followUps = 0 // not filling: the next rise may ask again
+	}
 	if !contested || c.learned > 0 {
 		c.tentative = 0
 	}
@@ -247,8 +251,17 @@ func (b *Balancer) ScrapeSoon(name string, now time.Time) bool {
 	if !ok || !r.lastScrapeOK || !b.contested(now) {
 		return false
 	}
-	return b.limit(r) <= 0 && r.cap.rising
+	if b.limit(r) > 0 || !r.cap.rising || r.cap.followUps >= maxFollowUps {
+		return false
+	}
+	r.cap.followUps++
+	return true
 }
+
+// maxFollowUps bounds the follow-up scrapes of a replica in a row: two
+// intervals' worth. A replica whose /metrics claim a running count that
+// rises on every scrape is then scraped at its interval again.
+const maxFollowUps = 12
 
 // limit returns the replica's running-slot limit: configured, else
 // learned, else 0 (not known: the replica is never full).

@@ -392,3 +392,28 @@ func TestSaturationConfiguredLimitHasNoTentativeOne(t *testing.T) {
 		t.Fatal("held at a tentative limit of 8 below the configured 16")
 	}
 }
+
+// TestScrapeSoonIsBounded: a replica that claims a higher running count on
+// every scrape gets at most maxFollowUps follow-ups in a row, then its
+// interval; one that stops rising may ask again later.
+func TestScrapeSoonIsBounded(t *testing.T) {
+	b := newFleet(t, 1, nil)
+	b.SaturatedFor("", false, t0)
+	soon := 0
+	for i := 1; i <= 3*maxFollowUps; i++ {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		b.ObserveScrape("a", Snapshot{Running: float64(i)}, nil, at)
+		if b.ScrapeSoon("a", at) {
+			soon++
+		}
+	}
+	if soon != maxFollowUps {
+		t.Fatalf("%d follow-ups for a replica rising on every scrape, want %d", soon, maxFollowUps)
+	}
+	at := t0.Add(time.Second)
+	b.ObserveScrape("a", Snapshot{Running: 1}, nil, at) // no longer rising
+	b.ObserveScrape("a", Snapshot{Running: 1000}, nil, at)
+	if !b.ScrapeSoon("a", at) {
+		t.Fatal("no follow-up after the replica stopped rising and rose again")
+	}
+}
