@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/llmlb/llmlb/internal/engine"
+	"github.com/llmlb/llmlb/internal/modeltok"
 	"github.com/llmlb/llmlb/internal/simreplica"
 )
 
@@ -39,6 +40,7 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	partial := fs.Int("partial-prefills", 0, "prefills that share a step's token budget: 1 serial (vLLM's default), more parallel (0 = the profile's)")
 	schedPolicy := fs.String("scheduling-policy", "fcfs", "the engines' waiting queue: fcfs (first come, first served; a request's non-zero priority is refused) or priority (the request's priority field, lower first), as vLLM's flag")
 	kvTokens := fs.Int("kv-tokens", 0, "override the profile's KV-cache size in tokens per replica (0 = the profile's)")
+	tokenizer := fs.String("tokenizer", "", "tokenize prompts with this model's own tokenizer (a model directory with tokenizer.json and its chat template, or a tokenizer.json), as a real engine does: blocks are then hashed as vLLM hashes them, from a random seed per replica, and KV events carry token ids; llmlb matches them with the same tokenizer under tokenizers[] (docs/KV_EVENTS.md)")
 	var kvEvents simKVEvents
 	kvEvents.flags(fs)
 	var faults faultFlags
@@ -74,6 +76,14 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	var tok simreplica.Tokenizer
+	if *tokenizer != "" {
+		m, err := modeltok.Load(*tokenizer)
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		tok = m
+	}
 	fleet, err := simreplica.StartFleet(ctx, simreplica.FleetOptions{
 		Replicas:      *replicas,
 		Profile:       *profile,
@@ -88,6 +98,7 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// The prefill model: serial or parallel.
 		MaxPartialPrefills: *partial,
 		PriorityScheduling: *schedPolicy == "priority",
+		Tokenizer:          tok,
 	})
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ func TestSimHelpAndBadFlags(t *testing.T) {
 	if err := simMain(context.Background(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
 	}
-	for _, args := range [][]string{{"--replicas", "0"}, {"--profile", "nope"}, {"--fault", "explode"}, {"extra"}} {
+	for _, args := range [][]string{{"--replicas", "0"}, {"--profile", "nope"}, {"--fault", "explode"}, {"extra"}, {"--tokenizer", "/nonexistent/model"}} {
 		if err := simMain(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}

@@ -15,6 +15,7 @@ var (
 	descKVBlocks     = prometheus.NewDesc("llmlb_kv_events_blocks", "Blocks the replica's events say it holds (any medium), as recorded in the index.", []string{"replica"}, nil)
 	descKVApplied    = prometheus.NewDesc("llmlb_kv_events_applied_total", "KV cache events applied to the index from the replica (stored, removed, cleared).", []string{"replica"}, nil)
 	descKVRefused    = prometheus.NewDesc("llmlb_kv_events_refused_blocks_total", "Stored blocks the index refused because the replica's share of the index budget was full.", []string{"replica"}, nil)
+	descKVUnkeyed    = prometheus.NewDesc("llmlb_kv_events_unkeyed_blocks_total", "Stored blocks the index could not key by their token ids (with tokenizers configured): a parent it never saw, a LoRA adapter, a block size that is not a multiple of 16.", []string{"replica"}, nil)
 	descKVAge        = prometheus.NewDesc("llmlb_kv_events_last_batch_age_seconds", "Seconds since the replica's last batch of events was applied (no series before its first batch, or after its entries were forgotten).", []string{"replica"}, nil)
 )
 
@@ -38,7 +39,7 @@ type kvCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKVSubscribed, descKVBlocks, descKVApplied, descKVRefused, descKVAge} {
+	for _, d := range []*prometheus.Desc{descKVSubscribed, descKVBlocks, descKVApplied, descKVRefused, descKVUnkeyed, descKVAge} {
 		ch <- d
 	}
 }
@@ -57,6 +58,7 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(st.Blocks), name)
 		ch <- prometheus.MustNewConstMetric(descKVApplied, prometheus.CounterValue, float64(st.Events), name)
 		ch <- prometheus.MustNewConstMetric(descKVRefused, prometheus.CounterValue, float64(st.Refused), name)
+		ch <- prometheus.MustNewConstMetric(descKVUnkeyed, prometheus.CounterValue, float64(st.Unkeyed), name)
 		if !st.Last.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descKVAge, prometheus.GaugeValue, max(0, now.Sub(st.Last).Seconds()), name)
 		}

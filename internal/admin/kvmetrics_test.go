@@ -51,13 +51,16 @@ llmlb_kv_events_applied_total{replica="a"} 2
 # HELP llmlb_kv_events_refused_blocks_total Stored blocks the index refused because the replica's share of the index budget was full.
 # TYPE llmlb_kv_events_refused_blocks_total counter
 llmlb_kv_events_refused_blocks_total{replica="a"} 0
+# HELP llmlb_kv_events_unkeyed_blocks_total Stored blocks the index could not key by their token ids (with tokenizers configured): a parent it never saw, a LoRA adapter, a block size that is not a multiple of 16.
+# TYPE llmlb_kv_events_unkeyed_blocks_total counter
+llmlb_kv_events_unkeyed_blocks_total{replica="a"} 0
 # HELP llmlb_kv_events_last_batch_age_seconds Seconds since the replica's last batch of events was applied (no series before its first batch, or after its entries were forgotten).
 # TYPE llmlb_kv_events_last_batch_age_seconds gauge
 llmlb_kv_events_last_batch_age_seconds{replica="a"} 7
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want),
 		"llmlb_kv_events_subscribed", "llmlb_kv_events_blocks", "llmlb_kv_events_applied_total",
-		"llmlb_kv_events_refused_blocks_total", "llmlb_kv_events_last_batch_age_seconds"); err != nil {
+		"llmlb_kv_events_refused_blocks_total", "llmlb_kv_events_unkeyed_blocks_total", "llmlb_kv_events_last_batch_age_seconds"); err != nil {
 		t.Fatal(err)
 	}
 }

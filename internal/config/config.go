@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/discovery"
+	"github.com/llmlb/llmlb/internal/modeltok"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/replicaurl"
 	"github.com/llmlb/llmlb/internal/request"
@@ -34,10 +35,16 @@ type Config struct {
 
 	Routing balancer.Config // routing: policy, load, affinity, health, probing, alerts
 	Request request.Config  // request: session_headers, session_body_fields, tenant_headers, prefix_chars, default_output_tokens
-	Scrape  Scrape          // scrape
-	Proxy   proxy.Config    // proxy
-	Server  Server          // server
-	Log     Log             // log
+
+	// Tokenizers are models' own tokenizers (tokenizers[].models,
+	// tokenizers[].path): with them llmlb tokenizes those models' prompts
+	// as their engines do, and keys replicas' KV cache events by token ids
+	// (docs/KV_EVENTS.md). Read at start.
+	Tokenizers []modeltok.Config
+	Scrape     Scrape       // scrape
+	Proxy      proxy.Config // proxy
+	Server     Server       // server
+	Log        Log          // log
 
 	// FlowControl holds requests inside llmlb while every replica of their
 	// model is full and dispatches them late, by priority and fairly between

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlb/llmlb/internal/modeltok"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -207,7 +209,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "unknown key found elsewhere", yaml: "session_ttl: 5m\n",
 			want: []string{`config: test.yaml: line 1: session_ttl: unknown key (did you mean "routing.affinity.session_ttl"?)`}},
 		{name: "unknown top-level key lists the known ones", yaml: "\n\nfrobnicate: 1\n",
-			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, admin, replicas, discovery, routing, request, scrape, proxy, server, log, flow_control, state, epp, admin_token_env)`}},
+			want: []string{`config: test.yaml: line 3: frobnicate: unknown key (known keys: listen, admin_listen, admin_token, admin, replicas, discovery, routing, request, tokenizers, scrape, proxy, server, log, flow_control, state, epp, admin_token_env)`}},
 		{name: "x- keys only at the top", yaml: "routing:\n  x-note: 1\n",
 			want: []string{`config: test.yaml: line 2: routing.x-note: unknown key`}},
 		{name: "unknown replica key", yaml: "replicas:\n  - url: http://a:8000\n    apikey: x\n",
@@ -639,6 +641,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	c.Scrape.MaxBodyBytes = 1234567
 	c.Routing.Affinity.PrefixTTL = 90 * time.Second
 	c.Request.TenantHeaders = []string{}
+	c.Tokenizers = []modeltok.Config{{Models: []string{"Qwen/Qwen2.5-7B-Instruct", "qwen"}, Path: "/models/qwen2.5"}}
 	data, err := Marshal(c)
 	if err != nil {
 		t.Fatal(err)

@@ -41,3 +41,34 @@ func TestReplicaKVEvents(t *testing.T) {
 		})
 	}
 }
+
+func TestTokenizers(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		yaml string
+		want string // "" = valid
+	}{
+		{name: "a model directory", yaml: "tokenizers:\n  - {models: [qwen, Qwen/Qwen2.5-7B-Instruct], path: " + dir + "}\n"},
+		{name: "no path", yaml: "tokenizers:\n  - {models: [qwen]}\n", want: "tokenizers[0].path: is required"},
+		{name: "missing path", yaml: "tokenizers:\n  - {models: [qwen], path: " + dir + "/nope}\n", want: "tokenizers[0].path: stat " + dir + "/nope: no such file"},
+		{name: "no models", yaml: "tokenizers:\n  - {path: " + dir + "}\n", want: "tokenizers[0].models: is required"},
+		{name: "a model twice", yaml: "tokenizers:\n  - {models: [qwen], path: " + dir + "}\n  - {models: [llama, qwen], path: " + dir + "}\n",
+			want: `tokenizers[1].models[1]: "qwen" has a tokenizer already (tokenizers[0])`},
+		{name: "a typo", yaml: "tokenizers:\n  - {model: [qwen], path: " + dir + "}\n", want: "tokenizers[0].model: unknown key"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(c.yaml), "test.yaml")
+			if err == nil {
+				err = cfg.Validate()
+			}
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("error %v, want none", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}

@@ -28,6 +28,7 @@ func (c Config) Validate() error {
 		v.add("admin_listen", "%q is also the proxy's listen address; use two addresses", c.AdminListen)
 	}
 	v.replicas(c.Replicas)
+	v.tokenizers(c.Tokenizers)
 	v.selfReplicas(c.Replicas, []string{c.Listen, c.AdminListen})
 	v.section(c.Discovery.Validate())
 	v.secret("admin_token", c.AdminToken)

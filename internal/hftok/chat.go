@@ -82,6 +82,14 @@ func LoadChatTemplateFile(path string) (*ChatTemplate, error) {
 // named templates uses the one named "default", as transformers does
 // without tools.
 func LoadChatTemplate(tokenizerConfig []byte) (*ChatTemplate, error) {
+	return LoadChatTemplateSource(tokenizerConfig, "")
+}
+
+// LoadChatTemplateSource is LoadChatTemplate with the template's source
+// given apart, as recent model repositories ship it (chat_template.jinja
+// beside tokenizer_config.json, which keeps the special tokens). An empty
+// source reads the template from tokenizerConfig.
+func LoadChatTemplateSource(tokenizerConfig []byte, source string) (*ChatTemplate, error) {
 	var cfg struct {
 		ChatTemplate json.RawMessage `json:"chat_template"`
 		BOS          json.RawMessage `json:"bos_token"`
@@ -92,25 +100,14 @@ func LoadChatTemplate(tokenizerConfig []byte) (*ChatTemplate, error) {
 	if err := json.Unmarshal(tokenizerConfig, &cfg); err != nil {
 		return nil, fmt.Errorf("hftok: tokenizer_config.json: %w", err)
 	}
-	if isNull(cfg.ChatTemplate) {
+	switch {
+	case source != "":
+	case isNull(cfg.ChatTemplate):
 		return nil, errors.New("hftok: tokenizer_config.json has no chat_template")
-	}
-	var source string
-	if err := json.Unmarshal(cfg.ChatTemplate, &source); err != nil {
-		var named []struct {
-			Name     string `json:"name"`
-			Template string `json:"template"`
-		}
-		if err := json.Unmarshal(cfg.ChatTemplate, &named); err != nil {
-			return nil, errors.New("hftok: chat_template is neither a string nor a list of named templates")
-		}
-		for _, n := range named {
-			if n.Name == "default" {
-				source = n.Template
-			}
-		}
-		if source == "" {
-			return nil, errors.New("hftok: chat_template list has no template named \"default\"")
+	default:
+		var err error
+		if source, err = templateSource(cfg.ChatTemplate); err != nil {
+			return nil, err
 		}
 	}
 	var toks SpecialTokens
@@ -125,6 +122,31 @@ func LoadChatTemplate(tokenizerConfig []byte) (*ChatTemplate, error) {
 		*f.dst = s
 	}
 	return NewChatTemplate(source, toks)
+}
+
+// templateSource reads a chat_template value: a string, or a list of
+// named templates of which the one named "default" is used.
+func templateSource(raw json.RawMessage) (string, error) {
+	var source string
+	if err := json.Unmarshal(raw, &source); err == nil {
+		return source, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", errors.New("hftok: chat_template is neither a string nor a list of named templates")
+	}
+	for _, n := range named {
+		if n.Name == "default" {
+			source = n.Template
+		}
+	}
+	if source == "" {
+		return "", errors.New("hftok: chat_template list has no template named \"default\"")
+	}
+	return source, nil
 }
 
 // tokenString reads a special token written as a string or as an added-token

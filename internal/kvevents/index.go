@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // Index is what the replicas' own events say they hold: per replica, the
@@ -12,10 +14,13 @@ import (
 // once). Unlike package kvindex it guesses nothing: a block enters on
 // BlockStored and leaves on BlockRemoved or AllBlocksCleared.
 //
-// Blocks are keyed by the engine's own hashes, so a prompt matches only
-// where the caller hashes it as the engine does (the simulator does; a real
-// vLLM hashes token ids with its own function, which llmlb does not
-// reproduce yet).
+// Blocks are keyed one of two ways (SetKeyByTokens). By default, by the
+// engine's own hashes, so a prompt matches only where the caller hashes it
+// as the engine does (llmlb's simulator does). Keyed by tokens, a stored
+// block's key is computed from the token ids its event carries, chained
+// from its parent's key as tokenize.FromTokenIDs chains a prompt tokenized
+// with the model's own tokenizer: the engine's hash function and its seed
+// (vLLM's NONE_HASH is random per process) never need reproducing.
 //
 // Each replica is held to a budget of blocks: a replica that reports more
 // stores than it can hold (a flood, or a lie) keeps its first Budget blocks
@@ -23,9 +28,10 @@ import (
 // others. An Index is safe for concurrent use: subscribers write it, the
 // routing policy reads it; each call holds the lock for its own work only.
 type Index struct {
-	mu     sync.RWMutex
-	budget int
-	reps   map[string]*repBlocks
+	mu       sync.RWMutex
+	budget   int
+	byTokens bool
+	reps     map[string]*repBlocks
 }
 
 // repBlocks is one replica's share of the index.
@@ -39,6 +45,24 @@ type repBlocks struct {
 	awaiting time.Time
 	refused  uint64 // stored blocks refused for the budget
 	events   uint64
+
+	// Keyed by tokens only: engine maps an engine's block hash to the
+	// keys of its tokens (one per tokenize.BlockSize tokens), so that its
+	// children can be chained and its removal found; shared counts the
+	// further engine blocks holding a key (equal tokens under different
+	// engine hashes: another cache salt, say); unkeyed counts stored
+	// blocks that could not be keyed.
+	engine  map[uint64]keyRun
+	shared  map[uint64]uint32
+	unkeyed uint64
+}
+
+// keyRun is the index keys of one engine block's tokens: last, and before
+// it the keys of the engine block's earlier tokenize.BlockSize-token runs
+// when the engine's blocks are larger.
+type keyRun struct {
+	last    uint64
+	earlier []uint64
 }
 
 // media is a set of media, one bit each.
@@ -77,9 +101,34 @@ func (x *Index) rep(name string) *repBlocks {
 	r := x.reps[name]
 	if r == nil {
 		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time)}
+		if x.byTokens {
+			r.engine, r.shared = make(map[uint64]keyRun), make(map[uint64]uint32)
+		}
 		x.reps[name] = r
 	}
 	return r
+}
+
+// SetKeyByTokens chooses how blocks are keyed: by the token ids events
+// carry (true), for prompts hashed with tokenize.FromTokenIDs from the
+// model's own tokenizer, or by the engine's hashes (false, the default).
+// A change forgets every replica's entries, which no longer match the
+// prompts; their next events rebuild them.
+func (x *Index) SetKeyByTokens(on bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.byTokens == on {
+		return
+	}
+	x.byTokens = on
+	clear(x.reps)
+}
+
+// KeyByTokens reports whether blocks are keyed by their token ids.
+func (x *Index) KeyByTokens() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.byTokens
 }
 
 // Apply records one batch from replica rep, received at now. It returns how
@@ -92,8 +141,14 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 	for _, e := range b.Events {
 		r.events++
 		bit := mediumBit(e.Medium)
-		switch e.Kind {
-		case BlockStored:
+		switch {
+		case x.byTokens && e.Kind == BlockStored:
+			refused += x.storeByTokens(r, e, bit)
+		case x.byTokens && e.Kind == BlockRemoved:
+			for _, h := range e.BlockHashes {
+				r.removeByTokens(h, bit)
+			}
+		case e.Kind == BlockStored:
 			for _, h := range e.BlockHashes {
 				m, ok := r.blocks[h]
 				if !ok && len(r.blocks) >= x.budget {
@@ -103,7 +158,7 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 				r.blocks[h] = m | bit
 				delete(r.pending, h)
 			}
-		case BlockRemoved:
+		case e.Kind == BlockRemoved:
 			for _, h := range e.BlockHashes {
 				delete(r.pending, h)
 				m, ok := r.blocks[h]
@@ -116,13 +171,119 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 					r.blocks[h] = m
 				}
 			}
-		case AllBlocksCleared:
-			clear(r.blocks)
-			clear(r.pending)
+		case e.Kind == AllBlocksCleared:
+			r.clear()
 		}
 	}
 	r.refused += uint64(refused)
 	return refused
+}
+
+// clear forgets every block the replica holds.
+func (r *repBlocks) clear() {
+	clear(r.blocks)
+	clear(r.pending)
+	clear(r.engine)
+	clear(r.shared)
+}
+
+// storeByTokens records a BlockStored event keyed by its tokens and
+// returns how many keys the budget refused. A block is left out, and
+// counted unkeyed, when its key cannot be the one a prompt gets: its
+// parent is unknown (stored before llmlb subscribed, or itself left out),
+// it was computed with a LoRA adapter (its prompt's tokens are the base
+// model's), or the engine's block size is not a multiple of
+// tokenize.BlockSize. Every later block of the event chains from it, so
+// they are left out too.
+func (x *Index) storeByTokens(r *repBlocks, e Event, bit media) (refused int) {
+	bs := e.BlockSize
+	parent := tokenize.TokenRootHash
+	ok := bs > 0 && bs%tokenize.BlockSize == 0 && len(e.TokenIDs) == bs*len(e.BlockHashes) &&
+		!(e.HasLoRA && e.LoRAID != 0)
+	if ok && e.HasParent {
+		var run keyRun
+		run, ok = r.engine[e.Parent]
+		parent = run.last
+	}
+	if !ok {
+		r.unkeyed += uint64(len(e.BlockHashes))
+		return 0
+	}
+	for i, h := range e.BlockHashes {
+		if old, dup := r.engine[h]; dup {
+			// Stored again (in another medium, or a replayed batch):
+			// the same tokens under the same parent give the same keys.
+			r.mark(old, bit)
+			parent = old.last
+			continue
+		}
+		n := bs / tokenize.BlockSize
+		if len(r.blocks)+n > x.budget {
+			refused += len(e.BlockHashes) - i
+			break
+		}
+		run := keyRun{}
+		if n > 1 {
+			run.earlier = make([]uint64, 0, n-1)
+		}
+		toks := e.TokenIDs[i*bs : (i+1)*bs]
+		for j := range n {
+			parent = tokenize.ChainHash(parent, tokenize.KeyOfTokens(toks[j*tokenize.BlockSize:(j+1)*tokenize.BlockSize]))
+			if j < n-1 {
+				run.earlier = append(run.earlier, parent)
+			}
+			if _, held := r.blocks[parent]; held {
+				r.shared[parent]++
+			}
+		}
+		run.last = parent
+		r.engine[h] = run
+		r.mark(run, bit)
+	}
+	return refused
+}
+
+// mark records run's keys as held in medium bit.
+func (r *repBlocks) mark(run keyRun, bit media) {
+	for _, k := range run.earlier {
+		r.blocks[k] |= bit
+		delete(r.pending, k)
+	}
+	r.blocks[run.last] |= bit
+	delete(r.pending, run.last)
+}
+
+// removeByTokens records that the engine block h left medium bit. A key
+// that another engine block also holds stays.
+func (r *repBlocks) removeByTokens(h uint64, bit media) {
+	run, ok := r.engine[h]
+	if !ok {
+		return
+	}
+	m := r.blocks[run.last] &^ bit
+	for _, k := range run.earlier {
+		r.unmark(k, m)
+	}
+	r.unmark(run.last, m)
+	if m == 0 {
+		delete(r.engine, h)
+	}
+}
+
+// unmark leaves key k in media m, or, when m is empty, drops it unless
+// another engine block holds it too.
+func (r *repBlocks) unmark(k uint64, m media) {
+	delete(r.pending, k)
+	switch n := r.shared[k]; {
+	case m != 0:
+		r.blocks[k] = m
+	case n == 1:
+		delete(r.shared, k)
+	case n > 1:
+		r.shared[k] = n - 1
+	default:
+		delete(r.blocks, k)
+	}
 }
 
 // Clear forgets everything replica rep holds but keeps it known, as after a
@@ -131,8 +292,7 @@ func (x *Index) Clear(rep string, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.rep(rep)
-	clear(r.blocks)
-	clear(r.pending)
+	r.clear()
 	r.last, r.awaiting = now, time.Time{}
 }
 
@@ -256,6 +416,10 @@ type Stats struct {
 	Blocks  int    // blocks held, any medium
 	Events  uint64 // events applied
 	Refused uint64 // stored blocks refused for the budget
+	// Unkeyed counts stored blocks that could not be keyed by their
+	// tokens (SetKeyByTokens): an unknown parent, a LoRA adapter, a block
+	// size that is not a multiple of tokenize.BlockSize.
+	Unkeyed uint64
 	Last    time.Time
 }
 
@@ -267,5 +431,5 @@ func (x *Index) Stats(rep string) (Stats, bool) {
 	if r == nil {
 		return Stats{}, false
 	}
-	return Stats{Blocks: len(r.blocks), Events: r.events, Refused: r.refused, Last: r.last}, true
+	return Stats{Blocks: len(r.blocks), Events: r.events, Refused: r.refused, Unkeyed: r.unkeyed, Last: r.last}, true
 }

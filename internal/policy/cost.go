@@ -316,10 +316,13 @@ func (p *Cost) SetExplain(on bool) { p.explain = on }
 // costDecision is one Choose call's request and what its passes found,
 // handed from each pass to the next.
 type costDecision struct {
-	blocks  []uint64 // the prompt's blocks, at most maxIndexBlocks
-	tokens  int      // the prompt's tokens
-	session string
-	nowNS   int64
+	blocks []uint64 // the prompt's blocks, at most maxIndexBlocks
+	tokens int      // the prompt's tokens
+	// tokenBlocks: blocks were hashed over the model's token ids
+	// (request.Profile.TokenBlocks).
+	tokenBlocks bool
+	session     string
+	nowNS       int64
 
 	sess       costSession // the session's state before this request
 	hasSession bool        // sess is that of a session seen before
@@ -368,7 +371,7 @@ func (p *Cost) Choose(r *Request, cands []Candidate, now time.Time) Choice {
 func (p *Cost) request(d *costDecision, r *Request, now time.Time) {
 	d.nowNS, d.hotGap, d.spreadFrom = now.UnixNano(), -1, -1
 	if r != nil {
-		d.blocks, d.tokens, d.session = r.PromptBlocks, max(r.PromptTokens, 0), r.SessionKey
+		d.blocks, d.tokens, d.session, d.tokenBlocks = r.PromptBlocks, max(r.PromptTokens, 0), r.SessionKey, r.TokenBlocks
 	}
 	d.blocks = d.blocks[:min(len(d.blocks), maxIndexBlocks)]
 	d.sess, d.hasSession = p.sessions[d.session]

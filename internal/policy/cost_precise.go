@@ -14,11 +14,18 @@ type PreciseIndex interface {
 	// Expect records that blocks were just routed to the replica: they
 	// count as held until its events report them (or a time limit).
 	Expect(replica string, blocks []uint64, now time.Time)
+	// KeyByTokens reports whether blocks are keyed by the token ids the
+	// events carry (prompts hashed with the model's tokenizer) rather
+	// than by the engines' own hashes.
+	KeyByTokens() bool
 }
 
 // SetPreciseIndex makes cost read what a publishing replica holds from x
 // rather than from its own index; replicas that do not publish keep the
-// guess, in the same decision. nil turns it off.
+// guess, in the same decision. A prompt hashed the other way than x keys
+// its blocks (over its text where x keys by token ids: one llmlb cannot
+// tokenize as the engine does, such as a request with tools) keeps the
+// guess everywhere. nil turns it off.
 func (p *Cost) SetPreciseIndex(x PreciseIndex) { p.precise = x }
 
 // preciseDepths overwrites, for every candidate whose replica publishes,
@@ -26,7 +33,7 @@ func (p *Cost) SetPreciseIndex(x PreciseIndex) { p.precise = x }
 // holds in its GPU cache (an offloaded block must still be copied back,
 // which cost does not price yet, so it counts as not held).
 func (p *Cost) preciseDepths(d *costDecision) {
-	if p.precise == nil || len(d.blocks) == 0 {
+	if !p.usePrecise(d) {
 		return
 	}
 	for _, id := range p.candID {
@@ -43,10 +50,16 @@ func (p *Cost) preciseDepths(d *costDecision) {
 // candidate best, so that the next request for it finds it there before
 // the engine's events report it.
 func (p *Cost) expectPrecise(d *costDecision, best int) {
-	if p.precise == nil || len(d.blocks) == 0 {
+	if !p.usePrecise(d) {
 		return
 	}
 	if name := p.names[p.candID[best]]; p.precise.Publishes(name) {
 		p.precise.Expect(name, d.blocks, time.Unix(0, d.nowNS))
 	}
+}
+
+// usePrecise reports whether the event-fed index can match the prompt: it
+// has blocks, hashed as the index keys them.
+func (p *Cost) usePrecise(d *costDecision) bool {
+	return p.precise != nil && len(d.blocks) > 0 && d.tokenBlocks == p.precise.KeyByTokens()
 }

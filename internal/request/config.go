@@ -3,6 +3,8 @@ package request
 import (
 	"fmt"
 	"strings"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // Config lists where session and tenant keys come from, and the prompt
@@ -15,6 +17,22 @@ type Config struct {
 	PrefixChars         int  // characters of the system prompt hashed (4096)
 	DefaultOutputTokens int  // when max_tokens / max_completion_tokens is absent
 	PromptBlocks        bool // also compute tokenize block hashes (cache-aware policies)
+
+	// Tokenizer returns a model's own tokenizer, or nil when it has none
+	// (package modeltok). With one, and PromptBlocks, a chat or completion
+	// prompt is tokenized as the engine tokenizes it and its blocks are
+	// hashed over those token ids (tokenize.FromTokenIDs); its token count
+	// is then exact. Nil: no model has one.
+	Tokenizer func(model string) PromptTokenizer
+}
+
+// PromptTokenizer tokenizes prompts as the engine serving a model does.
+type PromptTokenizer interface {
+	// ChatTokens renders chat messages with the model's chat template and
+	// tokenizes the result.
+	ChatTokens(msgs []tokenize.Message) ([]uint32, error)
+	// PromptTokens tokenizes a completion prompt.
+	PromptTokens(prompt string) ([]uint32, error)
 }
 
 // DefaultConfig returns the key sources of the agents and SDKs llmlb knows

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // ErrBadRequest wraps every error caused by the client's request (HTTP 400).
@@ -124,7 +122,7 @@ func Parse(cfg Config, path string, header http.Header, body []byte) (Profile, e
 		p.PrefixKey = prefixKey(system, cfg.PrefixChars, tenant(cfg, header))
 	}
 	if cfg.PromptBlocks && prompt != "" {
-		p.PromptBlocks = tokenize.FromText(capText(prompt, MaxPromptBlockBytes)).Blocks
+		promptBlocks(cfg, ep, b, prompt, &p)
 	}
 	return p, nil
 }

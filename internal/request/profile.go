@@ -11,5 +11,6 @@ type Profile struct {
 	PromptTokens int      // estimated prompt tokens
 	OutputTokens int      // expected output tokens
 	PromptBlocks []uint64 // chained 16-token block hashes (tokenize.Prompt.Blocks); for cache-aware baselines
+	TokenBlocks  bool     // PromptBlocks were hashed over the model's own token ids (Config.Tokenizer; tokenize.FromTokenIDs), not over the text
 	Stream       bool     // the client asked for a stream ("stream": true, or a truthy value vLLM also streams: StreamFlag): the proxy's idle timeout applies from the start
 }

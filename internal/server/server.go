@@ -24,6 +24,7 @@ import (
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/health"
+	"github.com/llmlb/llmlb/internal/modeltok"
 	"github.com/llmlb/llmlb/internal/policy"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/replicaurl"
@@ -144,6 +145,18 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	// cost) need the request parser to compute them (docs/POLICIES.md).
 	if f, ok := policy.Lookup(cfg.Routing.Policy); ok && f.PromptBlocks {
 		cfg.Request.PromptBlocks = true
+	}
+	if len(cfg.Tokenizers) > 0 {
+		start := time.Now()
+		toks, err := modeltok.LoadAll(cfg.Tokenizers)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		cfg.Request.Tokenizer = toks.For
+		// The replicas' KV cache events are keyed by the token ids they
+		// carry, as the prompts of those models are now hashed.
+		s.kv.feed.Index().SetKeyByTokens(true)
+		logger.Info("server: loaded the models' tokenizers", slog.Int("models", toks.Len()), slog.Duration("took", time.Since(start)))
 	}
 	s.reqCfg = cfg.Request
 	if cfg.Server.TLS.Enabled() {

@@ -37,6 +37,9 @@ type FleetOptions struct {
 	// PriorityScheduling: every replica schedules by priority
 	// (Options.PriorityScheduling).
 	PriorityScheduling bool
+	// Tokenizer: every replica tokenizes with the model's own tokenizer,
+	// each from its own random seed (Options.Tokenizer).
+	Tokenizer Tokenizer
 }
 
 // Fleet is a set of replicas running in process, for tests and the demo.
@@ -104,6 +107,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 			// Parallel prefill, when asked for.
 			MaxPartialPrefills: opts.MaxPartialPrefills,
 			PriorityScheduling: opts.PriorityScheduling,
+			Tokenizer:          opts.Tokenizer,
 		})
 		if err != nil {
 			for _, r := range replicas {

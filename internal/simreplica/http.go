@@ -137,7 +137,7 @@ func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
 	if !r.checkModel(w, body.Model) || !checkN(w, body.N) {
 		return
 	}
-	prompt, err := chatPrompt(body.Messages)
+	prompt, err := r.chatPrompt(body.Messages)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -188,7 +188,7 @@ func (r *Replica) handleCompletions(w http.ResponseWriter, req *http.Request) {
 	if !r.checkModel(w, body.Model) || !checkN(w, body.N) {
 		return
 	}
-	prompt, err := completionPrompt(body.Prompt)
+	prompt, err := r.completionPrompt(body.Prompt)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -485,4 +485,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, status int, msg string) {
 	msg = strings.TrimPrefix(msg, "simreplica: ")
 	writeJSON(w, status, openai.NewReplicaError(status, msg))
+}
+
+// chatPrompt reads a chat request's prompt: with the model's tokenizer
+// when the replica has one, else with the pseudo-tokenizer.
+func (r *Replica) chatPrompt(msgs []chatMessage) (tokenize.Prompt, error) {
+	if r.toks != nil {
+		return r.toks.chat(msgs)
+	}
+	return chatPrompt(msgs)
+}
+
+// completionPrompt reads a completions prompt as chatPrompt does.
+func (r *Replica) completionPrompt(raw json.RawMessage) (tokenize.Prompt, error) {
+	if r.toks != nil && len(raw) > 0 && string(raw) != "null" {
+		return r.toks.completion(raw)
+	}
+	return completionPrompt(raw)
 }

@@ -90,6 +90,9 @@ func (k *KVEvents) step(now time.Time) {
 	k.r.mu.Lock()
 	evs := k.r.eng.DrainKVEvents(nil)
 	k.r.mu.Unlock()
+	if k.r.toks != nil {
+		evs = k.r.toks.events(evs)
+	}
 	if len(evs) > 0 {
 		k.q = append(k.q, kvBatch{at: now.Add(k.opts.Lag), b: kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs}})
 	}

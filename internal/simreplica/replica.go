@@ -56,6 +56,13 @@ type Options struct {
 	// priority field (vLLM's --scheduling-policy priority); without it a
 	// non-zero priority is refused, as vLLM does.
 	PriorityScheduling bool
+	// Tokenizer, if set, tokenizes prompts as an engine serving the model
+	// does (package modeltok): blocks are then hashed as vLLM hashes them,
+	// from HashSeed (random when ""), and KV cache events carry the token
+	// ids of the blocks they store. Without it the replica uses the
+	// pseudo-tokenizer and llmlb's own block hashes (package tokenize).
+	Tokenizer Tokenizer
+	HashSeed  string
 	// Logger receives lifecycle and fault messages; default slog.Default().
 	Logger *slog.Logger
 }
@@ -82,6 +89,7 @@ type Replica struct {
 	stopped     chan struct{} // closed when Run begins to shut down
 	metrics     http.Handler
 	profile     engine.Profile
+	toks        *engineTokens // nil without Options.Tokenizer
 
 	mu         sync.Mutex // guards everything below and the engine
 	eng        *engine.Engine
@@ -184,6 +192,9 @@ func New(opts Options) (*Replica, error) {
 		pending: make(map[uint64]*reqState),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		conns:   make(map[net.Conn]struct{}),
+	}
+	if opts.Tokenizer != nil {
+		r.toks = newEngineTokens(opts.Tokenizer, opts.HashSeed)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(r, opts.LegacyMetrics))

@@ -103,6 +103,46 @@ func KeyOfText(s string) uint64 {
 	return Mix64(h)
 }
 
+// TokenRootHash is the parent hash of the first block of a prompt given
+// as a model's token ids (FromTokenIDs). It differs from RootHash so that
+// blocks hashed from token ids never meet blocks hashed from text.
+const TokenRootHash uint64 = 0x6c6c6d6c62000002
+
+// KeyOfTokens is the content key of one block of token ids (FNV-1a over
+// the ids' little-endian bytes, finalised like KeyOfText). Prompts
+// tokenized with the model's own tokenizer, and the blocks engines report
+// in their KV cache events, are keyed by it, so that the two meet without
+// reproducing the engine's own hash.
+func KeyOfTokens(ids []uint32) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for _, id := range ids {
+		for range 4 {
+			h ^= uint64(id & 0xff)
+			h *= prime
+			id >>= 8
+		}
+	}
+	return Mix64(h)
+}
+
+// FromTokenIDs hashes the full blocks of a prompt given as the model's
+// token ids: block i chains blocks 0..i from TokenRootHash with
+// KeyOfTokens, as the KV events index keys what engines report.
+func FromTokenIDs(ids []uint32) Prompt {
+	n := len(ids) / BlockSize
+	p := Prompt{Tokens: len(ids), Blocks: make([]uint64, n)}
+	parent := TokenRootHash
+	for i := range n {
+		parent = ChainHash(parent, KeyOfTokens(ids[i*BlockSize:(i+1)*BlockSize]))
+		p.Blocks[i] = parent
+	}
+	return p
+}
+
 // Mix64 is the splitmix64 finaliser: a cheap, well-spread 64-bit mixer,
 // shared by everything that derives keys or hashes from small integers.
 func Mix64(x uint64) uint64 {

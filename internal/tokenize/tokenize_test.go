@@ -152,3 +152,40 @@ func BenchmarkFromText(b *testing.B) {
 		_ = FromText(text)
 	}
 }
+
+func TestFromTokenIDs(t *testing.T) {
+	ids := make([]uint32, 3*BlockSize+5)
+	for i := range ids {
+		ids[i] = uint32(1000 + i)
+	}
+	p := FromTokenIDs(ids)
+	if p.Tokens != len(ids) || len(p.Blocks) != 3 {
+		t.Fatalf("FromTokenIDs: %d tokens, %d blocks; want %d, 3", p.Tokens, len(p.Blocks), len(ids))
+	}
+	// Block by block, as an index extends a chain from an engine's events.
+	parent := TokenRootHash
+	for i, h := range p.Blocks {
+		parent = ChainHash(parent, KeyOfTokens(ids[i*BlockSize:(i+1)*BlockSize]))
+		if h != parent {
+			t.Fatalf("block %d: %x, chained by hand %x", i, h, parent)
+		}
+	}
+	// A changed token changes its block and every later one, not earlier ones.
+	ids[BlockSize+3]++
+	q := FromTokenIDs(ids)
+	if q.Blocks[0] != p.Blocks[0] || q.Blocks[1] == p.Blocks[1] || q.Blocks[2] == p.Blocks[2] {
+		t.Fatalf("changing block 1's tokens: before %x, after %x", p.Blocks, q.Blocks)
+	}
+	// Ids that spell a text's bytes do not meet that text's blocks.
+	text := strings.Repeat("abcd", BlockSize)
+	spelled := make([]uint32, BlockSize)
+	for i := range spelled {
+		spelled[i] = uint32('a') | uint32('b')<<8 | uint32('c')<<16 | uint32('d')<<24
+	}
+	if FromTokenIDs(spelled).Blocks[0] == FromText(text).Blocks[0] {
+		t.Fatal("a token-id block and a text block share a hash")
+	}
+	if got := FromTokenIDs(nil); got.Tokens != 0 || len(got.Blocks) != 0 {
+		t.Fatalf("FromTokenIDs(nil) = %+v", got)
+	}
+}

@@ -1,0 +1,98 @@
+package request
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// byteTokenizer is a model tokenizer for tests: one token per byte, a
+// message rendered as "<role>content", a completion prompt led by token 1.
+type byteTokenizer struct{ calls int }
+
+func (b *byteTokenizer) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
+	b.calls++
+	var s strings.Builder
+	for _, m := range msgs {
+		if m.Role == "refused" {
+			return nil, errors.New("the template refuses the conversation")
+		}
+		s.WriteString("<" + m.Role + ">" + m.Content)
+	}
+	return bytesIDs(s.String()), nil
+}
+
+func (b *byteTokenizer) PromptTokens(p string) ([]uint32, error) {
+	b.calls++
+	return append([]uint32{1}, bytesIDs(p)...), nil
+}
+
+func bytesIDs(s string) []uint32 {
+	ids := make([]uint32, len(s))
+	for i := range len(s) {
+		ids[i] = uint32(s[i])
+	}
+	return ids
+}
+
+func TestParseHashesTheModelsTokens(t *testing.T) {
+	tok := &byteTokenizer{}
+	cfg := DefaultConfig()
+	cfg.PromptBlocks = true
+	cfg.Tokenizer = func(model string) PromptTokenizer {
+		if model == "qwen" {
+			return tok
+		}
+		return nil
+	}
+	long := strings.Repeat("the quick brown fox ", 20)
+	chatIDs := bytesIDs("<system>be brief<user>" + long)
+	cases := []struct {
+		name, path, body string
+		ids              []uint32 // nil: hashed from the text
+	}{
+		{"chat", chatPath, `{"model":"qwen","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + long + `"}]}`, chatIDs},
+		{"chat, text parts", chatPath, `{"model":"qwen","messages":[{"role":"system","content":[{"type":"text","text":"be brief"}]},{"role":"user","content":"` + long + `"}]}`, chatIDs},
+		{"chat, generation prompt said on", chatPath, `{"model":"qwen","add_generation_prompt":true,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + long + `"}]}`, chatIDs},
+		{"completion", compPath, `{"model":"qwen","prompt":"` + long + `"}`, append([]uint32{1}, bytesIDs(long)...)},
+		{"completion of token ids", compPath, `{"model":"qwen","prompt":[` + strings.Repeat("7,", 40) + `7]}`, slices.Repeat([]uint32{7}, 41)},
+		{"another model", chatPath, `{"model":"llama","messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"tools", chatPath, `{"model":"qwen","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"tool calls", chatPath, `{"model":"qwen","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"` + long + `"}]}`, nil},
+		{"an image part", chatPath, `{"model":"qwen","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}},{"type":"text","text":"` + long + `"}]}]}`, nil},
+		{"template arguments", chatPath, `{"model":"qwen","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"no generation prompt", chatPath, `{"model":"qwen","add_generation_prompt":false,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"the template refuses", chatPath, `{"model":"qwen","messages":[{"role":"refused","content":"` + long + `"}]}`, nil},
+		{"a batch of prompts", compPath, `{"model":"qwen","prompt":["` + long + `","` + long + `"]}`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse(cfg, c.path, nil, []byte(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.ids == nil {
+				textCfg := cfg
+				textCfg.Tokenizer = nil
+				want, _ := Parse(textCfg, c.path, nil, []byte(c.body))
+				if !slices.Equal(p.PromptBlocks, want.PromptBlocks) || p.PromptTokens != want.PromptTokens {
+					t.Fatalf("not hashed from the text: %d tokens %x, want %d tokens %x", p.PromptTokens, p.PromptBlocks, want.PromptTokens, want.PromptBlocks)
+				}
+				return
+			}
+			want := tokenize.FromTokenIDs(c.ids)
+			if !slices.Equal(p.PromptBlocks, want.Blocks) || p.PromptTokens != len(c.ids) {
+				t.Fatalf("blocks %x (%d tokens), want %x (%d tokens)", p.PromptBlocks, p.PromptTokens, want.Blocks, len(c.ids))
+			}
+		})
+	}
+	// Without PromptBlocks nothing is tokenized.
+	tok.calls = 0
+	cfg.PromptBlocks = false
+	if _, err := Parse(cfg, chatPath, nil, []byte(cases[0].body)); err != nil || tok.calls != 0 {
+		t.Fatalf("PromptBlocks off: %d tokenizer calls, err %v", tok.calls, err)
+	}
+}
