@@ -45,6 +45,11 @@ type repBlocks struct {
 	awaiting time.Time
 	refused  uint64 // stored blocks refused for the budget
 	events   uint64
+	// copies counts the further GPU copies of an engine block stored
+	// while already held: vLLM does not de-duplicate its cache (two
+	// requests computing one prefix at once each store it) and reports
+	// each copy's eviction, so a block leaves with its last copy.
+	copies map[uint64]uint32
 
 	// Keyed by tokens only: engine maps an engine's block hash to the
 	// keys of its tokens (one per tokenize.BlockSize tokens), so that its
@@ -100,7 +105,7 @@ func NewIndex(budget int) *Index {
 func (x *Index) rep(name string) *repBlocks {
 	r := x.reps[name]
 	if r == nil {
-		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time)}
+		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time), copies: make(map[uint64]uint32)}
 		if x.byTokens {
 			r.engine, r.shared = make(map[uint64]keyRun), make(map[uint64]uint32)
 		}
@@ -151,6 +156,10 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 		case e.Kind == BlockStored:
 			for _, h := range e.BlockHashes {
 				m, ok := r.blocks[h]
+				if bit == onGPU && m&onGPU != 0 {
+					r.copies[h]++
+					continue
+				}
 				if !ok && len(r.blocks) >= x.budget {
 					refused++
 					continue
@@ -160,6 +169,9 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 			}
 		case e.Kind == BlockRemoved:
 			for _, h := range e.BlockHashes {
+				if bit == onGPU && r.dropCopy(h) {
+					continue
+				}
 				delete(r.pending, h)
 				m, ok := r.blocks[h]
 				if !ok {
@@ -179,10 +191,24 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 	return refused
 }
 
+// dropCopy forgets one further copy of engine block h, if it has one.
+func (r *repBlocks) dropCopy(h uint64) bool {
+	switch n := r.copies[h]; n {
+	case 0:
+		return false
+	case 1:
+		delete(r.copies, h)
+	default:
+		r.copies[h] = n - 1
+	}
+	return true
+}
+
 // clear forgets every block the replica holds.
 func (r *repBlocks) clear() {
 	clear(r.blocks)
 	clear(r.pending)
+	clear(r.copies)
 	clear(r.engine)
 	clear(r.shared)
 }
@@ -211,8 +237,11 @@ func (x *Index) storeByTokens(r *repBlocks, e Event, bit media) (refused int) {
 	}
 	for i, h := range e.BlockHashes {
 		if old, dup := r.engine[h]; dup {
-			// Stored again (in another medium, or a replayed batch):
-			// the same tokens under the same parent give the same keys.
+			// Stored again: another copy, or another medium. The same
+			// tokens under the same parent give the same keys.
+			if bit == onGPU && r.blocks[old.last]&onGPU != 0 {
+				r.copies[h]++
+			}
 			r.mark(old, bit)
 			parent = old.last
 			continue
@@ -257,7 +286,7 @@ func (r *repBlocks) mark(run keyRun, bit media) {
 // that another engine block also holds stays.
 func (r *repBlocks) removeByTokens(h uint64, bit media) {
 	run, ok := r.engine[h]
-	if !ok {
+	if !ok || (bit == onGPU && r.dropCopy(h)) {
 		return
 	}
 	m := r.blocks[run.last] &^ bit

@@ -134,8 +134,9 @@ func TestIndexKeyedByTokensSharedKeys(t *testing.T) {
 	b, hb := opaqueEngine{seed: "salt-2", blockSize: 16}.store(toks, 0, 2, "GPU")
 	x := NewIndex(0)
 	x.SetKeyByTokens(true)
-	x.Apply("r", Batch{Events: []Event{a, b, a}}, t0) // a replayed: no double count
-	x.Apply("r", Batch{Events: []Event{removed("GPU", ha...)}}, t0)
+	// a is stored twice (vLLM does not de-duplicate): two copies.
+	x.Apply("r", Batch{Events: []Event{a, b, a}}, t0)
+	x.Apply("r", Batch{Events: []Event{removed("GPU", ha...), removed("GPU", ha...)}}, t0)
 	if gpu, _ := x.Match("r", prompt, t0); gpu != 2 {
 		t.Fatalf("one of two holders removed: match %d, want 2", gpu)
 	}
@@ -163,5 +164,30 @@ func TestIndexKeyedByTokensBudget(t *testing.T) {
 	x.SetKeyByTokens(false)
 	if x.Publishes("r") || x.KeyByTokens() {
 		t.Fatal("switching to engine hashes kept the token-keyed entries")
+	}
+}
+
+func TestIndexCountsCopies(t *testing.T) {
+	// vLLM does not de-duplicate its cache: a block two requests computed
+	// at once is stored twice and evicted twice; it leaves with its last
+	// copy, keyed either way.
+	toks := ids(16, 1)
+	e, hs := opaqueEngine{seed: "s", blockSize: 16}.store(toks, 0, 1, "GPU")
+	for _, byTokens := range []bool{false, true} {
+		x := NewIndex(0)
+		x.SetKeyByTokens(byTokens)
+		prompt := hs
+		if byTokens {
+			prompt = tokenize.FromTokenIDs(toks).Blocks
+		}
+		x.Apply("r", Batch{Events: []Event{e, e}}, t0)
+		x.Apply("r", Batch{Events: []Event{removed("GPU", hs[0])}}, t0)
+		if gpu, _ := x.Match("r", prompt, t0); gpu != 1 {
+			t.Fatalf("by tokens %v: one of two copies evicted: match %d, want 1", byTokens, gpu)
+		}
+		x.Apply("r", Batch{Events: []Event{removed("GPU", hs[0])}}, t0)
+		if gpu, _ := x.Match("r", prompt, t0); gpu != 0 {
+			t.Fatalf("by tokens %v: both copies evicted: match %d, want 0", byTokens, gpu)
+		}
 	}
 }
