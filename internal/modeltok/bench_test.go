@@ -1,0 +1,74 @@
+package modeltok
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/llmlb/llmlb/internal/request"
+	"github.com/llmlb/llmlb/internal/testutil/qwentok"
+)
+
+// chatBody is an agent-like conversation of turns messages, about 250
+// tokens each, after a 1,000-token system prompt.
+func chatBody(turns int) []byte {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	msgs := []msg{{"system", strings.Repeat("You are a careful assistant for a Go code base. ", 100)}}
+	for i := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, msg{role, fmt.Sprintf("turn %d: ", i) + strings.Repeat("func (s *Server) handle(w http.ResponseWriter, r *http.Request) { return } ", 12)})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "qwen", "messages": msgs, "max_tokens": 128})
+	return b
+}
+
+// BenchmarkParse measures request.Parse of a chat request with the
+// model's tokenizer (blocks hashed over its token ids) against the
+// pseudo-tokenizer: the work added to every request of a model that has
+// one. "next turn" parses one turn longer than the conversation before it,
+// whose messages the tokenizer's cache already holds.
+func BenchmarkParse(b *testing.B) {
+	set, err := LoadAll([]Config{{Models: []string{"qwen"}, Path: qwentok.Dir(b)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	withTok := request.DefaultConfig()
+	withTok.PromptBlocks = true
+	withTok.Tokenizer = set.For
+	text := withTok
+	text.Tokenizer = nil
+	for _, turns := range []int{8, 64} {
+		body := chatBody(turns)
+		p, err := request.Parse(withTok, "/v1/chat/completions", nil, body)
+		if err != nil || !p.TokenBlocks {
+			b.Fatalf("not tokenized: %v", err)
+		}
+		b.Run(fmt.Sprintf("%dk-tokens/text", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(text, "/v1/chat/completions", nil, body)
+			}
+		})
+		b.Run(fmt.Sprintf("%dk-tokens/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(withTok, "/v1/chat/completions", nil, body)
+			}
+		})
+		// Every message new every time: nothing of it is cached.
+		b.Run(fmt.Sprintf("%dk-tokens/tokenizer-cold", p.PromptTokens/1000), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				cold := strings.ReplaceAll(string(body), "handle(", fmt.Sprintf("handle%d(", i))
+				cold = strings.Replace(cold, "careful", fmt.Sprintf("careful%d", i), 1)
+				_, _ = request.Parse(withTok, "/v1/chat/completions", nil, []byte(cold))
+			}
+		})
+	}
+}
