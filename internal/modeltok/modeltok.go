@@ -119,19 +119,31 @@ type Set struct {
 	byModel map[string]*Model
 }
 
-// LoadAll reads every configured tokenizer; a model named twice, or a
-// tokenizer that does not load, is an error naming its entry.
+// LoadAll reads every configured tokenizer, once per path; a model named
+// twice (checked before anything is read), or a tokenizer that does not
+// load, is an error naming its entry.
 func LoadAll(cfgs []Config) (*Set, error) {
-	s := &Set{byModel: make(map[string]*Model)}
+	first := map[string]int{}
 	for i, c := range cfgs {
-		m, err := Load(c.Path)
-		if err != nil {
-			return nil, fmt.Errorf("tokenizers[%d]: %w", i, err)
+		for _, name := range c.Models {
+			if j, dup := first[name]; dup {
+				return nil, fmt.Errorf("tokenizers[%d]: model %q has a tokenizer already (tokenizers[%d])", i, name, j)
+			}
+			first[name] = i
+		}
+	}
+	s := &Set{byModel: make(map[string]*Model)}
+	byPath := map[string]*Model{}
+	for i, c := range cfgs {
+		m := byPath[c.Path]
+		if m == nil {
+			var err error
+			if m, err = Load(c.Path); err != nil {
+				return nil, fmt.Errorf("tokenizers[%d]: %w", i, err)
+			}
+			byPath[c.Path] = m
 		}
 		for _, name := range c.Models {
-			if _, dup := s.byModel[name]; dup {
-				return nil, fmt.Errorf("tokenizers[%d]: model %q has a tokenizer already", i, name)
-			}
 			s.byModel[name] = m
 		}
 	}

@@ -118,15 +118,15 @@ func TestLoadErrors(t *testing.T) {
 	}
 	q := qwentok.Dir(t)
 	_, err := LoadAll([]Config{{Models: []string{"a"}, Path: q}, {Models: []string{"b", "a"}, Path: q}})
-	if err == nil || !strings.Contains(err.Error(), `tokenizers[1]: model "a" has a tokenizer already`) {
+	if err == nil || !strings.Contains(err.Error(), `tokenizers[1]: model "a" has a tokenizer already (tokenizers[0])`) {
 		t.Fatalf("LoadAll with a model twice: %v", err)
 	}
-	s, err := LoadAll([]Config{{Models: []string{"a", "b"}, Path: q}})
+	s, err := LoadAll([]Config{{Models: []string{"a", "b"}, Path: q}, {Models: []string{"c"}, Path: q}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Len() != 2 || s.For("a") == nil || s.For("c") != nil {
-		t.Fatalf("Set: len %d, a %v, c %v", s.Len(), s.For("a"), s.For("c"))
+	if s.Len() != 3 || s.For("a") == nil || s.For("d") != nil || s.For("a") != s.For("c") {
+		t.Fatalf("Set: len %d, a %v, c %v, d %v (one path is read once)", s.Len(), s.For("a"), s.For("c"), s.For("d"))
 	}
 	var none *Set
 	if none.For("a") != nil || none.Len() != 0 {
