@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/modeltok"
 )
 
 // runValidate is `llmlb validate --config FILE`: it parses and validates the
@@ -87,6 +88,12 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 			err = errors.Join(err, ferr)
 		} else {
 			err = cfg.ValidateAfter(err)
+		}
+	}
+	if err == nil && len(cfg.Tokenizers) > 0 {
+		// serve reads them at start; a file it cannot use is found here.
+		if _, terr := modeltok.LoadAll(cfg.Tokenizers); terr != nil {
+			err = terr
 		}
 	}
 	if err != nil {

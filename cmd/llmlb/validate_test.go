@@ -29,6 +29,18 @@ func TestValidateCommand(t *testing.T) {
 	if err := os.WriteFile(mixed, []byte("routing:\n  afinity: {}\nreplicas:\n  - {url: \"localhost:8000\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A tokenizer directory whose tokenizer.json llmlb cannot use.
+	wordpiece := filepath.Join(dir, "bert")
+	if err := os.MkdirAll(wordpiece, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wordpiece, "tokenizer.json"), []byte(`{"model": {"type": "WordPiece"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badTok := filepath.Join(dir, "badtok.yaml")
+	if err := os.WriteFile(badTok, []byte("replicas:\n  - {url: \"http://a:8000\", kv_events: \"tcp://a:5557\"}\ntokenizers:\n  - {models: [bert], path: "+wordpiece+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		args       []string
@@ -66,6 +78,9 @@ func TestValidateCommand(t *testing.T) {
 				`warning: admin_listen "0.0.0.0:9090" is reachable from the network and admin_token is not set: /admin/replicas, /admin/pins (session ids) and /metrics are readable by anyone who can connect (mutations stay disabled); set admin_token or listen on 127.0.0.1`,
 			}},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "1 problem(s)"},
+		{name: "a tokenizer serve cannot use", args: []string{"--config", badTok}, wantErr: "badtok.yaml: 1 problem(s)", wantStderr: []string{
+			`tokenizers[0]: modeltok: ` + filepath.Join(wordpiece, "tokenizer.json") + `: hftok: pre_tokenizer is null; only byte-level BPE is supported`,
+		}},
 		{name: "no config", args: nil, wantErr: "--config FILE is required"},
 		{name: "help", args: []string{"-h"}, isHelp: true},
 	}

@@ -18,5 +18,15 @@ func (c Config) Warnings() []string {
 	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken != "" {
 		out = append(out, "admin.allow_unauthenticated_mutations has no effect: admin_token is set, mutations need it")
 	}
+	if len(c.Tokenizers) == 0 {
+		for i, r := range c.Replicas {
+			if r.KVEvents != "" {
+				out = append(out, fmt.Sprintf("replicas[%d].kv_events is set and no tokenizers are: the events are matched by the engine's own "+
+					"block hashes, which only llmlb sim's replicas share with llmlb (a real vLLM's match nothing); "+
+					"configure the model's tokenizer under tokenizers (docs/KV_EVENTS.md)", i))
+				break
+			}
+		}
+	}
 	return out
 }

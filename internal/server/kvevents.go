@@ -51,7 +51,11 @@ func (f *kvFeed) set(name string, src kvSource) {
 	if !f.feed.Set(kvevents.Source{Replica: name, Endpoint: src.endpoint, Replay: src.replay}) {
 		return
 	}
-	f.log.Info("server: subscribing to a replica's KV cache events", slog.String("replica", name), slog.String("kv_events", src.endpoint))
+	keys := "engine block hashes (only llmlb sim's match; configure tokenizers for a real vLLM)"
+	if f.feed.Index().KeyByTokens() {
+		keys = "token ids"
+	}
+	f.log.Info("server: subscribing to a replica's KV cache events", slog.String("replica", name), slog.String("kv_events", src.endpoint), slog.String("matched_by", keys))
 	if f.attached.CompareAndSwap(false, true) && !f.bal.SetPreciseIndex(f.feed.Index()) {
 		f.log.Warn("server: replicas publish KV events but the policy does not read them; use policy cost", slog.String("policy", f.bal.Policy()))
 	}
