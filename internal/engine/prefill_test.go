@@ -83,3 +83,62 @@ func TestProfileRejectsNegativePartialPrefills(t *testing.T) {
 		t.Fatal("MaxPartialPrefills -1 accepted")
 	}
 }
+
+// TestPrefixHitWhilePrefilling: as in vLLM v1, the blocks a prefill chunk
+// fills are cached when the chunk is scheduled (KVCacheManager.allocate_slots
+// caches up to the computed plus the newly scheduled tokens), and a request
+// looks the cache up only when it is admitted. A request B whose prompt
+// shares A's first 2048 tokens, admitted while A still prefills them, hits
+// A's blocks up to the end of A's chunk of that step (scheduled before B:
+// running requests go first, and the waiting queue is served in order) and
+// computes the rest of the shared prefix itself; it never waits for A. With
+// serial prefill A's chunks take the whole budget, so B is admitted only in
+// the step that schedules A's last tokens, and hits the whole prefix.
+func TestPrefixHitWhilePrefilling(t *testing.T) {
+	// testProfile: 1024 tokens a step. C is a one-block request whose
+	// prefill is the first step [0, 11.16 ms] and that decodes after
+	// it, taking 1 token of every later step; A (3,000 tokens) arrives
+	// during the first step, so its prefill starts in the second
+	// [11.16 ms, 33.40 ms].
+	c := Request{ID: 3, Prompt: prompt(9, 16), MaxTokens: 100}
+	a := Request{ID: 1, Prompt: prompt(1, 3000), MaxTokens: 2}
+	b := Request{ID: 2, Prompt: sharedPrompt(1, 2048, 2, 2400), MaxTokens: 2}
+	for _, tc := range []struct {
+		name       string
+		partial    int
+		bAt        time.Duration
+		wantCached int
+	}{
+		// A's chunks: 1023, 1023, 954 tokens; B is admitted with the
+		// last (budget 69 left) and finds all 128 shared blocks.
+		{"serial, B arrives with A", 1, time.Millisecond, 2048},
+		{"serial, B arrives a step later", 1, 20 * time.Millisecond, 2048},
+		// A and B split the 1023 tokens C leaves: A's first chunk of
+		// 511 fills 31 blocks, which B, admitted right after A, hits.
+		{"parallel, B admitted in A's first step", 2, time.Millisecond, 31 * 16},
+		// A's first chunk (alone: 1023 tokens) and its second (511,
+		// shared with B, scheduled before B is admitted) fill 95
+		// blocks.
+		{"parallel, B admitted a step later", 2, 20 * time.Millisecond, 95 * 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testProfile()
+			p.MaxPartialPrefills = tc.partial
+			e := New(p)
+			evs := drive(t, e, []op{{at: 0, add: &c}, {at: time.Millisecond, add: &a}, {at: tc.bAt, add: &b}})
+			ft, ok := byID(evs, 2, FirstToken)
+			if !ok {
+				t.Fatalf("B has no first token: %v", evs)
+			}
+			if ft.CachedTokens != tc.wantCached {
+				t.Errorf("B found %d tokens cached, want %d", ft.CachedTokens, tc.wantCached)
+			}
+			// Every prompt token not found in the cache is computed:
+			// the shared blocks B missed are computed twice.
+			want := uint64(c.Prompt.Tokens + a.Prompt.Tokens + b.Prompt.Tokens - tc.wantCached)
+			if got := e.Stats().PrefillComputed; got != want {
+				t.Errorf("PrefillComputed %d, want %d", got, want)
+			}
+		})
+	}
+}

@@ -20,7 +20,9 @@ type Profile struct {
 
 	// MaxPartialPrefills is how many requests may be in prefill at once
 	// sharing a step's token budget evenly (vLLM's
-	// --max-num-partial-prefills). 0 or 1 is vLLM v1's default, serial
+	// --max-num-partial-prefills, which vLLM v1 refuses: there
+	// --long-prefill-token-threshold lets prefills share a step by capping
+	// each chunk, docs/SIMULATOR.md). 0 or 1 is vLLM v1's default, serial
 	// prefill: the budget goes to requests in admission order, so a long
 	// prompt takes whole steps and the prompts behind it wait. Above 1 the
 	// prefills share each step, so a short prompt behind a long one is done

@@ -282,6 +282,7 @@ type Cost struct {
 	copyShares []float64      // requests a candidate's copy of a hot prefix is priced to serve (0: none)
 	shapes     []PrefillShape // each candidate's TTFT in the parts its prefill model weighs
 	prefill    prefillFit     // the replicas' prefill model (cost_prefill.go)
+	burst      int            // the decision's place in its session's burst (burstBucket)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 }

@@ -19,6 +19,7 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 	n := len(cands)
 	reuse := p.index.Reuse()
 	d.start = int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
+	p.burst = burstBucket(d)
 	p.rr++
 	fastest := -1
 	for j := range n {
@@ -102,7 +103,8 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	shape.Waits = est
 	scale, shared := p.prefill.model(id)
 	shape.Tokens = prefill
-	ttft = est + scale*p.prefill.sizeFactor(id, prefill)*((1-shared)*shape.Serial+shared*shape.Shared)
+	shape.Burst = p.burst
+	ttft = est + scale*p.prefill.sizeFactor(id, prefill)*p.prefill.burstFactor(id, p.burst)*((1-shared)*shape.Serial+shared*shape.Shared)
 	// The score keeps the serial prefill at the learned rate: weighed
 	// by the learned model it routed worse (the fleet's scale moved the
 	// balance between prefill and the slot, KV and eviction prices:

@@ -24,7 +24,8 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 		fmt.Fprintf(&b, "; %s ttft=%.3fs score=%.3fs prefill=%.0f held_up=%.2f pending=%.0f kv_held=%.0f in_flight=%d rate=%.0f step=%.3fs",
 			c.Name, p.ttfts[i], p.estimates[i], p.prefills[i], p.delayed[i], c.PendingPrefill, c.HeldPrefill, c.InFlight, c.PrefillRate, c.DecodeStep)
 		scale, shared := p.prefill.model(p.candID[i])
-		fmt.Fprintf(&b, " prefill_scale=%.2f prefill_shared=%.2f prefill_size_exp=%.2f", scale, shared, p.prefill.sizeExp(p.candID[i]))
+		fmt.Fprintf(&b, " prefill_scale=%.2f prefill_shared=%.2f prefill_size_exp=%.2f prefill_burst=%.2f", scale, shared,
+			p.prefill.sizeExp(p.candID[i]), p.prefill.burstFactor(p.candID[i], p.burst))
 		if p.copyShares[i] > 0 {
 			fmt.Fprintf(&b, " hot_copy_shared_by=%.1f", p.copyShares[i])
 		}

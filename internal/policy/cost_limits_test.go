@@ -240,3 +240,61 @@ func TestCostLearnsPrefillSize(t *testing.T) {
 		})
 	}
 }
+
+// TestCostLearnsBurstPlace: on a replica whose first tokens take longer for
+// the first requests of a session's burst than for the later ones (an
+// engine sharing its steps among prefills: the first share them with
+// those sent after them), the estimate learns each place's factor and
+// follows the replica; on one where the place does not matter it keeps
+// them equal; a restart forgets them.
+func TestCostLearnsBurstPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		place [5]float64 // the engine's prefill time is the serial one x place[i] for the i-th of a burst
+	}{
+		{"steps shared", [5]float64{1.6, 1.2, 0.9, 0.75, 0.6}},
+		{"place does not matter", [5]float64{1, 1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newCost(t, nil)
+			cands := costCands(1)
+			c := &cands[0]
+			var errs []float64      // relative errors of the estimates, once learned
+			var first, last float64 // the last burst's estimates of its first and last request
+			for b := range 800 {
+				session := fmt.Sprintf("s%d", b%40)
+				now := t0.Add(time.Duration(b) * 100 * time.Second)
+				for i := range tc.place {
+					r := costPrompt(fmt.Sprintf("b%d/r%d/", b, i), 8, 0, session) // fresh blocks
+					ch := p.Choose(r, cands, now)
+					truth := (c.DecodeStep + float64(ch.PrefillTokens)/c.PrefillRate) * tc.place[i]
+					if b >= 600 {
+						errs = append(errs, math.Abs(ch.Estimate/truth-1))
+					}
+					switch i {
+					case 0:
+						first = ch.Estimate
+					case len(tc.place) - 1:
+						last = ch.Estimate
+					}
+					p.ObserveFirstToken(c.Name, ch.Shape, truth)
+				}
+			}
+			slices.Sort(errs)
+			if e := errs[len(errs)/2]; e > 0.05 {
+				t.Errorf("median estimate error %.3f, want at most 0.05", e)
+			}
+			want := tc.place[0] / tc.place[len(tc.place)-1]
+			if got := first / last; math.Abs(got/want-1) > 0.1 {
+				t.Errorf("first / last of a burst estimated %.2f, want %.2f", got, want)
+			}
+			id := p.ids[c.Name]
+			p.ForgetCache(c.Name)
+			for b := range burstBuckets {
+				if f := p.prefill.burstFactor(id, b); f != 1 {
+					t.Errorf("place %d's factor %.3f after a restart, want 1", b, f)
+				}
+			}
+		})
+	}
+}
