@@ -12,12 +12,18 @@ import (
 // with any of them is hashed from its text, not its model's tokens.
 var chatRenderFields = []string{"tools", "documents", "chat_template", "chat_template_kwargs"}
 
+// maxTokenizedMessages bounds the messages of a chat whose prompt is
+// rendered with the model's template: rendering costs per message, and a
+// body of a million empty messages is small.
+const maxTokenizedMessages = 4096
+
 // modelTokens tokenizes a chat or completion prompt with the model's own
 // tokenizer (Config.Tokenizer), as the engine tokenizes it. ok is false
 // when the model has none, or when llmlb cannot render the prompt as the
 // engine does: tool calls, content parts other than text, the fields of
 // chatRenderFields, a generation prompt turned off, a prompt larger than
-// MaxPromptBlockBytes, a batch of prompts, a template that refuses the
+// MaxPromptBlockBytes or of more than maxTokenizedMessages messages, a
+// batch of prompts, a template that refuses the
 // conversation. The caller then hashes the prompt's text.
 func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []uint32, ok bool) {
 	if cfg.Tokenizer == nil {
@@ -67,10 +73,10 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 
 // plainChat reports whether a chat body is one whose prompt llmlb renders
 // as the engine does: messages of text only, no tool calls, none of
-// chatRenderFields, the generation prompt on, nothing to continue, and at
-// most MaxPromptBlockBytes of text.
+// chatRenderFields, the generation prompt on, nothing to continue, at
+// most maxTokenizedMessages messages and MaxPromptBlockBytes of text.
 func plainChat(b *requestBody) bool {
-	if !b.hasMessages || b.messagesErr != nil {
+	if !b.hasMessages || b.messagesErr != nil || len(b.messages) > maxTokenizedMessages {
 		return false
 	}
 	for _, name := range chatRenderFields {

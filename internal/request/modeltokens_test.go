@@ -66,6 +66,7 @@ func TestParseHashesTheModelsTokens(t *testing.T) {
 		{"template arguments", chatPath, `{"model":"qwen","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"no generation prompt", chatPath, `{"model":"qwen","add_generation_prompt":false,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"the template refuses", chatPath, `{"model":"qwen","messages":[{"role":"refused","content":"` + long + `"}]}`, nil},
+		{"too many messages", chatPath, `{"model":"qwen","messages":[` + strings.Repeat(`{"role":"user","content":"x"},`, maxTokenizedMessages) + `{"role":"user","content":"` + long + `"}]}`, nil},
 		{"a batch of prompts", compPath, `{"model":"qwen","prompt":["` + long + `","` + long + `"]}`, nil},
 	}
 	for _, c := range cases {
