@@ -26,20 +26,29 @@ func TestReplicaKVEvents(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := Parse([]byte(c.yaml), "test.yaml")
-			if err == nil {
-				err = cfg.Validate()
-			}
-			switch {
-			case c.want == "" && err != nil:
-				t.Fatalf("error %v, want none", err)
-			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-				t.Fatalf("error %v, want one containing %q", err, c.want)
-			case c.want == "" && cfg.Replicas[0].KVEvents != "tcp://a:5557":
+			cfg := parseValid(t, c.yaml, c.want)
+			if c.want == "" && cfg.Replicas[0].KVEvents != "tcp://a:5557" {
 				t.Fatalf("kv_events = %q", cfg.Replicas[0].KVEvents)
 			}
 		})
 	}
+}
+
+// parseValid parses and validates yaml and checks the error: none when
+// want is "", else one containing want.
+func parseValid(t *testing.T, yaml, want string) Config {
+	t.Helper()
+	cfg, err := Parse([]byte(yaml), "test.yaml")
+	if err == nil {
+		err = cfg.Validate()
+	}
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("error %v, want none", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want one containing %q", err, want)
+	}
+	return cfg
 }
 
 func TestTokenizers(t *testing.T) {
@@ -58,17 +67,6 @@ func TestTokenizers(t *testing.T) {
 		{name: "a typo", yaml: "tokenizers:\n  - {model: [qwen], path: " + dir + "}\n", want: "tokenizers[0].model: unknown key"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			cfg, err := Parse([]byte(c.yaml), "test.yaml")
-			if err == nil {
-				err = cfg.Validate()
-			}
-			switch {
-			case c.want == "" && err != nil:
-				t.Fatalf("error %v, want none", err)
-			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-				t.Fatalf("error %v, want one containing %q", err, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { parseValid(t, c.yaml, c.want) })
 	}
 }

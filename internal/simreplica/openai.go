@@ -68,8 +68,9 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// messageText returns a message's text: a string, or the concatenated text
-// parts of a content array (other parts, such as images, count as nothing).
+// messageText returns a message's text: a string, or the text parts of a
+// content array joined by newlines, as vLLM joins them for chat templates
+// that take a string (other parts, such as images, count as nothing).
 func messageText(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
@@ -85,11 +86,13 @@ func messageText(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", errors.New("content must be a string or an array of content parts")
 	}
-	var b strings.Builder
+	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
-		b.WriteString(p.Text)
+		if p.Type == "text" {
+			texts = append(texts, p.Text)
+		}
 	}
-	return b.String(), nil
+	return strings.Join(texts, "\n"), nil
 }
 
 // chatPrompt renders the messages with the pseudo-tokenizer's chat template.

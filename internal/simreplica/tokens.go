@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/llmlb/llmlb/internal/kvevents"
@@ -98,9 +97,7 @@ func (e *engineTokens) lookup(h uint64) (blockTokens, bool) {
 	return b, ok
 }
 
-// chat tokenizes chat messages with the model's chat template. A message's
-// content parts are joined by newlines, as vLLM joins text parts for
-// templates that take a string.
+// chat tokenizes chat messages with the model's chat template.
 func (e *engineTokens) chat(msgs []chatMessage) (tokenize.Prompt, error) {
 	if len(msgs) == 0 {
 		return tokenize.Prompt{}, errors.New("messages must be a non-empty array")
@@ -110,7 +107,7 @@ func (e *engineTokens) chat(msgs []chatMessage) (tokenize.Prompt, error) {
 		if m.Role == "" {
 			return tokenize.Prompt{}, fmt.Errorf("messages[%d].role is required", i)
 		}
-		text, err := partsText(m.Content)
+		text, err := messageText(m.Content)
 		if err != nil {
 			return tokenize.Prompt{}, fmt.Errorf("messages[%d].content: %w", i, err)
 		}
@@ -144,32 +141,6 @@ func (e *engineTokens) completion(raw json.RawMessage) (tokenize.Prompt, error) 
 		return tokenize.Prompt{}, err
 	}
 	return e.prompt(ids), nil
-}
-
-// partsText is a message content's text: a string, or its text parts
-// joined by newlines.
-func partsText(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content must be a string or an array of content parts")
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type == "text" {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), nil
 }
 
 // events gives stored blocks their token ids and parents, as vLLM's

@@ -68,3 +68,12 @@ func TestEngineTokensHashAndEvents(t *testing.T) {
 		t.Fatalf("index matches %d blocks, want 3", gpu)
 	}
 }
+
+func TestMessageTextJoinsTextParts(t *testing.T) {
+	// As vLLM joins them for a template that takes a string, and as
+	// llmlb's request parser does: the prompts hash alike.
+	got, err := messageText([]byte(`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x"}},{"type":"text","text":"b"}]`))
+	if err != nil || got != "a\nb" {
+		t.Fatalf("messageText = %q, %v; want \"a\\nb\"", got, err)
+	}
+}
