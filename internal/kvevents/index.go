@@ -246,8 +246,10 @@ func (x *Index) storeByTokens(r *repBlocks, e Event, bit media) (refused int) {
 			parent = old.last
 			continue
 		}
+		// The budget bounds the engine hashes too: a replica that
+		// reports one block under a million hashes holds one key.
 		n := bs / tokenize.BlockSize
-		if len(r.blocks)+n > x.budget {
+		if len(r.blocks)+n > x.budget || len(r.engine) >= x.budget {
 			refused += len(e.BlockHashes) - i
 			break
 		}

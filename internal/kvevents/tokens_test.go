@@ -3,6 +3,7 @@ package kvevents
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -189,5 +190,29 @@ func TestIndexCountsCopies(t *testing.T) {
 		if gpu, _ := x.Match("r", prompt, t0); gpu != 0 {
 			t.Fatalf("by tokens %v: both copies evicted: match %d, want 0", byTokens, gpu)
 		}
+	}
+}
+
+func TestIndexKeyedByTokensBoundsEngineHashes(t *testing.T) {
+	// One block's tokens under ever new engine hashes (a lying replica):
+	// the index holds one key, and the engine hashes stay within the
+	// budget.
+	toks := ids(16, 5)
+	x := NewIndex(8)
+	x.SetKeyByTokens(true)
+	var refused int
+	for i := range 100 {
+		e, _ := opaqueEngine{seed: fmt.Sprint("salt", i), blockSize: 16}.store(toks, 0, 1, "GPU")
+		refused += x.Apply("r", Batch{Events: []Event{e}}, t0)
+	}
+	st, _ := x.Stats("r")
+	if st.Blocks != 1 || refused != 92 {
+		t.Fatalf("%d keys, %d refused; want 1 key and 92 of 100 refused", st.Blocks, refused)
+	}
+	x.mu.RLock()
+	n := len(x.reps["r"].engine)
+	x.mu.RUnlock()
+	if n != 8 {
+		t.Fatalf("%d engine hashes held, want the budget's 8", n)
 	}
 }
