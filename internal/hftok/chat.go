@@ -77,6 +77,10 @@ func LoadChatTemplateFile(path string) (*ChatTemplate, error) {
 	return LoadChatTemplate(b)
 }
 
+// ErrNoChatTemplate is returned for a tokenizer_config.json without a
+// chat_template (a base model's).
+var ErrNoChatTemplate = errors.New("hftok: tokenizer_config.json has no chat_template")
+
 // LoadChatTemplate reads the chat template and special tokens from the
 // contents of a tokenizer_config.json. A chat_template given as a list of
 // named templates uses the one named "default", as transformers does
@@ -103,7 +107,7 @@ func LoadChatTemplateSource(tokenizerConfig []byte, source string) (*ChatTemplat
 	switch {
 	case source != "":
 	case isNull(cfg.ChatTemplate):
-		return nil, errors.New("hftok: tokenizer_config.json has no chat_template")
+		return nil, ErrNoChatTemplate
 	default:
 		var err error
 		if source, err = templateSource(cfg.ChatTemplate); err != nil {

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/llmlb/llmlb/internal/hftok"
 	"github.com/llmlb/llmlb/internal/request"
@@ -105,7 +104,7 @@ func Load(path string) (*Model, error) {
 	}
 	chat, err := hftok.LoadChatTemplateSource(cfg, string(source))
 	switch {
-	case err != nil && source == nil && strings.Contains(err.Error(), "no chat_template"):
+	case errors.Is(err, hftok.ErrNoChatTemplate):
 		return m, nil // a base model: completions only
 	case err != nil:
 		return nil, fmt.Errorf("modeltok: %s: %w", dir, err)
