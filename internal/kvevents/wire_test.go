@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -164,6 +165,17 @@ func FuzzDecode(f *testing.F) {
 		}
 		if _, err := Decode(Encode(b)); err != nil {
 			t.Fatalf("re-encoded batch does not decode: %v", err)
+		}
+		// Whatever a batch says, the index takes it twice (stores and
+		// removals replayed) within its budget, keyed either way.
+		for _, byTokens := range []bool{false, true} {
+			x := NewIndex(64)
+			x.SetKeyByTokens(byTokens)
+			x.Apply("r", b, time.Unix(1, 0))
+			x.Apply("r", b, time.Unix(2, 0))
+			if st, ok := x.Stats("r"); !ok || st.Blocks > 64 {
+				t.Fatalf("keyed by tokens %v: %+v, budget 64", byTokens, st)
+			}
 		}
 	})
 }
