@@ -110,6 +110,9 @@ func simMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	fmt.Fprintf(stdout, "llmlb sim: %d replica(s), profile %s, model %s\n", *replicas, *profile, *model)
+	if *tokenizer != "" {
+		fmt.Fprintf(stdout, "  tokenizer %s: blocks hashed as vLLM hashes them, from a random seed per replica; list it under tokenizers[] for model %s\n", *tokenizer, *model)
+	}
 	for _, r := range fleet.Replicas {
 		line := fmt.Sprintf("  %s  %s", r.Name(), r.URL())
 		if c := r.ControlURL(); c != "" {
