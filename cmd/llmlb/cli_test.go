@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmlb/llmlb/internal/config"
+	"github.com/llmlb/llmlb/internal/modeltok"
 )
 
 func TestResolvePolicy(t *testing.T) {
@@ -143,7 +144,8 @@ func TestNeedRestart(t *testing.T) {
 	}
 	b.Scrape.Interval = time.Second
 	b.Discovery.Type = "dns"
-	if d := cmp.Diff([]string{"discovery", "scrape"}, needRestart(a, b)); d != "" {
+	b.Tokenizers = []modeltok.Config{{Models: []string{"m"}, Path: "/models/m"}}
+	if d := cmp.Diff([]string{"discovery", "tokenizers", "scrape"}, needRestart(a, b)); d != "" {
 		t.Error(d)
 	}
 }

@@ -196,7 +196,7 @@ func needRestart(running, next config.Config) []string {
 		a, b any
 	}{
 		{"listen", a.Listen, b.Listen}, {"admin_listen", a.AdminListen, b.AdminListen},
-		{"discovery", a.Discovery, b.Discovery},
+		{"discovery", a.Discovery, b.Discovery}, {"tokenizers", a.Tokenizers, b.Tokenizers},
 		{"request", a.Request, b.Request}, {"scrape", a.Scrape, b.Scrape}, {"proxy", a.Proxy, b.Proxy},
 		{"server", a.Server, b.Server}, {"log.format", a.Log.Format, b.Log.Format},
 	} {
@@ -208,10 +208,14 @@ func needRestart(running, next config.Config) []string {
 }
 
 // logWarnings logs what is valid but risky in cfg at WARN (an admin
-// listener on the network without a token, first of all).
+// listener on the network without a token, first of all), then what is
+// valid but probably not meant (config.Notices).
 func logWarnings(cfg config.Config, logger *slog.Logger) {
 	for _, w := range cfg.Warnings() {
 		logger.Warn("SECURITY: " + w)
+	}
+	for _, n := range cfg.Notices() {
+		logger.Warn(n)
 	}
 }
 

@@ -116,7 +116,7 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 	if len(cfg.Replicas) == 0 && !cfg.Discovery.Enabled() {
 		fmt.Fprintln(stderr, "warning: no replicas configured; add them with --replica or through the admin API")
 	}
-	for _, w := range cfg.Warnings() {
+	for _, w := range append(cfg.Warnings(), cfg.Notices()...) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
 	prefix := ""

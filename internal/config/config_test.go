@@ -541,13 +541,6 @@ func TestWarnings(t *testing.T) {
 		{"all interfaces without token", func(c *Config) { c.AdminListen = ":9090" }, 1, "set admin_token"},
 		{"network with token", func(c *Config) { c.AdminListen, c.AdminToken = ":9090", "t0k" }, 0, ""},
 		{"opt-in with a token", func(c *Config) { c.AdminToken, c.Admin.AllowUnauthenticatedMutations = "t0k", true }, 1, "has no effect"},
-		{"kv events without a tokenizer", func(c *Config) {
-			c.Replicas = []Replica{{Name: "a", URL: "http://a:8000"}, {Name: "b", URL: "http://b:8000", KVEvents: "tcp://b:5557"}}
-		}, 1, "replicas[1].kv_events is set and no tokenizers are"},
-		{"kv events with a tokenizer", func(c *Config) {
-			c.Replicas = []Replica{{Name: "b", URL: "http://b:8000", KVEvents: "tcp://b:5557"}}
-			c.Tokenizers = []modeltok.Config{{Models: []string{"m"}, Path: "/models/m"}}
-		}, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -558,6 +551,24 @@ func TestWarnings(t *testing.T) {
 				t.Errorf("Warnings() = %q, want %d containing %q", got, tt.want, tt.substr)
 			}
 		})
+	}
+}
+
+func TestNotices(t *testing.T) {
+	c := Default()
+	if got := c.Notices(); len(got) != 0 {
+		t.Fatalf("defaults: %q", got)
+	}
+	c.Replicas = []Replica{{Name: "a", URL: "http://a:8000"}, {Name: "b", URL: "http://b:8000", KVEvents: "tcp://b:5557"}}
+	if got := c.Notices(); len(got) != 1 || !strings.Contains(got[0], "replicas[1].kv_events is set and no tokenizers are") {
+		t.Fatalf("kv events without a tokenizer: %q", got)
+	}
+	if got := c.Warnings(); len(got) != 0 {
+		t.Fatalf("a notice is no security warning: %q", got)
+	}
+	c.Tokenizers = []modeltok.Config{{Models: []string{"m"}, Path: "/models/m"}}
+	if got := c.Notices(); len(got) != 0 {
+		t.Fatalf("kv events with a tokenizer: %q", got)
 	}
 }
 

@@ -18,6 +18,14 @@ func (c Config) Warnings() []string {
 	if c.Admin.AllowUnauthenticatedMutations && c.AdminToken != "" {
 		out = append(out, "admin.allow_unauthenticated_mutations has no effect: admin_token is set, mutations need it")
 	}
+	return out
+}
+
+// Notices lists what is valid but probably not what the operator meant,
+// one sentence each (no security risk: Warnings has those); `llmlb
+// validate` prints them and `llmlb serve` logs them at WARN at start.
+func (c Config) Notices() []string {
+	var out []string
 	if len(c.Tokenizers) == 0 {
 		for i, r := range c.Replicas {
 			if r.KVEvents != "" {
