@@ -3,6 +3,7 @@ package kvevents
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -28,9 +29,11 @@ import (
 // others. An Index is safe for concurrent use: subscribers write it, the
 // routing policy reads it; each call holds the lock for its own work only.
 type Index struct {
-	mu       sync.RWMutex
-	budget   int
-	byTokens bool
+	mu     sync.RWMutex
+	budget int
+	// byTokens is written under mu and read without it by KeyByTokens,
+	// which the routing policy asks on every decision.
+	byTokens atomic.Bool
 	reps     map[string]*repBlocks
 }
 
@@ -106,7 +109,7 @@ func (x *Index) rep(name string) *repBlocks {
 	r := x.reps[name]
 	if r == nil {
 		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time), copies: make(map[uint64]uint32)}
-		if x.byTokens {
+		if x.byTokens.Load() {
 			r.engine, r.shared = make(map[uint64]keyRun), make(map[uint64]uint32)
 		}
 		x.reps[name] = r
@@ -122,19 +125,15 @@ func (x *Index) rep(name string) *repBlocks {
 func (x *Index) SetKeyByTokens(on bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.byTokens == on {
+	if x.byTokens.Load() == on {
 		return
 	}
-	x.byTokens = on
+	x.byTokens.Store(on)
 	clear(x.reps)
 }
 
 // KeyByTokens reports whether blocks are keyed by their token ids.
-func (x *Index) KeyByTokens() bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.byTokens
-}
+func (x *Index) KeyByTokens() bool { return x.byTokens.Load() }
 
 // Apply records one batch from replica rep, received at now. It returns how
 // many stored blocks the budget refused.
@@ -143,13 +142,14 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 	defer x.mu.Unlock()
 	r := x.rep(rep)
 	r.last, r.awaiting = now, time.Time{}
+	byTokens := x.byTokens.Load()
 	for _, e := range b.Events {
 		r.events++
 		bit := mediumBit(e.Medium)
 		switch {
-		case x.byTokens && e.Kind == BlockStored:
+		case byTokens && e.Kind == BlockStored:
 			refused += x.storeByTokens(r, e, bit)
-		case x.byTokens && e.Kind == BlockRemoved:
+		case byTokens && e.Kind == BlockRemoved:
 			for _, h := range e.BlockHashes {
 				r.removeByTokens(h, bit)
 			}

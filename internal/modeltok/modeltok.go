@@ -38,7 +38,6 @@ const CacheBytes = 64 << 20
 type Model struct {
 	tok  *hftok.Tokenizer
 	chat *hftok.ChatTemplate // nil: chat prompts are not tokenized
-	path string
 }
 
 // ErrNoChatTemplate is returned by ChatTokens for a model whose files have
@@ -69,9 +68,6 @@ func (m *Model) PromptTokens(prompt string) ([]uint32, error) {
 	return m.tok.EncodeWithSpecialTokens(prompt)
 }
 
-// Path is where the model's files were read.
-func (m *Model) Path() string { return m.path }
-
 // HasChatTemplate reports whether chat prompts can be tokenized.
 func (m *Model) HasChatTemplate() bool { return m.chat != nil }
 
@@ -87,7 +83,7 @@ func Load(path string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modeltok: %s: %w", file, err)
 	}
-	m := &Model{tok: tok, path: path}
+	m := &Model{tok: tok}
 	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("modeltok: %w", err)

@@ -95,21 +95,31 @@ func messageText(raw json.RawMessage) (string, error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// chatPrompt renders the messages with the pseudo-tokenizer's chat template.
-func chatPrompt(msgs []chatMessage) (tokenize.Prompt, error) {
+// chatMessages reads a chat request's messages: each needs a role, its
+// content is its text (messageText).
+func chatMessages(msgs []chatMessage) ([]tokenize.Message, error) {
 	if len(msgs) == 0 {
-		return tokenize.Prompt{}, errors.New("messages must be a non-empty array")
+		return nil, errors.New("messages must be a non-empty array")
 	}
 	tm := make([]tokenize.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "" {
-			return tokenize.Prompt{}, fmt.Errorf("messages[%d].role is required", i)
+			return nil, fmt.Errorf("messages[%d].role is required", i)
 		}
 		text, err := messageText(m.Content)
 		if err != nil {
-			return tokenize.Prompt{}, fmt.Errorf("messages[%d].content: %w", i, err)
+			return nil, fmt.Errorf("messages[%d].content: %w", i, err)
 		}
 		tm[i] = tokenize.Message{Role: m.Role, Content: text}
+	}
+	return tm, nil
+}
+
+// chatPrompt renders the messages with the pseudo-tokenizer's chat template.
+func chatPrompt(msgs []chatMessage) (tokenize.Prompt, error) {
+	tm, err := chatMessages(msgs)
+	if err != nil {
+		return tokenize.Prompt{}, err
 	}
 	return tokenize.FromText(tokenize.RenderChat(tm)), nil
 }

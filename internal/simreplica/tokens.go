@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/llmlb/llmlb/internal/kvevents"
@@ -99,19 +98,9 @@ func (e *engineTokens) lookup(h uint64) (blockTokens, bool) {
 
 // chat tokenizes chat messages with the model's chat template.
 func (e *engineTokens) chat(msgs []chatMessage) (tokenize.Prompt, error) {
-	if len(msgs) == 0 {
-		return tokenize.Prompt{}, errors.New("messages must be a non-empty array")
-	}
-	tm := make([]tokenize.Message, len(msgs))
-	for i, m := range msgs {
-		if m.Role == "" {
-			return tokenize.Prompt{}, fmt.Errorf("messages[%d].role is required", i)
-		}
-		text, err := messageText(m.Content)
-		if err != nil {
-			return tokenize.Prompt{}, fmt.Errorf("messages[%d].content: %w", i, err)
-		}
-		tm[i] = tokenize.Message{Role: m.Role, Content: text}
+	tm, err := chatMessages(msgs)
+	if err != nil {
+		return tokenize.Prompt{}, err
 	}
 	ids, err := e.tok.ChatTokens(tm)
 	if err != nil {
