@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -26,8 +27,11 @@ type ChatTemplate struct {
 	// vars are the special-token variables transformers passes to the
 	// template (its special_tokens_map: only the tokens that are set).
 	vars map[string]string
-	// extra are further variables, for tests (a pinned strftime_now).
-	extra map[string]jinja.Value
+	// clock is what strftime_now reads; nil: time.Now.
+	clock func() time.Time
+	// toolUse is the template named "tool_use" in a tokenizer_config.json
+	// that names its templates, for conversations with tools; nil: none.
+	toolUse *ChatTemplate
 }
 
 // TemplateError is an error the template raised itself through
@@ -51,7 +55,7 @@ func NewChatTemplate(source string, tokens SpecialTokens) (ct *ChatTemplate, err
 			ct, err = nil, fmt.Errorf("hftok: chat template: %s panicked compiling it: %v", jinjaLib, p)
 		}
 	}()
-	tmpl, err := jinja.Compile(dropAdjacentTrim(source))
+	tmpl, err := jinja.Compile(renameTojson(dropAdjacentTrim(source)))
 	if err != nil {
 		return nil, fmt.Errorf("hftok: chat template: %s cannot compile it: %w", jinjaLib, err)
 	}
@@ -104,13 +108,14 @@ func LoadChatTemplateSource(tokenizerConfig []byte, source string) (*ChatTemplat
 	if err := json.Unmarshal(tokenizerConfig, &cfg); err != nil {
 		return nil, fmt.Errorf("hftok: tokenizer_config.json: %w", err)
 	}
+	toolSource := ""
 	switch {
 	case source != "":
 	case isNull(cfg.ChatTemplate):
 		return nil, ErrNoChatTemplate
 	default:
 		var err error
-		if source, err = templateSource(cfg.ChatTemplate); err != nil {
+		if source, toolSource, err = templateSource(cfg.ChatTemplate); err != nil {
 			return nil, err
 		}
 	}
@@ -125,32 +130,42 @@ func LoadChatTemplateSource(tokenizerConfig []byte, source string) (*ChatTemplat
 		}
 		*f.dst = s
 	}
-	return NewChatTemplate(source, toks)
+	ct, err := NewChatTemplate(source, toks)
+	if err != nil || toolSource == "" {
+		return ct, err
+	}
+	if ct.toolUse, err = NewChatTemplate(toolSource, toks); err != nil {
+		return nil, fmt.Errorf("hftok: the \"tool_use\" template: %w", err)
+	}
+	return ct, nil
 }
 
 // templateSource reads a chat_template value: a string, or a list of
-// named templates of which the one named "default" is used.
-func templateSource(raw json.RawMessage) (string, error) {
-	var source string
+// named templates of which the one named "default" is used, and the one
+// named "tool_use" for conversations with tools (empty: none).
+func templateSource(raw json.RawMessage) (source, toolUse string, err error) {
 	if err := json.Unmarshal(raw, &source); err == nil {
-		return source, nil
+		return source, "", nil
 	}
 	var named []struct {
 		Name     string `json:"name"`
 		Template string `json:"template"`
 	}
 	if err := json.Unmarshal(raw, &named); err != nil {
-		return "", errors.New("hftok: chat_template is neither a string nor a list of named templates")
+		return "", "", errors.New("hftok: chat_template is neither a string nor a list of named templates")
 	}
 	for _, n := range named {
-		if n.Name == "default" {
+		switch n.Name {
+		case "default":
 			source = n.Template
+		case "tool_use":
+			toolUse = n.Template
 		}
 	}
 	if source == "" {
-		return "", errors.New("hftok: chat_template list has no template named \"default\"")
+		return "", "", errors.New("hftok: chat_template list has no template named \"default\"")
 	}
-	return source, nil
+	return source, toolUse, nil
 }
 
 // tokenString reads a special token written as a string or as an added-token
@@ -172,14 +187,24 @@ func tokenString(raw json.RawMessage) (string, error) {
 	return obj.Content, nil
 }
 
+// Pin fixes what the template sees of the world, for reproducible
+// renderings (tests, reference outputs): strftime_now reads the time at,
+// and vars are set as further string variables (date_string, as some
+// callers pass it). It returns c.
+func (c *ChatTemplate) Pin(at time.Time, vars map[string]string) *ChatTemplate {
+	c.clock = func() time.Time { return at }
+	for k, v := range vars {
+		c.vars[k] = v
+	}
+	if c.toolUse != nil {
+		c.toolUse.Pin(at, vars)
+	}
+	return c
+}
+
 // Render applies the template to messages with add_generation_prompt true
 // and no tools, the prompt vLLM builds for a chat completion.
-func (c *ChatTemplate) Render(messages []Message) (out string, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			out, err = "", fmt.Errorf("hftok: chat template: %s panicked rendering it: %v", jinjaLib, p)
-		}
-	}()
+func (c *ChatTemplate) Render(messages []Message) (string, error) {
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		d := jinja.NewDict()
@@ -187,14 +212,59 @@ func (c *ChatTemplate) Render(messages []Message) (out string, err error) {
 		d.AsDict().Set("content", jinja.NewString(m.Content))
 		msgs[i] = d
 	}
-	data := make(map[string]jinja.Value, len(c.vars)+3)
+	return c.render(jinja.NewList(msgs), jinja.Undefined())
+}
+
+// RenderJSON applies the template to a conversation given as JSON, as
+// transformers' apply_chat_template takes it: messages, an array of
+// message objects, and tools, an array of tool objects or nil (none).
+// Objects keep their keys' order, numbers are read as Python reads them
+// (integers and floats apart), so that tojson writes them back as
+// Python does. With tools, a template named "tool_use" in
+// tokenizer_config.json is used where there is one, as transformers does.
+func (c *ChatTemplate) RenderJSON(messages, tools []byte) (string, error) {
+	msgs, err := valueFromJSON(messages)
+	if err != nil {
+		return "", fmt.Errorf("hftok: messages: %w", err)
+	}
+	if !msgs.IsList() {
+		return "", errors.New("hftok: messages is not an array")
+	}
+	tv := jinja.Undefined()
+	if len(tools) > 0 {
+		if tv, err = valueFromJSON(tools); err != nil {
+			return "", fmt.Errorf("hftok: tools: %w", err)
+		}
+		if !tv.IsList() && !tv.IsNone() {
+			return "", errors.New("hftok: tools is not an array")
+		}
+	}
+	if c.toolUse != nil && tv.IsList() && tv.AsList().Len() > 0 {
+		return c.toolUse.render(msgs, tv)
+	}
+	return c.render(msgs, tv)
+}
+
+// render runs the template with the variables transformers passes: the
+// messages, tools (None when there are none), add_generation_prompt, the
+// special tokens, raise_exception and strftime_now.
+func (c *ChatTemplate) render(messages, tools jinja.Value) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("hftok: chat template: %s panicked rendering it: %v", jinjaLib, p)
+		}
+	}()
+	data := make(map[string]jinja.Value, len(c.vars)+8)
 	for k, v := range c.vars {
 		data[k] = jinja.NewString(v)
 	}
-	for k, v := range c.extra {
-		data[k] = v
+	data["strftime_now"] = strftimeNow(c.clock)
+	data[tojsonFilter] = pyTojson
+	data["messages"] = messages
+	if tools.IsUndefined() {
+		tools = jinja.None()
 	}
-	data["messages"] = jinja.NewList(msgs)
+	data["tools"] = tools
 	data["add_generation_prompt"] = jinja.NewBool(true)
 	var raised *TemplateError
 	data["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {

@@ -95,3 +95,83 @@ func tagEnd(s string, k int, opener string) int {
 	}
 	return len(s)
 }
+
+// renameTojson renames the tojson filter in src's expressions and
+// statements to tojsonFilter, which the renderer defines as Python's
+// json.dumps (pyTojson): the template engine looks its own filters up
+// first, and its tojson writes floats as Go does (1 for 1.0) and indented
+// output with sorted keys, where transformers' keeps the keys' order. The
+// scan skips string literals, comments and {% raw %} blocks.
+func renameTojson(src string) string {
+	var b strings.Builder
+	b.Grow(len(src) + 64)
+	i := 0
+	for i < len(src) {
+		j := nextOpener(src, i)
+		if j < 0 {
+			b.WriteString(src[i:])
+			break
+		}
+		b.WriteString(src[i:j])
+		opener := src[j : j+2]
+		end := tagEnd(src, j+2, opener)
+		body := src[j:end]
+		if opener == "{%" && isRawTag(src[j+2:end]) {
+			loc := endRaw.FindStringIndex(src[end:])
+			if loc == nil {
+				b.WriteString(src[j:])
+				break
+			}
+			b.WriteString(src[j : end+loc[1]])
+			i = end + loc[1]
+			continue
+		}
+		if opener != "{#" {
+			body = renameFilterIn(body, "tojson", tojsonFilter)
+		}
+		b.WriteString(body)
+		i = end
+	}
+	return b.String()
+}
+
+// renameFilterIn renames filter from to to in a tag's text: a name that
+// follows a "|" (spaces between allowed) outside string literals.
+func renameFilterIn(tag, from, to string) string {
+	if !strings.Contains(tag, from) {
+		return tag
+	}
+	var b strings.Builder
+	for p := 0; p < len(tag); p++ {
+		c := tag[p]
+		switch c {
+		case '\'', '"':
+			q := p
+			for p++; p < len(tag) && tag[p] != c; p++ {
+				if tag[p] == '\\' {
+					p++
+				}
+			}
+			b.WriteString(tag[q:min(p+1, len(tag))])
+			continue
+		case '|':
+			b.WriteByte(c)
+			k := p + 1
+			for k < len(tag) && (tag[k] == ' ' || tag[k] == '\t' || tag[k] == '\n') {
+				k++
+			}
+			if strings.HasPrefix(tag[k:], from) && (k+len(from) == len(tag) || !isIdentByte(tag[k+len(from)])) {
+				b.WriteString(tag[p+1 : k])
+				b.WriteString(to)
+				p = k + len(from) - 1
+			}
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}

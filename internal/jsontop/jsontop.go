@@ -27,12 +27,7 @@ func SkipValue(d []byte, i int) int {
 	for ; i < len(d); i++ {
 		switch d[i] {
 		case '"':
-			for i++; i < len(d) && d[i] != '"'; i++ {
-				if d[i] == '\\' {
-					i++
-				}
-			}
-			if i >= len(d) { // unterminated: the caller's validation fails
+			if i = stringEnd(d, i+1); i >= len(d) { // unterminated: the caller's validation fails
 				return len(d)
 			}
 			if depth == 0 {
@@ -55,6 +50,27 @@ func SkipValue(d []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// stringEnd returns the index of the quote that closes a string whose
+// text starts at d[i] (len(d) when none does): the next quote not
+// escaped, found with bytes.IndexByte (a prompt's text is most of a body).
+func stringEnd(d []byte, i int) int {
+	for {
+		j := bytes.IndexByte(d[i:], '"')
+		if j < 0 {
+			return len(d)
+		}
+		j += i
+		k := j
+		for k > i && d[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 { // an even run of backslashes escapes nothing
+			return j
+		}
+		i = j + 1
+	}
 }
 
 // Members calls member with the key (unescaped) and the raw value of each
@@ -101,6 +117,38 @@ func Members(d []byte, member func(key, value []byte) bool) bool {
 		case i < len(d) && d[i] == ',':
 			i = SkipSpace(d, i+1)
 		case i < len(d) && d[i] == '}':
+			return SkipSpace(d, i+1) == len(d)
+		default:
+			return false
+		}
+	}
+}
+
+// Elements calls element with each raw value of the JSON array d, in
+// order, as Members does for an object's members; it reports false when d
+// is not an array as far as its top level shows or when element returned
+// false.
+func Elements(d []byte, element func(value []byte) bool) bool {
+	i := SkipSpace(d, 0)
+	if i >= len(d) || d[i] != '[' {
+		return false
+	}
+	if i = SkipSpace(d, i+1); i < len(d) && d[i] == ']' {
+		return SkipSpace(d, i+1) == len(d)
+	}
+	for {
+		if i >= len(d) {
+			return false
+		}
+		end := SkipValue(d, i)
+		if end == i || !element(d[i:end]) {
+			return false
+		}
+		i = SkipSpace(d, end)
+		switch {
+		case i < len(d) && d[i] == ',':
+			i = SkipSpace(d, i+1)
+		case i < len(d) && d[i] == ']':
 			return SkipSpace(d, i+1) == len(d)
 		default:
 			return false

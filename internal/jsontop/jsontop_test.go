@@ -39,3 +39,34 @@ func TestMembers(t *testing.T) {
 		})
 	}
 }
+
+func TestElements(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   string
+		want []string // nil when Elements fails
+	}{
+		{"empty", ` [ ] `, []string{}},
+		{"elements", `[1, "a]" ,{"b":[2]}, null]`, []string{`1`, `"a]"`, `{"b":[2]}`, `null`}},
+		{"escapes", `["a\\", "b\\\"c", "\\\\", "\""]`, []string{`"a\\"`, `"b\\\"c"`, `"\\\\"`, `"\""`}},
+		{"not an array", `{"a":1}`, nil},
+		{"trailing comma", `[1,]`, nil},
+		{"unterminated", `[1`, nil},
+		{"bytes after", `[1] x`, nil},
+		{"empty input", ``, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := []string{}
+			ok := Elements([]byte(c.in), func(v []byte) bool {
+				got = append(got, string(v))
+				return true
+			})
+			if !ok {
+				got = nil
+			}
+			if !slices.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+				t.Fatalf("Elements(%s) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}

@@ -29,6 +29,35 @@ func chatBody(turns int) []byte {
 	return b
 }
 
+// agentBody is chatBody's conversation as a coding agent has it: three
+// tools defined, the assistant's turns calling one, each answered by a
+// tool message.
+func agentBody(turns int) []byte {
+	var req struct {
+		Model    string           `json:"model"`
+		Tools    json.RawMessage  `json:"tools"`
+		Messages []map[string]any `json:"messages"`
+	}
+	if err := json.Unmarshal(chatBody(turns), &req); err != nil {
+		panic(err)
+	}
+	req.Tools = json.RawMessage(`[` + strings.TrimSuffix(strings.Repeat(`{"type":"function","function":{"name":"read_file","description":"Reads a file from the workspace and returns its text.","parameters":{"type":"object","properties":{"path":{"type":"string","description":"Path from the workspace root"},"limit":{"type":"integer"}},"required":["path"]}}},`, 3), ",") + `]`)
+	var msgs []map[string]any
+	for i, m := range req.Messages {
+		if m["role"] == "assistant" {
+			id := fmt.Sprintf("call_%d", i)
+			msgs = append(msgs,
+				map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "read_file", "arguments": `{"path": "server.go"}`}}}},
+				map[string]any{"role": "tool", "tool_call_id": id, "content": m["content"]})
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	req.Messages = msgs
+	b, _ := json.Marshal(req)
+	return b
+}
+
 // BenchmarkParse measures request.Parse of a chat request with the
 // model's tokenizer (blocks hashed over its token ids) against the
 // pseudo-tokenizer: the work added to every request of a model that has
@@ -44,6 +73,23 @@ func BenchmarkParse(b *testing.B) {
 	withTok.Tokenizer = set.For
 	text := withTok
 	text.Tokenizer = nil
+	for _, turns := range []int{8, 64} {
+		body := agentBody(turns)
+		p, err := request.Parse(withTok, "/v1/chat/completions", nil, body)
+		if err != nil || !p.TokenBlocks {
+			b.Fatalf("agent conversation not tokenized: %v", err)
+		}
+		b.Run(fmt.Sprintf("%dk-tokens/tools/text", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(text, "/v1/chat/completions", nil, body)
+			}
+		})
+		b.Run(fmt.Sprintf("%dk-tokens/tools/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(withTok, "/v1/chat/completions", nil, body)
+			}
+		})
+	}
 	for _, turns := range []int{8, 64} {
 		body := chatBody(turns)
 		p, err := request.Parse(withTok, "/v1/chat/completions", nil, body)

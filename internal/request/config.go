@@ -1,6 +1,7 @@
 package request
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -31,6 +32,12 @@ type PromptTokenizer interface {
 	// ChatTokens renders chat messages with the model's chat template and
 	// tokenizes the result.
 	ChatTokens(msgs []tokenize.Message) ([]uint32, error)
+	// ChatRequestTokens renders a chat request's messages and tools (its
+	// raw JSON values; tools may be nil) as the engine renders them,
+	// tool definitions, tool calls and tool results included, and
+	// tokenizes the result; an error when it cannot render them as the
+	// engine does.
+	ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error)
 	// PromptTokens tokenizes a completion prompt.
 	PromptTokens(prompt string) ([]uint32, error)
 }

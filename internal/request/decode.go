@@ -18,8 +18,9 @@ import (
 type requestBody struct {
 	fields      map[string]json.RawMessage
 	messages    []message
-	hasMessages bool  // "messages" present and not null
-	messagesErr error // a type error inside "messages", reported by parseChat
+	rawMessages json.RawMessage // "messages" as sent (a sub-slice of the body)
+	hasMessages bool            // "messages" present and not null
+	messagesErr error           // a type error inside "messages", reported by parseChat
 }
 
 // message is the part of a chat message routing reads.
@@ -87,6 +88,7 @@ func decodeObject(data []byte) (*requestBody, error) {
 				return decodeObjectErr(data)
 			}
 			b.messages, b.messagesErr, b.hasMessages = msgs, err, msgs != nil || err != nil
+			b.rawMessages = raw
 		} else {
 			if !json.Valid(raw) {
 				return decodeObjectErr(data)

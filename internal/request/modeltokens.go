@@ -1,16 +1,24 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
 // chatRenderFields are chat request fields that change how vLLM renders
-// the prompt in ways llmlb does not reproduce (tool definitions,
-// documents, a template of the request's own or its arguments): a request
-// with any of them is hashed from its text, not its model's tokens.
-var chatRenderFields = []string{"tools", "documents", "chat_template", "chat_template_kwargs"}
+// the prompt in ways llmlb does not reproduce (documents, a template of
+// the request's own or its arguments): a request with any of them is
+// hashed from its text, not its model's tokens.
+var chatRenderFields = []string{"documents", "chat_template", "chat_template_kwargs"}
+
+// toolMarkers are what, found in a chat's messages, sends it to the full
+// rendering (PromptTokenizer.ChatRequestTokens) rather than the plain one
+// of roles and texts: tool calls and results and the fields that go with
+// them, a participant's name, reasoning (which the full rendering
+// refuses).
+var toolMarkers = [][]byte{[]byte(`"tool_call`), []byte(`"name"`), []byte(`"reasoning`), []byte(`"tool"`), []byte(`"tools"`), []byte(`"task"`)}
 
 // maxTokenizedMessages bounds the messages of a chat whose prompt is
 // rendered with the model's template: rendering costs per message, and a
@@ -31,12 +39,17 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 	}
 	switch ep {
 	case endpointChat:
-		if !plainChat(b) {
+		full := !isNull(b.fields["tools"]) || hasToolMarkers(b.rawMessages)
+		if !renderableChat(b, full) {
 			return nil, false
 		}
 		tk := cfg.Tokenizer(model)
 		if tk == nil {
 			return nil, false
+		}
+		if full {
+			ids, err := tk.ChatRequestTokens(b.rawMessages, b.fields["tools"])
+			return ids, err == nil
 		}
 		msgs, _, err := parseMessages(b)
 		if err != nil || len(msgs) == 0 {
@@ -71,11 +84,22 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 	return nil, false
 }
 
-// plainChat reports whether a chat body is one whose prompt llmlb renders
-// as the engine does: messages of text only, no tool calls, none of
+func hasToolMarkers(raw []byte) bool {
+	for _, m := range toolMarkers {
+		if bytes.Contains(raw, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// renderableChat reports whether a chat body is one whose prompt llmlb
+// renders as the engine does: messages of text only, none of
 // chatRenderFields, the generation prompt on, nothing to continue, at
-// most maxTokenizedMessages messages and MaxPromptBlockBytes of text.
-func plainChat(b *requestBody) bool {
+// most maxTokenizedMessages messages and MaxPromptBlockBytes of text; tool
+// calls only with full (the full rendering, which has the last word on
+// what it renders).
+func renderableChat(b *requestBody, full bool) bool {
 	if !b.hasMessages || b.messagesErr != nil || len(b.messages) > maxTokenizedMessages {
 		return false
 	}
@@ -90,14 +114,16 @@ func plainChat(b *requestBody) bool {
 	if raw := b.fields["continue_final_message"]; !isNull(raw) && string(raw) != "false" {
 		return false
 	}
-	size := 0
+	size := len(b.fields["tools"])
 	for i := range b.messages {
 		m := &b.messages[i]
-		if !isNull(m.ToolCalls) {
+		if !full && !isNull(m.ToolCalls) {
 			return false
 		}
+		size += len(m.ToolCalls)
 		switch c := m.Content.(type) {
 		case nil:
+			size += len(m.text) // a plain string, kept apart (message.text)
 		case string:
 			size += len(c)
 		case []any:

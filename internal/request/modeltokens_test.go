@@ -1,6 +1,7 @@
 package request
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -21,6 +22,33 @@ func (b *byteTokenizer) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 			return nil, errors.New("the template refuses the conversation")
 		}
 		s.WriteString("<" + m.Role + ">" + m.Content)
+	}
+	return bytesIDs(s.String()), nil
+}
+
+// ChatRequestTokens renders "[tools]" then each message as
+// "<role>content", a tool call as "{name}".
+func (b *byteTokenizer) ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error) {
+	b.calls++
+	var msgs []struct {
+		Role      string `json:"role"`
+		Content   string `json:"content"`
+		ToolCalls []struct {
+			Function struct{ Name string } `json:"function"`
+		} `json:"tool_calls"`
+	}
+	if err := json.Unmarshal(messages, &msgs); err != nil {
+		return nil, err
+	}
+	var s strings.Builder
+	if len(tools) > 0 {
+		s.WriteString("[tools]")
+	}
+	for _, m := range msgs {
+		s.WriteString("<" + m.Role + ">" + m.Content)
+		for _, c := range m.ToolCalls {
+			s.WriteString("{" + c.Function.Name + "}")
+		}
 	}
 	return bytesIDs(s.String()), nil
 }
@@ -60,8 +88,9 @@ func TestParseHashesTheModelsTokens(t *testing.T) {
 		{"completion", compPath, `{"model":"qwen","prompt":"` + long + `"}`, append([]uint32{1}, bytesIDs(long)...)},
 		{"completion of token ids", compPath, `{"model":"qwen","prompt":[` + strings.Repeat("7,", 40) + `7]}`, slices.Repeat([]uint32{7}, 41)},
 		{"another model", chatPath, `{"model":"llama","messages":[{"role":"user","content":"` + long + `"}]}`, nil},
-		{"tools", chatPath, `{"model":"qwen","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
-		{"tool calls", chatPath, `{"model":"qwen","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"` + long + `"}]}`, nil},
+		{"tools", chatPath, `{"model":"qwen","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"` + long + `"}]}`, bytesIDs("[tools]<user>" + long)},
+		{"tool calls", chatPath, `{"model":"qwen","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":"ok"},{"role":"user","content":"` + long + `"}]}`, bytesIDs("<assistant>{f}<tool>ok<user>" + long)},
+		{"too large", chatPath, `{"model":"qwen","messages":[{"role":"user","content":"` + strings.Repeat("x", MaxPromptBlockBytes+1) + `"}]}`, nil},
 		{"an image part", chatPath, `{"model":"qwen","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}},{"type":"text","text":"` + long + `"}]}]}`, nil},
 		{"template arguments", chatPath, `{"model":"qwen","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"no generation prompt", chatPath, `{"model":"qwen","add_generation_prompt":false,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},

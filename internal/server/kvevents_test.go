@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,6 +135,10 @@ func testKVEventsRouting(t *testing.T, tokenizerDir string) {
 		if rep != holder.Name() {
 			t.Fatalf("routed to %s, want %s whose events hold the prefix", rep, holder.Name())
 		}
+	}
+	if tokenizerDir != "" {
+		// sim-3: a decision blind to the events sends the turn to sim-1.
+		agentTurnRoutesToItsHolder(t, e, fleet.Replicas[2], tokenizerDir)
 	}
 	holder := fleet.Replicas[1]
 
@@ -331,5 +336,50 @@ func TestKVEventsFollowAReload(t *testing.T) {
 	reload(first)
 	if e.subscribed("sim-2") {
 		t.Fatal("still subscribed to a replica the reload removed")
+	}
+}
+
+// agentTurnRoutesToItsHolder: an agent's turn with tool definitions, a
+// tool call and its result, sent to holder behind llmlb's back; its next
+// turn through llmlb must go to holder, whose events hold the turn's
+// blocks keyed by the tokens llmlb renders (tools included) for it.
+func agentTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replica, tokenizerDir string) {
+	t.Helper()
+	tok, err := modeltok.Load(tokenizerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := `[{"type":"function","function":{"name":"read_file","description":"Reads a file.","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]`
+	turn := `[{"role":"system","content":"` + strings.Repeat("You are a coding agent. ", 150) + `"},` +
+		`{"role":"user","content":"What is in main.go?"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\": \"main.go\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"package main"}`
+	first := `{"model":"` + model + `","max_tokens":1,"tools":` + tools + `,"messages":` + turn + `]}`
+	next := `{"model":"` + model + `","max_tokens":1,"tools":` + tools + `,"messages":` + turn +
+		`,{"role":"assistant","content":"It declares package main."},{"role":"user","content":"Anything else?"}]}`
+	res, err := http.Post(holder.URL()+"/v1/chat/completions", "application/json", strings.NewReader(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("direct agent turn: %d", res.StatusCode)
+	}
+	ids, err := tok.ChatRequestTokens(json.RawMessage(turn+"]"), json.RawMessage(tools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokenize.FromTokenIDs(ids).Blocks
+	idx := e.srv.KVEventsIndex()
+	eventually(t, holder.Name()+"'s events report the agent's turn", func() bool {
+		gpu, _ := idx.Match(holder.Name(), want, time.Now())
+		return gpu == len(want)
+	})
+	code, rep, body := e.chat(next, nil)
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	if rep != holder.Name() {
+		t.Fatalf("agent's next turn routed to %s, want %s whose events hold its context", rep, holder.Name())
 	}
 }

@@ -131,13 +131,14 @@ type genRequest struct {
 
 func (r *Replica) handleChat(w http.ResponseWriter, req *http.Request) {
 	var body chatRequest
-	if !r.decode(w, req, &body) {
+	data, ok := r.decodeBody(w, req, &body)
+	if !ok {
 		return
 	}
 	if !r.checkModel(w, body.Model) || !checkN(w, body.N) {
 		return
 	}
-	prompt, err := r.chatPrompt(body.Messages)
+	prompt, err := r.chatPrompt(body.Messages, data)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -207,24 +208,30 @@ func (r *Replica) handleCompletions(w http.ResponseWriter, req *http.Request) {
 
 // decode reads a JSON body within the size limit; on failure it answers.
 func (r *Replica) decode(w http.ResponseWriter, req *http.Request, v any) bool {
+	_, ok := r.decodeBody(w, req, v)
+	return ok
+}
+
+// decodeBody is decode that also returns the body read.
+func (r *Replica) decodeBody(w http.ResponseWriter, req *http.Request, v any) ([]byte, bool) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", r.opts.MaxBodyBytes))
-			return false
+			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
-		return false
+		return nil, false
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		writeError(w, http.StatusBadRequest, "request body is empty; expected a JSON object")
-		return false
+		return nil, false
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return false
+		return nil, false
 	}
-	return true
+	return data, true
 }
 
 // checkModel accepts the served model, or no model at all as vLLM does.
@@ -487,11 +494,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, openai.NewReplicaError(status, msg))
 }
 
-// chatPrompt reads a chat request's prompt: with the model's tokenizer
-// when the replica has one, else with the pseudo-tokenizer.
-func (r *Replica) chatPrompt(msgs []chatMessage) (tokenize.Prompt, error) {
+// chatPrompt reads a chat request's prompt (its messages, and its body
+// for the tools and tool calls): with the model's tokenizer when the
+// replica has one, else with the pseudo-tokenizer.
+func (r *Replica) chatPrompt(msgs []chatMessage, body []byte) (tokenize.Prompt, error) {
 	if r.toks != nil {
-		return r.toks.chat(msgs)
+		return r.toks.chat(msgs, body)
 	}
 	return chatPrompt(msgs)
 }

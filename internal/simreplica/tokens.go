@@ -19,6 +19,12 @@ type Tokenizer interface {
 	PromptTokens(prompt string) ([]uint32, error)
 }
 
+// requestTokenizer is a Tokenizer that also renders a chat request's
+// tools, tool calls and tool results (modeltok's Model does).
+type requestTokenizer interface {
+	ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error)
+}
+
 // engineTokens is a replica that tokenizes with the model's own tokenizer
 // (Options.Tokenizer): its blocks are hashed as vLLM hashes them, SHA-256
 // over the parent block's hash and the block's token ids, chained from a
@@ -96,11 +102,24 @@ func (e *engineTokens) lookup(h uint64) (blockTokens, bool) {
 	return b, ok
 }
 
-// chat tokenizes chat messages with the model's chat template.
-func (e *engineTokens) chat(msgs []chatMessage) (tokenize.Prompt, error) {
+// chat tokenizes a chat request with the model's chat template: its
+// messages, tools, tool calls and tool results where the tokenizer
+// renders them, else the messages' roles and texts.
+func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, error) {
 	tm, err := chatMessages(msgs)
 	if err != nil {
 		return tokenize.Prompt{}, err
+	}
+	if rt, ok := e.tok.(requestTokenizer); ok {
+		var req struct {
+			Messages json.RawMessage `json:"messages"`
+			Tools    json.RawMessage `json:"tools"`
+		}
+		if json.Unmarshal(body, &req) == nil {
+			if ids, err := rt.ChatRequestTokens(req.Messages, req.Tools); err == nil {
+				return e.prompt(ids), nil
+			}
+		}
 	}
 	ids, err := e.tok.ChatTokens(tm)
 	if err != nil {

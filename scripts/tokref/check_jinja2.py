@@ -90,6 +90,8 @@ def render_templates(testdata, folder):
         out[os.path.basename(path)] = [
             tmpl.render(
                 messages=c["messages"],
+                tools=None,
+                documents=None,
                 add_generation_prompt=True,
                 strftime_now=pinned_strftime_now,
                 **TEMPLATE_VARS,
@@ -114,7 +116,7 @@ def main():
         with open(os.path.join(testdata, chat["model"], "tokenizer_config.json"), encoding="utf-8") as f:
             cfg = json.load(f)
         tmpl = compile_template(cfg["chat_template"])
-        got = tmpl.render(messages=chat["messages"], add_generation_prompt=True, **special_tokens(cfg))
+        got = tmpl.render(messages=chat["messages"], tools=None, documents=None, add_generation_prompt=True, **special_tokens(cfg))
         if got != chat["rendered"]:
             bad += 1
             print(f"chat {i}: Jinja2 renders\n{got!r}\nreference.json has\n{chat['rendered']!r}")

@@ -1,0 +1,194 @@
+package modeltok
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmlb/llmlb/internal/hftok"
+	"github.com/llmlb/llmlb/internal/testutil/qwentok"
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
+
+// toolChats reads testdata/tool_chats.json: OpenAI chat requests with
+// tools, tool calls and tool results.
+func toolChats(t *testing.T) []struct {
+	Messages json.RawMessage `json:"messages"`
+	Tools    json.RawMessage `json:"tools"`
+} {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "tool_chats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []struct {
+		Messages json.RawMessage `json:"messages"`
+		Tools    json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(data, &reqs); err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// refusedChats are the requests of tool_chats.json that vllmConversation
+// refuses: tools without a description, nulls and floats such as 2.0 in
+// parameters or arguments (printable).
+var refusedChats = map[int]bool{1: true, 2: true, 3: true, 6: true}
+
+// TestToolChatsMatchJinja2 renders the requests of tool_chats.json as vLLM
+// does, with Qwen2.5's template and the 17 templates of the jinja module's
+// test data, and compares with tool_renders.json: the same requests turned
+// into vLLM's conversation and tool dicts and rendered by Python's Jinja2
+// and json (scripts/tokref/vllm_chat.py). A template that refuses a
+// request in Jinja2 must fail here too.
+func TestToolChatsMatchJinja2(t *testing.T) {
+	reqs := toolChats(t)
+	data, err := os.ReadFile(filepath.Join("testdata", "tool_renders.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Vars      map[string]string            `json:"vars"`
+		Templates map[string][]json.RawMessage `json:"templates"`
+	}
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Templates) < 18 {
+		t.Fatalf("%d templates in tool_renders.json, want 18", len(want.Templates))
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/ardanlabs/jinja").Output()
+	if err != nil {
+		t.Fatalf("locating the jinja module: %v", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "testdata", "templates")
+	pinned := time.Date(2024, 7, 26, 0, 0, 0, 0, time.UTC)
+	rendered, refused := 0, 0
+	for name, renders := range want.Templates {
+		var ct *hftok.ChatTemplate
+		if name == "qwen2_5" {
+			cfg, err := os.ReadFile(filepath.Join(qwentok.Dir(t), "tokenizer_config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct, err = hftok.LoadChatTemplate(cfg); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			src, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct, err = hftok.NewChatTemplate(string(src), hftok.SpecialTokens{BOS: want.Vars["bos_token"], EOS: want.Vars["eos_token"]}); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			ct.Pin(pinned, map[string]string{"date_string": want.Vars["date_string"]})
+		}
+		for i, r := range reqs {
+			conv, tools, err := vllmConversation(r.Messages, r.Tools)
+			if errors.Is(err, ErrNotRendered) != refusedChats[i] {
+				t.Fatalf("request %d: refused %v (%v), want %v", i, err != nil, err, refusedChats[i])
+			}
+			if err != nil {
+				refused++
+				continue // hashed from its text
+			}
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			got, err := ct.RenderJSON(conv, tools)
+			var text string
+			if json.Unmarshal(renders[i], &text) != nil { // Jinja2 refused it
+				if err == nil {
+					t.Errorf("%s request %d: rendered, Jinja2 refuses it with %s", name, i, renders[i])
+				}
+				continue
+			}
+			if err != nil || got != text {
+				t.Errorf("%s request %d: renders (err %v)\n%q\nJinja2 renders\n%q", name, i, err, got, text)
+				continue
+			}
+			rendered++
+		}
+	}
+	t.Logf("%d renderings match, %d refused", rendered, refused)
+
+}
+
+func TestVLLMConversationRefuses(t *testing.T) {
+	for name, c := range map[string]struct{ messages, tools string }{
+		"reasoning":         {`[{"role": "assistant", "content": "x", "reasoning_content": "hm"}]`, ``},
+		"reasoning, new":    {`[{"role": "assistant", "content": "x", "reasoning": "hm"}]`, ``},
+		"image part":        {`[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]`, ``},
+		"no role":           {`[{"content": "x"}]`, ``},
+		"custom tool":       {`[{"role": "user", "content": "x"}]`, `[{"type": "custom", "custom": {"name": "c"}}]`},
+		"deferred tool":     {`[{"role": "user", "content": "x"}]`, `[{"type": "function", "function": {"name": "f"}, "defer_loading": true}]`},
+		"tool without name": {`[{"role": "user", "content": "x"}]`, `[{"type": "function", "function": {}}]`},
+		"messages not list": {`{"role": "user"}`, ``},
+	} {
+		_, _, err := vllmConversation(json.RawMessage(c.messages), json.RawMessage(c.tools))
+		if !errors.Is(err, ErrNotRendered) {
+			t.Errorf("%s: err %v, want ErrNotRendered", name, err)
+		}
+	}
+}
+
+func TestChatRequestTokensMatchChatTokensWithoutTools(t *testing.T) {
+	m, err := Load(qwentok.Dir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := `[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "Bye"}]`
+	got, err := m.ChatRequestTokens(json.RawMessage(msgs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain []tokenize.Message
+	if err := json.Unmarshal([]byte(msgs), &plain); err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.ChatTokens(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ChatRequestTokens gives %d tokens, ChatTokens %d", len(got), len(want))
+	}
+}
+
+// FuzzChatRequestTokens: whatever the messages and tools, the full
+// rendering returns tokens or an error, never a panic, and refuses
+// nothing a template would render from a body that is not JSON.
+func FuzzChatRequestTokens(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "tool_chats.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var reqs []struct {
+		Messages json.RawMessage `json:"messages"`
+		Tools    json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(data, &reqs); err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range reqs {
+		f.Add([]byte(r.Messages), []byte(r.Tools))
+	}
+	m, err := Load(qwentok.Dir(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, messages, tools []byte) {
+		ids, err := m.ChatRequestTokens(messages, tools)
+		if err == nil && len(ids) == 0 {
+			t.Fatal("no error and no tokens")
+		}
+	})
+}

@@ -1,0 +1,118 @@
+"""Renders the chat requests of internal/modeltok/testdata/tool_chats.json
+as vLLM renders them, for TestToolChatsMatchJinja2: each OpenAI request's
+messages and tools are turned into the conversation and tool dicts vLLM
+hands to transformers' apply_chat_template (vllm/entrypoints/chat_utils.py:
+_parse_chat_message_content with the "string" content format, then
+_postprocess_messages; tools as ChatCompletionToolsParam.model_dump() with
+the serializers of vllm/entrypoints/generate/base/protocol.py), then
+rendered with Python Jinja2 set up as transformers sets it up
+(check_jinja2.py), with Qwen2.5's template and every template of DIR.
+
+usage: python3 scripts/tokref/vllm_chat.py DIR
+       (DIR: ardanlabs/jinja's testdata/templates, see README.md)
+writes internal/modeltok/testdata/tool_renders.json
+"""
+import glob
+import json
+import os
+import sys
+
+import jinja2
+
+sys.path.insert(0, os.path.dirname(__file__))
+from check_jinja2 import TEMPLATE_VARS, compile_template, pinned_strftime_now, special_tokens  # noqa: E402
+
+MODELTOK = "internal/modeltok/testdata"
+QWEN = "internal/hftok/testdata/qwen2_5/tokenizer_config.json"
+
+
+def tool_dump(tool):
+    """ChatCompletionToolsParam.model_dump(): declared fields only, in their
+    order; description and parameters even when None; strict and
+    defer_loading only when set."""
+    f = tool["function"]
+    fn = {"name": f["name"], "description": f.get("description"), "parameters": f.get("parameters")}
+    if f.get("strict") is not None:
+        fn["strict"] = f["strict"]
+    return {"type": tool.get("type", "function"), "function": fn}
+
+
+def tool_call(c):
+    """A tool call as pydantic validates it into openai's TypedDict: id,
+    function (arguments, name), type."""
+    return {"id": c["id"], "function": {"arguments": c["function"]["arguments"], "name": c["function"]["name"]}, "type": c["type"]}
+
+
+def conversation(messages):
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if content is None:
+            texts = []
+        elif isinstance(content, str):
+            texts = [content]
+        else:
+            texts = [p["text"] for p in content if p.get("text") is not None]
+        msg = {"role": m["role"], "content": "\n".join(texts)}
+        if m["role"] == "assistant":
+            if m.get("tool_calls") is not None:
+                msg["tool_calls"] = [tool_call(c) for c in m["tool_calls"]]
+        elif m["role"] == "tool":
+            if "tool_call_id" in m:
+                msg["tool_call_id"] = m["tool_call_id"]
+        if isinstance(m.get("name"), str):
+            msg["name"] = m["name"]
+        if m["role"] == "developer":
+            msg["tools"] = m.get("tools")
+        out.append(msg)
+    for msg in out:  # _postprocess_messages
+        if msg["role"] == "assistant" and "tool_calls" in msg:
+            if len(msg["tool_calls"]) == 0:
+                del msg["tool_calls"]
+                continue
+            for item in msg["tool_calls"]:
+                a = item["function"].get("arguments")
+                if isinstance(a, str):
+                    try:
+                        item["function"]["arguments"] = json.loads(a)
+                    except json.JSONDecodeError:
+                        item["function"]["arguments"] = {}
+                elif not isinstance(a, (dict, list)):
+                    item["function"]["arguments"] = {}
+    return out
+
+
+def render(tmpl, req, variables):
+    tools = req.get("tools")
+    tools = None if tools is None else [tool_dump(t) for t in tools]
+    try:
+        return tmpl.render(messages=conversation(req["messages"]), tools=tools, documents=None,
+                           add_generation_prompt=True, **variables)
+    except Exception as e:  # noqa: BLE001 (a template that refuses the chat)
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def main():
+    folder = sys.argv[1]
+    with open(os.path.join(MODELTOK, "tool_chats.json"), encoding="utf-8") as f:
+        reqs = json.load(f)
+    out = {}
+    with open(QWEN, encoding="utf-8") as f:
+        cfg = json.load(f)
+    tmpl = compile_template(cfg["chat_template"])
+    out["qwen2_5"] = [render(tmpl, r, special_tokens(cfg)) for r in reqs]
+    for path in sorted(glob.glob(os.path.join(folder, "*.jinja"))):
+        with open(path, encoding="utf-8") as f:
+            tmpl = compile_template(f.read())
+        out[os.path.basename(path)] = [
+            render(tmpl, r, dict(TEMPLATE_VARS, strftime_now=pinned_strftime_now)) for r in reqs
+        ]
+    with open(os.path.join(MODELTOK, "tool_renders.json"), "w", encoding="utf-8") as f:
+        json.dump({"jinja2": jinja2.__version__, "vars": TEMPLATE_VARS, "templates": out}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    errors = sum(isinstance(r, dict) for v in out.values() for r in v)
+    print(f"rendered {len(out)} templates x {len(reqs)} requests ({errors} refused by their template)")
+
+
+if __name__ == "__main__":
+    main()
