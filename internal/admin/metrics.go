@@ -40,11 +40,14 @@ type Metrics struct {
 	ttft     *prometheus.HistogramVec
 	duration *prometheus.HistogramVec
 	tokens   *prometheus.CounterVec
-	bal      *balancer.Balancer
-	known    sync.Map // model name -> true: its series exist
-	modelsMu sync.Mutex
-	nModels  int // models in known, at most MaxModelSeries (under modelsMu)
-	now      func() time.Time
+	// tokenizerChecks compares the model tokenizer's prompt counts with
+	// the engines' (TokenizerCheck).
+	tokenizerChecks *prometheus.CounterVec
+	bal             *balancer.Balancer
+	known           sync.Map // model name -> true: its series exist
+	modelsMu        sync.Mutex
+	nModels         int // models in known, at most MaxModelSeries (under modelsMu)
+	now             func() time.Time
 
 	// queueWait is flow control's waits by priority (flowmetrics.go).
 	queueWait *prometheus.HistogramVec
@@ -132,6 +135,10 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 			Name: "llmlb_tokens_total",
 			Help: "Tokens reported in the usage of responses, by model and kind: prompt, cached (prompt tokens the replica took from its prefix cache) and completion.",
 		}, []string{"model", "kind"}),
+		tokenizerChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmlb_tokenizer_checks_total",
+			Help: "Responses whose prompt the model's configured tokenizer (tokenizers[]) counted, by model and result: match when the engine's usage.prompt_tokens is the same count, mismatch when not (the prompt is rendered or tokenized unlike the engine: its KV cache events will not match).",
+		}, []string{"model", "result"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "llmlb_flow_queue_wait_seconds",
 			Help:    "How long requests waited in flow control before a replica had room, by priority (beyond ±10 counted at ±10); requests never held are not observed.",
@@ -155,7 +162,7 @@ func NewMetrics(bal *balancer.Balancer, now func() time.Time) *Metrics {
 	})
 	indexBudget.Set(kvindex.DefaultBudgetBlocks)
 	m.reg.MustRegister(m.requests, m.firstByte, m.streamErrs, m.failovers, m.transitions, m.scrapes, m.reloads, m.dropped,
-		m.queueWait, buildInfo, indexBudget,
+		m.queueWait, m.tokenizerChecks, buildInfo, indexBudget,
 		&modelSeries{m: m, cs: []prometheus.Collector{m.ttft, m.duration, m.tokens}},
 		&stateCollector{bal: bal, now: now},
 		collectors.NewGoCollector(),
@@ -269,6 +276,16 @@ func (m *Metrics) Completion(model string, route balancer.Reason, ttft, total ti
 	if u.CompletionTokens > 0 {
 		s.completion.Add(float64(u.CompletionTokens))
 	}
+}
+
+// TokenizerCheck counts one response whose prompt the model's tokenizer
+// counted: match when the engine reported the same prompt_tokens.
+func (m *Metrics) TokenizerCheck(model string, match bool) {
+	result := "mismatch"
+	if match {
+		result = "match"
+	}
+	m.tokenizerChecks.WithLabelValues(m.ModelLabel(model), result).Inc()
 }
 
 // completionUncached is Completion for a route whose series are not made

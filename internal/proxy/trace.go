@@ -25,6 +25,10 @@ type Trace struct {
 	// (queue_full, shed, tenant_limit, queue_timeout, shutting_down); ""
 	// when it let the request through.
 	Flow string
+	// ModelTokens is the prompt's token count when the model's own
+	// tokenizer counted it (request.Profile.TokenBlocks), else 0: the
+	// observer compares it with the engine's usage.prompt_tokens.
+	ModelTokens int
 	// UsageAsked is set when the proxy added stream_options.include_usage
 	// to a streamed request that did not ask for usage (askUsage): the
 	// wrapper must then remove the usage chunk from what the client sees.
@@ -70,4 +74,7 @@ func noteDecision(t *Trace, res *balancer.Reservation, prof *request.Profile, at
 		return
 	}
 	t.Model, t.Replica, t.Reason, t.Attempts = prof.Model, res.Replica, res.Reason, attempt
+	if prof.TokenBlocks {
+		t.ModelTokens = prof.PromptTokens
+	}
 }

@@ -382,4 +382,29 @@ func agentTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replica
 	if rep != holder.Name() {
 		t.Fatalf("agent's next turn routed to %s, want %s whose events hold its context", rep, holder.Name())
 	}
+	// The engine's usage.prompt_tokens confirms llmlb's count of every
+	// prompt it tokenized, the agent's included.
+	res, err = e.http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m), `llmlb_tokenizer_checks_total{model="`+model+`",result="match"}`) || strings.Contains(string(m), `result="mismatch"`) {
+		t.Fatalf("tokenizer checks: want matches only, /metrics has\n%s", grepLines(string(m), "llmlb_tokenizer_checks_total"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
 }

@@ -68,6 +68,14 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	relayed := tr.Replica != "" && ow.status < 300 && ow.status >= 200
 	if relayed {
 		o.metrics.Completion(model, tr.Reason, ttft, end.Sub(start), ow.read.Usage)
+		if engine := ow.read.Usage.PromptTokens; tr.ModelTokens > 0 && engine > 0 {
+			o.metrics.TokenizerCheck(model, int64(tr.ModelTokens) == engine)
+			if int64(tr.ModelTokens) != engine && o.log.Enabled(context.Background(), slog.LevelDebug) {
+				o.log.LogAttrs(context.Background(), slog.LevelDebug, "prompt tokens differ from the engine's",
+					slog.String("request_id", id), slog.String("model", model), slog.String("replica", tr.Replica),
+					slog.Int("llmlb_tokens", tr.ModelTokens), slog.Int64("engine_tokens", engine))
+			}
+		}
 	}
 	if !o.accessLog {
 		return
