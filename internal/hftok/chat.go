@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,6 +30,9 @@ type ChatTemplate struct {
 	vars map[string]string
 	// clock is what strftime_now reads; nil: time.Now.
 	clock func() time.Time
+	// contentFormat is ContentFormat's; developer HandlesDeveloperRole's.
+	contentFormat string
+	developer     bool
 	// toolUse is the template named "tool_use" in a tokenizer_config.json
 	// that names its templates, for conversations with tools; nil: none.
 	toolUse *ChatTemplate
@@ -68,7 +72,11 @@ func NewChatTemplate(source string, tokens SpecialTokens) (ct *ChatTemplate, err
 			vars[name] = v
 		}
 	}
-	return &ChatTemplate{tmpl: tmpl, vars: vars}, nil
+	return &ChatTemplate{
+		tmpl: tmpl, vars: vars,
+		contentFormat: detectContentFormat(source),
+		developer:     strings.Contains(source, `"developer"`) || strings.Contains(source, `'developer'`),
+	}, nil
 }
 
 // LoadChatTemplateFile reads the chat template and special tokens from a
@@ -239,7 +247,7 @@ func (c *ChatTemplate) RenderJSON(messages, tools []byte) (string, error) {
 			return "", errors.New("hftok: tools is not an array")
 		}
 	}
-	if c.toolUse != nil && tv.IsList() && tv.AsList().Len() > 0 {
+	if c.toolUse != nil && tv.IsList() {
 		return c.toolUse.render(msgs, tv)
 	}
 	return c.render(msgs, tv)
@@ -288,4 +296,68 @@ func (c *ChatTemplate) render(messages, tools jinja.Value) (out string, err erro
 		return "", fmt.Errorf("hftok: chat template: %s failed to render it: %w", jinjaLib, err)
 	}
 	return out, nil
+}
+
+// ToolUse is the template transformers uses for a conversation with tools
+// (a list, even empty): the one named "tool_use" where the
+// tokenizer_config.json names its templates so, else c.
+func (c *ChatTemplate) ToolUse() *ChatTemplate {
+	if c.toolUse != nil {
+		return c.toolUse
+	}
+	return c
+}
+
+// ContentFormat is how vLLM passes message content to this template, as
+// its content-format detection decides from the template's source:
+// "openai" (a list of {"type": "text", "text": ...} parts) when the
+// template loops over a message's content (for part in
+// message['content'], or over a variable named content), else "string".
+func (c *ChatTemplate) ContentFormat() string { return c.contentFormat }
+
+// HandlesDeveloperRole reports whether the template names the "developer"
+// role; vLLM turns developer messages into system ones for a template
+// that does not.
+func (c *ChatTemplate) HandlesDeveloperRole() bool { return c.developer }
+
+var (
+	// forMessages finds the loops over the messages (or a slice or
+	// filter of them): their loop variable names a message.
+	forMessages = regexp.MustCompile(`\{%-?\s*for\s+(\w+)\s+in\s+messages\b`)
+	// setMessages finds variables assigned the messages.
+	setMessages = regexp.MustCompile(`\{%-?\s*set\s+(\w+)\s*=\s*messages\b`)
+	// forContent finds a loop over a bare variable named content.
+	forContent = regexp.MustCompile(`\{%-?\s*for\s+\w+\s+in\s+content\s*-?%\}`)
+)
+
+// detectContentFormat is vLLM's content-format detection
+// (_detect_content_format) on the template's text rather than its syntax
+// tree: a loop over <message>.content or <message>['content'], where
+// <message> is a loop variable over the messages or over a variable
+// assigned them, or a loop over a variable named content.
+func detectContentFormat(source string) string {
+	if forContent.MatchString(source) {
+		return "openai"
+	}
+	lists := []string{"messages"}
+	for _, m := range setMessages.FindAllStringSubmatch(source, -1) {
+		lists = append(lists, m[1])
+	}
+	var vars []string
+	for _, list := range lists {
+		re := forMessages
+		if list != "messages" {
+			re = regexp.MustCompile(`\{%-?\s*for\s+(\w+)\s+in\s+` + regexp.QuoteMeta(list) + `\b`)
+		}
+		for _, m := range re.FindAllStringSubmatch(source, -1) {
+			vars = append(vars, m[1])
+		}
+	}
+	for _, v := range vars {
+		q := regexp.QuoteMeta(v)
+		if regexp.MustCompile(`\{%-?\s*for\s+\w+\s+in\s+` + q + `(\.content\b|\[\s*['"]content['"]\s*\])`).MatchString(source) {
+			return "openai"
+		}
+	}
+	return "string"
 }

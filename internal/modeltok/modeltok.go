@@ -7,6 +7,7 @@
 package modeltok
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -51,6 +52,23 @@ func (m *Model) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 	if m.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
+	if m.chat.ContentFormat() != "string" || (!m.chat.HandlesDeveloperRole() && hasDeveloper(msgs)) {
+		// vLLM hands this template content parts, or system messages
+		// made of developer ones: the full rendering does as it does.
+		type message struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}
+		wire := make([]message, len(msgs))
+		for i, msg := range msgs {
+			wire[i] = message{msg.Role, msg.Content}
+		}
+		raw, err := json.Marshal(wire)
+		if err != nil {
+			return nil, err
+		}
+		return m.ChatRequestTokens(raw, nil)
+	}
 	hm := make([]hftok.Message, len(msgs))
 	for i, msg := range msgs {
 		hm[i] = hftok.Message{Role: msg.Role, Content: msg.Content}
@@ -60,6 +78,15 @@ func (m *Model) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 		return nil, err
 	}
 	return m.tok.Encode(text)
+}
+
+func hasDeveloper(msgs []tokenize.Message) bool {
+	for _, m := range msgs {
+		if m.Role == "developer" {
+			return true
+		}
+	}
+	return false
 }
 
 // PromptTokens tokenizes a completion prompt with the special tokens the

@@ -27,7 +27,12 @@ func (m *Model) ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, er
 	if m.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
-	conv, toolDicts, err := vllmConversation(messages, tools)
+	chat := m.chat
+	if !isNull(tools) {
+		chat = chat.ToolUse()
+	}
+	conv, toolDicts, err := vllmConversation(messages, tools, templateTraits{
+		openai: chat.ContentFormat() == "openai", developer: chat.HandlesDeveloperRole()})
 	if err != nil {
 		return nil, err
 	}
@@ -75,49 +80,67 @@ type wireTool struct {
 
 // vllmConversation turns a chat completion's messages and tools into the
 // conversation and tool dicts vLLM hands to transformers'
-// apply_chat_template (vllm/entrypoints/chat_utils.py and the chat
-// protocol's serializers), as JSON whose objects keep the order Python's
-// dicts would have:
-//   - each message as {role, content: its text parts joined by newlines
-//     (the "string" content format), tool_calls (an assistant's, each
+// apply_chat_template (vllm/entrypoints/chat_utils.py, its renderer and
+// the chat protocol's serializers), as JSON whose objects keep the order
+// Python's dicts would have. tmpl says how the template takes content
+// (hftok.ChatTemplate's ContentFormat) and whether it knows the developer
+// role.
+//   - each message as {role, content, tool_calls (an assistant's, each
 //     {id, function: {arguments, name}, type} with arguments read from
-//     their JSON string, {} when that is not JSON; an empty list
-//     dropped), tool_call_id (a tool message's), name (when a string),
-//     tools (a developer message's, null when absent)};
+//     their JSON string, {} when that is not JSON; an empty list dropped),
+//     tool_call_id (a tool message's), name (when a string), tools (a
+//     developer message's, null when absent)}; content is the text parts
+//     joined by newlines, or with the "openai" format a list of {"type":
+//     "text", "text": ...} parts (a tool message's still joined);
+//   - for a template without the developer role, developer messages
+//     become system ones, and several system messages, or one not first,
+//     are merged into one, first, their texts joined by blank lines;
 //   - each tool as {type, function: {name, description, parameters,
-//     strict when set}}, description and parameters null when absent.
+//     strict when set}}.
 //
 // What vLLM renders differently from release to release, or from data
 // llmlb does not see, or what the template engine would print unlike
 // Jinja2 (printable; a tool without a description), is refused with
-// ErrNotRendered: reasoning fields
-// (read as "reasoning" or as "reasoning_content" depending on the
-// release), content parts other than text, tools other than functions,
-// deferred tools, a model-specific task.
-func vllmConversation(messages, tools json.RawMessage) (conv, toolDicts []byte, err error) {
-	var b bytes.Buffer
-	b.Grow(len(messages) + 256)
-	b.WriteByte('[')
-	i := 0
+// ErrNotRendered: reasoning fields (read as "reasoning" or as
+// "reasoning_content" depending on the release), content parts other
+// than text, tools other than functions, deferred tools, a model-specific
+// task.
+func vllmConversation(messages, tools json.RawMessage, tmpl templateTraits) (conv, toolDicts []byte, err error) {
+	var msgs []convMessage
 	ok := jsontop.Elements(messages, func(raw []byte) bool {
-		var m wireMessage
-		if !jsontop.Members(raw, m.set) {
+		var w wireMessage
+		if !jsontop.Members(raw, w.set) {
 			err = errors.New("not an object")
 		} else {
-			if i > 0 {
-				b.WriteString(", ")
+			var m convMessage
+			if m, err = readMessage(&w); err == nil {
+				msgs = append(msgs, m)
 			}
-			err = writeMessage(&b, &m)
 		}
 		if err != nil {
-			err = fmt.Errorf("%w: messages[%d]: %v", ErrNotRendered, i, err)
+			err = fmt.Errorf("%w: messages[%d]: %v", ErrNotRendered, len(msgs), err)
 			return false
 		}
-		i++
 		return true
 	})
 	if !ok {
 		return nil, nil, cmp.Or(err, fmt.Errorf("%w: messages is not an array", ErrNotRendered))
+	}
+	if !tmpl.developer {
+		if msgs, err = developerAsSystem(msgs); err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrNotRendered, err)
+		}
+	}
+	var b bytes.Buffer
+	b.Grow(len(messages) + 256)
+	b.WriteByte('[')
+	for i := range msgs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if err := msgs[i].write(&b, tmpl.openai); err != nil {
+			return nil, nil, fmt.Errorf("%w: messages[%d]: %v", ErrNotRendered, i, err)
+		}
 	}
 	b.WriteByte(']')
 	conv = b.Bytes()
@@ -140,6 +163,12 @@ func vllmConversation(messages, tools json.RawMessage) (conv, toolDicts []byte, 
 	}
 	t.WriteByte(']')
 	return conv, t.Bytes(), nil
+}
+
+// templateTraits is what vllmConversation needs of the template.
+type templateTraits struct {
+	openai    bool // content as a list of text parts (ContentFormat "openai")
+	developer bool // the template knows the developer role
 }
 
 // set records one member of a message object (jsontop.Members): keys are
@@ -168,90 +197,173 @@ func (m *wireMessage) set(key, value []byte) bool {
 	return true
 }
 
-func writeMessage(b *bytes.Buffer, m *wireMessage) error {
-	var role string
-	if err := json.Unmarshal(m.Role, &role); err != nil || role == "" {
-		return errors.New("no role")
+// convMessage is one message of the conversation vLLM builds.
+type convMessage struct {
+	role string
+	// text is the content as the JSON string it came as (most messages:
+	// written as it is), or nil with texts its text parts.
+	text  json.RawMessage
+	texts []string
+	w     *wireMessage
+}
+
+func readMessage(w *wireMessage) (convMessage, error) {
+	m := convMessage{w: w}
+	if err := json.Unmarshal(w.Role, &m.role); err != nil || m.role == "" {
+		return m, errors.New("no role")
 	}
-	for _, f := range []json.RawMessage{m.Reasoning, m.ReasoningContent, m.Task} {
+	for _, f := range []json.RawMessage{w.Reasoning, w.ReasoningContent, w.Task} {
 		if !isNull(f) {
-			return errors.New("reasoning or a task")
+			return m, errors.New("reasoning or a task")
 		}
 	}
-	b.WriteString(`{"role": `)
-	b.Write(m.Role)
-	b.WriteString(`, "content": `)
-	if len(m.Content) > 0 && m.Content[0] == '"' {
-		b.Write(m.Content) // a string, as it came
-	} else {
-		text, err := contentText(m.Content)
+	if len(w.Content) > 0 && w.Content[0] == '"' {
+		m.text = w.Content
+		return m, nil
+	}
+	var err error
+	m.texts, err = contentTexts(w.Content)
+	return m, err
+}
+
+// joined is the message's text parts joined by newlines.
+func (m *convMessage) joined() (string, error) {
+	if m.text != nil {
+		var s string
+		err := json.Unmarshal(m.text, &s)
+		return s, err
+	}
+	return strings.Join(m.texts, "\n"), nil
+}
+
+// developerAsSystem makes developer messages system ones and merges the
+// system messages into one, first, when there are several or one is not
+// first (vLLM's _convert_developer_to_system and
+// _consolidate_system_messages, for a template without the developer
+// role).
+func developerAsSystem(msgs []convMessage) ([]convMessage, error) {
+	developer := false
+	for i := range msgs {
+		if msgs[i].role == "developer" {
+			developer = true
+			msgs[i].role = "system"
+			w := *msgs[i].w
+			w.Role, w.Tools = json.RawMessage(`"system"`), nil
+			msgs[i].w = &w
+		}
+	}
+	if !developer {
+		return msgs, nil
+	}
+	var systems []string
+	merge := false
+	rest := make([]convMessage, 0, len(msgs))
+	for i := range msgs {
+		if msgs[i].role != "system" {
+			rest = append(rest, msgs[i])
+			continue
+		}
+		merge = merge || i > 0 || len(systems) > 0
+		text, err := msgs[i].joined()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		writeString(b, text)
+		if text != "" {
+			systems = append(systems, text)
+		}
 	}
-	switch role {
+	if !merge {
+		return msgs, nil
+	}
+	q, _ := json.Marshal(strings.Join(systems, "\n\n"))
+	merged := convMessage{role: "system", text: q, w: &wireMessage{Role: json.RawMessage(`"system"`)}}
+	return append([]convMessage{merged}, rest...), nil
+}
+
+func (m *convMessage) write(b *bytes.Buffer, openai bool) error {
+	w := m.w
+	b.WriteString(`{"role": `)
+	b.Write(w.Role)
+	b.WriteString(`, "content": `)
+	switch {
+	case openai && m.role != "tool":
+		b.WriteByte('[')
+		if m.text != nil {
+			b.WriteString(`{"type": "text", "text": `)
+			b.Write(m.text)
+			b.WriteByte('}')
+		}
+		for i, t := range m.texts {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(`{"type": "text", "text": `)
+			writeString(b, t)
+			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+	case m.text != nil:
+		b.Write(m.text) // a string, as it came
+	default:
+		writeString(b, strings.Join(m.texts, "\n"))
+	}
+	switch m.role {
 	case "assistant":
-		if !isNull(m.ToolCalls) {
-			if err := writeToolCalls(b, m.ToolCalls); err != nil {
+		if !isNull(w.ToolCalls) {
+			if err := writeToolCalls(b, w.ToolCalls); err != nil {
 				return err
 			}
 		}
 	case "tool":
-		if m.ToolCallID != nil { // present, even as null
+		if w.ToolCallID != nil { // present, even as null
 			b.WriteString(`, "tool_call_id": `)
-			b.Write(m.ToolCallID)
+			b.Write(w.ToolCallID)
 		}
 	}
-	if len(m.Name) > 0 && m.Name[0] == '"' {
+	if len(w.Name) > 0 && w.Name[0] == '"' {
 		b.WriteString(`, "name": `)
-		b.Write(m.Name)
+		b.Write(w.Name)
 	}
-	if role == "developer" {
+	if m.role == "developer" {
 		b.WriteString(`, "tools": `)
-		if m.Tools == nil {
+		if w.Tools == nil {
 			b.WriteString("null")
 		} else {
-			b.Write(m.Tools)
+			b.Write(w.Tools)
 		}
 	}
 	b.WriteByte('}')
 	return nil
 }
 
-// contentText is a message's content in the "string" format: a string, or
-// its text parts joined by newlines (null: empty).
-func contentText(raw json.RawMessage) (string, error) {
+// contentTexts is a message's text parts: none for null, the text of
+// each text part with text (vLLM skips one without).
+func contentTexts(raw json.RawMessage) ([]string, error) {
 	if isNull(raw) {
-		return "", nil
-	}
-	if raw[0] == '"' {
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
+		return nil, nil
 	}
 	var parts []struct {
 		Type string           `json:"type"`
 		Text *json.RawMessage `json:"text"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content is neither a string nor an array of parts")
+		return nil, errors.New("content is neither a string nor an array of parts")
 	}
 	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
 		if p.Type != "text" {
-			return "", fmt.Errorf("a %q content part", p.Type)
+			return nil, fmt.Errorf("a %q content part", p.Type)
 		}
 		if p.Text == nil || isNull(*p.Text) {
 			continue // vLLM skips a text part without text
 		}
 		var s string
 		if err := json.Unmarshal(*p.Text, &s); err != nil {
-			return "", errors.New("a text part's text is not a string")
+			return nil, errors.New("a text part's text is not a string")
 		}
 		texts = append(texts, s)
 	}
-	return strings.Join(texts, "\n"), nil
+	return texts, nil
 }
 
 func writeToolCalls(b *bytes.Buffer, raw json.RawMessage) error {

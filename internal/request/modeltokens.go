@@ -16,9 +16,10 @@ var chatRenderFields = []string{"documents", "chat_template", "chat_template_kwa
 // toolMarkers are what, found in a chat's messages, sends it to the full
 // rendering (PromptTokenizer.ChatRequestTokens) rather than the plain one
 // of roles and texts: tool calls and results and the fields that go with
-// them, a participant's name, reasoning (which the full rendering
+// them, a participant's name, the developer role (which vLLM makes a
+// system message for most templates), reasoning (which the full rendering
 // refuses).
-var toolMarkers = [][]byte{[]byte(`"tool_call`), []byte(`"name"`), []byte(`"reasoning`), []byte(`"tool"`), []byte(`"tools"`), []byte(`"task"`)}
+var toolMarkers = [][]byte{[]byte(`"tool_call`), []byte(`"name"`), []byte(`"reasoning`), []byte(`"tool"`), []byte(`"tools"`), []byte(`"task"`), []byte(`"developer"`)}
 
 // maxTokenizedMessages bounds the messages of a chat whose prompt is
 // rendered with the model's template: rendering costs per message, and a

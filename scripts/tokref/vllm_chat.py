@@ -2,8 +2,9 @@
 as vLLM renders them, for TestToolChatsMatchJinja2: each OpenAI request's
 messages and tools are turned into the conversation and tool dicts vLLM
 hands to transformers' apply_chat_template (vllm/entrypoints/chat_utils.py:
-_parse_chat_message_content with the "string" content format, then
-_postprocess_messages; tools as ChatCompletionToolsParam.model_dump() with
+_parse_chat_message_content with the content format vLLM detects for the
+template, developer messages made system ones for a template without that
+role, then _postprocess_messages; tools as ChatCompletionToolsParam.model_dump() with
 the serializers of vllm/entrypoints/generate/base/protocol.py), then
 rendered with Python Jinja2 set up as transformers sets it up
 (check_jinja2.py), with Qwen2.5's template and every template of DIR.
@@ -16,14 +17,65 @@ import glob
 import json
 import os
 import sys
+from collections import deque
 
 import jinja2
+import jinja2.nodes
 
 sys.path.insert(0, os.path.dirname(__file__))
 from check_jinja2 import TEMPLATE_VARS, compile_template, pinned_strftime_now, special_tokens  # noqa: E402
 
 MODELTOK = "internal/modeltok/testdata"
 QWEN = "internal/hftok/testdata/qwen2_5/tokenizer_config.json"
+
+
+# vLLM's content-format detection (_detect_content_format and the helpers
+# it calls, vllm/renderers/hf.py): "openai" when the template loops over a
+# message's content or over a variable named content.
+def _var(node, name):
+    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == name
+
+
+def _attr(node, name, key):
+    if isinstance(node, jinja2.nodes.Getitem):
+        return _var(node.node, name) and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key
+    if isinstance(node, jinja2.nodes.Getattr):
+        return _var(node.node, name) and node.attr == key
+    return False
+
+
+def _var_or_elems(node, name, key=None):
+    if isinstance(node, jinja2.nodes.Filter):
+        return node.node is not None and _var_or_elems(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Test):
+        return _var_or_elems(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+        return _var_or_elems(node.node, name, key)
+    return _attr(node, name, key) if key else _var(node, name)
+
+
+def _assigned(root, name):
+    yield name
+    todo = deque([name])
+    while todo:
+        n = todo.popleft()
+        for a in root.find_all(jinja2.nodes.Assign):
+            if _var_or_elems(a.node, n):
+                yield a.target.name
+                if a.target.name != n:
+                    todo.append(a.target.name)
+
+
+def content_format(tmpl):
+    root = tmpl.environment.parse(tmpl.source)
+    lists = list(_assigned(root, "messages"))
+    msgs = [l.target.name for l in root.find_all(jinja2.nodes.For) if any(_var_or_elems(l.iter, v) for v in lists)]
+    for l in root.find_all(jinja2.nodes.For):
+        if any(_var_or_elems(l.iter, v, "content") for v in msgs):
+            return "openai"
+        if isinstance(l.iter, jinja2.nodes.Name) and l.iter.name == "content":
+            return "openai"
+    return "string"
 
 
 def tool_dump(tool):
@@ -43,7 +95,7 @@ def tool_call(c):
     return {"id": c["id"], "function": {"arguments": c["function"]["arguments"], "name": c["function"]["name"]}, "type": c["type"]}
 
 
-def conversation(messages):
+def conversation(messages, fmt, developer):
     out = []
     for m in messages:
         content = m.get("content")
@@ -53,7 +105,10 @@ def conversation(messages):
             texts = [content]
         else:
             texts = [p["text"] for p in content if p.get("text") is not None]
-        msg = {"role": m["role"], "content": "\n".join(texts)}
+        if fmt == "openai" and m["role"] != "tool":  # tool results are joined into a string
+            msg = {"role": m["role"], "content": [{"type": "text", "text": t} for t in texts]}
+        else:
+            msg = {"role": m["role"], "content": "\n".join(texts)}
         if m["role"] == "assistant":
             if m.get("tool_calls") is not None:
                 msg["tool_calls"] = [tool_call(c) for c in m["tool_calls"]]
@@ -65,6 +120,22 @@ def conversation(messages):
         if m["role"] == "developer":
             msg["tools"] = m.get("tools")
         out.append(msg)
+    if any(m["role"] == "developer" for m in out) and not developer:
+        # _convert_developer_to_system, then _consolidate_system_messages
+        out = [dict({k: v for k, v in m.items() if k != "tools"}, role="system") if m["role"] == "developer" else m for m in out]
+        systems, rest, merge = [], [], False
+        for i, m in enumerate(out):
+            if m["role"] == "system":
+                merge = merge or i > 0 or bool(systems)
+                c = m.get("content", "")
+                if isinstance(c, list):
+                    c = "\n".join(p["text"] if isinstance(p, dict) else p for p in c if isinstance(p, str) or "text" in p)
+                if c:
+                    systems.append(c)
+            else:
+                rest.append(m)
+        if merge:
+            out = [{"role": "system", "content": "\n\n".join(systems)}] + rest
     for msg in out:  # _postprocess_messages
         if msg["role"] == "assistant" and "tool_calls" in msg:
             if len(msg["tool_calls"]) == 0:
@@ -85,9 +156,10 @@ def conversation(messages):
 def render(tmpl, req, variables):
     tools = req.get("tools")
     tools = None if tools is None else [tool_dump(t) for t in tools]
+    developer = '"developer"' in tmpl.source or "'developer'" in tmpl.source
     try:
-        return tmpl.render(messages=conversation(req["messages"]), tools=tools, documents=None,
-                           add_generation_prompt=True, **variables)
+        conv = conversation(req["messages"], content_format(tmpl), developer)
+        return tmpl.render(messages=conv, tools=tools, documents=None, add_generation_prompt=True, **variables)
     except Exception as e:  # noqa: BLE001 (a template that refuses the chat)
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -97,18 +169,24 @@ def main():
     with open(os.path.join(MODELTOK, "tool_chats.json"), encoding="utf-8") as f:
         reqs = json.load(f)
     out = {}
+    formats = {}
     with open(QWEN, encoding="utf-8") as f:
         cfg = json.load(f)
     tmpl = compile_template(cfg["chat_template"])
+    tmpl.source = cfg["chat_template"]
     out["qwen2_5"] = [render(tmpl, r, special_tokens(cfg)) for r in reqs]
+    formats["qwen2_5"] = content_format(tmpl)
     for path in sorted(glob.glob(os.path.join(folder, "*.jinja"))):
         with open(path, encoding="utf-8") as f:
-            tmpl = compile_template(f.read())
-        out[os.path.basename(path)] = [
-            render(tmpl, r, dict(TEMPLATE_VARS, strftime_now=pinned_strftime_now)) for r in reqs
-        ]
+            source = f.read()
+        tmpl = compile_template(source)
+        tmpl.source = source
+        name = os.path.basename(path)
+        out[name] = [render(tmpl, r, dict(TEMPLATE_VARS, strftime_now=pinned_strftime_now)) for r in reqs]
+        formats[name] = content_format(tmpl)
     with open(os.path.join(MODELTOK, "tool_renders.json"), "w", encoding="utf-8") as f:
-        json.dump({"jinja2": jinja2.__version__, "vars": TEMPLATE_VARS, "templates": out}, f, ensure_ascii=False, indent=1)
+        json.dump({"jinja2": jinja2.__version__, "vars": TEMPLATE_VARS, "content_formats": formats, "templates": out},
+                  f, ensure_ascii=False, indent=1)
         f.write("\n")
     errors = sum(isinstance(r, dict) for v in out.values() for r in v)
     print(f"rendered {len(out)} templates x {len(reqs)} requests ({errors} refused by their template)")
