@@ -30,6 +30,8 @@ type ChatTemplate struct {
 	vars map[string]string
 	// clock is what strftime_now reads; nil: time.Now.
 	clock func() time.Time
+	// defaults are SetDefaults' variables (undefined: none).
+	defaults jinja.Value
 	// contentFormat is ContentFormat's; developer HandlesDeveloperRole's.
 	contentFormat string
 	developer     bool
@@ -220,7 +222,7 @@ func (c *ChatTemplate) Render(messages []Message) (string, error) {
 		d.AsDict().Set("content", jinja.NewString(m.Content))
 		msgs[i] = d
 	}
-	return c.render(jinja.NewList(msgs), jinja.Undefined())
+	return c.render(jinja.NewList(msgs), jinja.Undefined(), c.defaults)
 }
 
 // RenderJSON applies the template to a conversation given as JSON, as
@@ -231,6 +233,14 @@ func (c *ChatTemplate) Render(messages []Message) (string, error) {
 // Python does. With tools, a template named "tool_use" in
 // tokenizer_config.json is used where there is one, as transformers does.
 func (c *ChatTemplate) RenderJSON(messages, tools []byte) (string, error) {
+	return c.RenderWith(messages, tools, nil)
+}
+
+// RenderWith is RenderJSON with further template variables: kwargs, a
+// JSON object (nil: none) whose members are set after the standard ones
+// and the defaults (SetDefaults), as the keyword arguments of
+// apply_chat_template are (add_generation_prompt among them).
+func (c *ChatTemplate) RenderWith(messages, tools, kwargs []byte) (string, error) {
 	msgs, err := valueFromJSON(messages)
 	if err != nil {
 		return "", fmt.Errorf("hftok: messages: %w", err)
@@ -247,16 +257,49 @@ func (c *ChatTemplate) RenderJSON(messages, tools []byte) (string, error) {
 			return "", errors.New("hftok: tools is not an array")
 		}
 	}
-	if c.toolUse != nil && tv.IsList() {
-		return c.toolUse.render(msgs, tv)
+	vars := c.defaults
+	if len(kwargs) > 0 {
+		kv, err := valueFromJSON(kwargs)
+		if err != nil || !kv.IsDict() {
+			return "", errors.New("hftok: template variables are not a JSON object")
+		}
+		if c.defaults.IsDict() {
+			merged := jinja.NewDict()
+			for _, src := range []*jinja.Dict{c.defaults.AsDict(), kv.AsDict()} {
+				for _, k := range src.Keys {
+					v, _ := src.Get(k)
+					merged.AsDict().Set(k, v)
+				}
+			}
+			kv = merged
+		}
+		vars = kv
 	}
-	return c.render(msgs, tv)
+	if c.toolUse != nil && tv.IsList() {
+		return c.toolUse.render(msgs, tv, vars)
+	}
+	return c.render(msgs, tv, vars)
+}
+
+// SetDefaults sets template variables every rendering gets after the
+// standard ones, from a JSON object: what a serving engine passes to
+// every chat (vLLM's continue_final_message and reasoning_effort).
+func (c *ChatTemplate) SetDefaults(vars []byte) error {
+	v, err := valueFromJSON(vars)
+	if err != nil || !v.IsDict() {
+		return errors.New("hftok: default template variables are not a JSON object")
+	}
+	c.defaults = v
+	if c.toolUse != nil {
+		c.toolUse.defaults = v
+	}
+	return nil
 }
 
 // render runs the template with the variables transformers passes: the
 // messages, tools (None when there are none), add_generation_prompt, the
 // special tokens, raise_exception and strftime_now.
-func (c *ChatTemplate) render(messages, tools jinja.Value) (out string, err error) {
+func (c *ChatTemplate) render(messages, tools, kwargs jinja.Value) (out string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = "", fmt.Errorf("hftok: chat template: %s panicked rendering it: %v", jinjaLib, p)
@@ -273,7 +316,14 @@ func (c *ChatTemplate) render(messages, tools jinja.Value) (out string, err erro
 		tools = jinja.None()
 	}
 	data["tools"] = tools
+	data["documents"] = jinja.None()
 	data["add_generation_prompt"] = jinja.NewBool(true)
+	if kwargs.IsDict() {
+		d := kwargs.AsDict()
+		for _, k := range d.Keys {
+			data[k], _ = d.Get(k)
+		}
+	}
 	var raised *TemplateError
 	data["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := "raise_exception called"

@@ -67,7 +67,7 @@ func (m *Model) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 		if err != nil {
 			return nil, err
 		}
-		return m.ChatRequestTokens(raw, nil)
+		return m.ChatRequestTokens(request.ChatRequest{Messages: raw})
 	}
 	hm := make([]hftok.Message, len(msgs))
 	for i, msg := range msgs {
@@ -131,6 +131,9 @@ func Load(path string) (*Model, error) {
 		return m, nil // a base model: completions only
 	case err != nil:
 		return nil, fmt.Errorf("modeltok: %s: %w", dir, err)
+	}
+	if err := chat.SetDefaults([]byte(vllmDefaults)); err != nil {
+		return nil, err
 	}
 	m.chat = chat
 	return m, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmlb/llmlb/internal/hftok"
 	"github.com/llmlb/llmlb/internal/jsontop"
+	"github.com/llmlb/llmlb/internal/request"
 )
 
 // ErrNotRendered is returned for a chat request whose prompt llmlb does
@@ -19,28 +20,92 @@ import (
 // prompt's text instead.
 var ErrNotRendered = errors.New("modeltok: a chat llmlb does not render as vLLM does")
 
-// ChatRequestTokens renders a chat completion's messages and tools (the
-// request's raw JSON values; tools may be nil) as vLLM renders them
-// (vllmConversation), with the model's chat template and the generation
-// prompt, and tokenizes the result without adding special tokens.
-func (m *Model) ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error) {
+// ChatRequestTokens renders a chat completion as vLLM renders it
+// (vllmConversation, templateKwargs), with the model's chat template and
+// the generation prompt, and tokenizes the result without adding special
+// tokens.
+func (m *Model) ChatRequestTokens(req request.ChatRequest) ([]uint32, error) {
 	if m.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
 	chat := m.chat
-	if !isNull(tools) {
+	if !isNull(req.Tools) {
 		chat = chat.ToolUse()
 	}
-	conv, toolDicts, err := vllmConversation(messages, tools, templateTraits{
+	conv, toolDicts, err := vllmConversation(req.Messages, req.Tools, templateTraits{
 		openai: chat.ContentFormat() == "openai", developer: chat.HandlesDeveloperRole()})
 	if err != nil {
 		return nil, err
 	}
-	text, err := m.chat.RenderJSON(conv, toolDicts)
+	kwargs, err := templateKwargs(req.TemplateKwargs, req.ReasoningEffort)
+	if err != nil {
+		return nil, err
+	}
+	text, err := m.chat.RenderWith(conv, toolDicts, kwargs)
 	if err != nil {
 		return nil, err
 	}
 	return m.tok.Encode(text)
+}
+
+// vllmDefaults are the template variables vLLM passes to every chat
+// besides messages, tools and the generation prompt (the chat request's
+// build_chat_params): templates that ask whether reasoning_effort is
+// defined see it defined, as None.
+const vllmDefaults = `{"continue_final_message": false, "reasoning_effort": null}`
+
+// reservedKwargs are chat_template_kwargs keys that would override what
+// vLLM sets itself or refuses: a request with one is not rendered.
+var reservedKwargs = map[string]bool{
+	"messages": true, "conversation": true, "tools": true, "documents": true, "chat_template": true,
+	"tokenize": true, "add_generation_prompt": true, "continue_final_message": true, "reasoning_effort": true,
+}
+
+// templateKwargs is the JSON object of template variables vLLM adds for a
+// request: its chat_template_kwargs, then reasoning_effort, and
+// enable_thinking (false for "none") when reasoning_effort is set and the
+// kwargs do not say it; nil when there are none.
+func templateKwargs(kwargs, effort json.RawMessage) ([]byte, error) {
+	if isNull(kwargs) && isNull(effort) {
+		return nil, nil
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	thinking := false
+	if !isNull(kwargs) {
+		ok := jsontop.Members(kwargs, func(k, v []byte) bool {
+			if reservedKwargs[string(k)] {
+				return false
+			}
+			thinking = thinking || string(k) == "enable_thinking"
+			if b.Len() > 1 {
+				b.WriteString(", ")
+			}
+			writeString(&b, string(k))
+			b.WriteString(": ")
+			b.Write(v)
+			return true
+		})
+		if !ok {
+			return nil, fmt.Errorf("%w: chat_template_kwargs is not an object of variables llmlb passes on", ErrNotRendered)
+		}
+	}
+	if !isNull(effort) {
+		var e string
+		if err := json.Unmarshal(effort, &e); err != nil {
+			return nil, fmt.Errorf("%w: reasoning_effort is not a string", ErrNotRendered)
+		}
+		if b.Len() > 1 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"reasoning_effort": `)
+		b.Write(effort)
+		if !thinking {
+			fmt.Fprintf(&b, `, "enable_thinking": %t`, e != "none")
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // wireMessage is the part of an OpenAI chat message vLLM passes to the

@@ -27,17 +27,26 @@ type Config struct {
 	Tokenizer func(model string) PromptTokenizer
 }
 
+// ChatRequest is what of a chat completion request decides its prompt:
+// the request's raw JSON values, nil when absent.
+type ChatRequest struct {
+	Messages, Tools json.RawMessage
+	// TemplateKwargs is chat_template_kwargs, further variables for the
+	// chat template; ReasoningEffort is reasoning_effort, which vLLM
+	// passes to the template too.
+	TemplateKwargs, ReasoningEffort json.RawMessage
+}
+
 // PromptTokenizer tokenizes prompts as the engine serving a model does.
 type PromptTokenizer interface {
 	// ChatTokens renders chat messages with the model's chat template and
 	// tokenizes the result.
 	ChatTokens(msgs []tokenize.Message) ([]uint32, error)
-	// ChatRequestTokens renders a chat request's messages and tools (its
-	// raw JSON values; tools may be nil) as the engine renders them,
+	// ChatRequestTokens renders a chat request as the engine renders it,
 	// tool definitions, tool calls and tool results included, and
-	// tokenizes the result; an error when it cannot render them as the
+	// tokenizes the result; an error when it cannot render it as the
 	// engine does.
-	ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error)
+	ChatRequestTokens(req ChatRequest) ([]uint32, error)
 	// PromptTokens tokenizes a completion prompt.
 	PromptTokens(prompt string) ([]uint32, error)
 }

@@ -9,9 +9,9 @@ import (
 
 // chatRenderFields are chat request fields that change how vLLM renders
 // the prompt in ways llmlb does not reproduce (documents, a template of
-// the request's own or its arguments): a request with any of them is
-// hashed from its text, not its model's tokens.
-var chatRenderFields = []string{"documents", "chat_template", "chat_template_kwargs"}
+// the request's own): a request with any of them is hashed from its text,
+// not its model's tokens.
+var chatRenderFields = []string{"documents", "chat_template"}
 
 // toolMarkers are what, found in a chat's messages, sends it to the full
 // rendering (PromptTokenizer.ChatRequestTokens) rather than the plain one
@@ -40,7 +40,8 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 	}
 	switch ep {
 	case endpointChat:
-		full := !isNull(b.fields["tools"]) || hasToolMarkers(b.rawMessages)
+		full := !isNull(b.fields["tools"]) || !isNull(b.fields["chat_template_kwargs"]) ||
+			!isNull(b.fields["reasoning_effort"]) || hasToolMarkers(b.rawMessages)
 		if !renderableChat(b, full) {
 			return nil, false
 		}
@@ -49,7 +50,10 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 			return nil, false
 		}
 		if full {
-			ids, err := tk.ChatRequestTokens(b.rawMessages, b.fields["tools"])
+			ids, err := tk.ChatRequestTokens(ChatRequest{
+				Messages: b.rawMessages, Tools: b.fields["tools"],
+				TemplateKwargs: b.fields["chat_template_kwargs"], ReasoningEffort: b.fields["reasoning_effort"],
+			})
 			return ids, err == nil
 		}
 		msgs, _, err := parseMessages(b)

@@ -28,7 +28,8 @@ func (b *byteTokenizer) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 
 // ChatRequestTokens renders "[tools]" then each message as
 // "<role>content", a tool call as "{name}".
-func (b *byteTokenizer) ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error) {
+func (b *byteTokenizer) ChatRequestTokens(req ChatRequest) ([]uint32, error) {
+	messages, tools := req.Messages, req.Tools
 	b.calls++
 	var msgs []struct {
 		Role      string `json:"role"`
@@ -92,7 +93,8 @@ func TestParseHashesTheModelsTokens(t *testing.T) {
 		{"tool calls", chatPath, `{"model":"qwen","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":"ok"},{"role":"user","content":"` + long + `"}]}`, bytesIDs("<assistant>{f}<tool>ok<user>" + long)},
 		{"too large", chatPath, `{"model":"qwen","messages":[{"role":"user","content":"` + strings.Repeat("x", MaxPromptBlockBytes+1) + `"}]}`, nil},
 		{"an image part", chatPath, `{"model":"qwen","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}},{"type":"text","text":"` + long + `"}]}]}`, nil},
-		{"template arguments", chatPath, `{"model":"qwen","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"template arguments", chatPath, `{"model":"qwen","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"` + long + `"}]}`, bytesIDs("<user>" + long)},
+		{"a template of its own", chatPath, `{"model":"qwen","chat_template":"{{ messages }}","messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"no generation prompt", chatPath, `{"model":"qwen","add_generation_prompt":false,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"the template refuses", chatPath, `{"model":"qwen","messages":[{"role":"refused","content":"` + long + `"}]}`, nil},
 		{"too many messages", chatPath, `{"model":"qwen","messages":[` + strings.Repeat(`{"role":"user","content":"x"},`, maxTokenizedMessages) + `{"role":"user","content":"` + long + `"}]}`, nil},

@@ -14,6 +14,7 @@ import (
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/modeltok"
+	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/simreplica"
 	"github.com/llmlb/llmlb/internal/testutil/qwentok"
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -365,7 +366,7 @@ func agentTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replica
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("direct agent turn: %d", res.StatusCode)
 	}
-	ids, err := tok.ChatRequestTokens(json.RawMessage(turn+"]"), json.RawMessage(tools))
+	ids, err := tok.ChatRequestTokens(request.ChatRequest{Messages: json.RawMessage(turn + "]"), Tools: json.RawMessage(tools)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/llmlb/llmlb/internal/kvevents"
+	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -22,7 +23,7 @@ type Tokenizer interface {
 // requestTokenizer is a Tokenizer that also renders a chat request's
 // tools, tool calls and tool results (modeltok's Model does).
 type requestTokenizer interface {
-	ChatRequestTokens(messages, tools json.RawMessage) ([]uint32, error)
+	ChatRequestTokens(req request.ChatRequest) ([]uint32, error)
 }
 
 // engineTokens is a replica that tokenizes with the model's own tokenizer
@@ -112,11 +113,13 @@ func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, e
 	}
 	if rt, ok := e.tok.(requestTokenizer); ok {
 		var req struct {
-			Messages json.RawMessage `json:"messages"`
-			Tools    json.RawMessage `json:"tools"`
+			Messages        json.RawMessage `json:"messages"`
+			Tools           json.RawMessage `json:"tools"`
+			TemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
+			ReasoningEffort json.RawMessage `json:"reasoning_effort"`
 		}
 		if json.Unmarshal(body, &req) == nil {
-			if ids, err := rt.ChatRequestTokens(req.Messages, req.Tools); err == nil {
+			if ids, err := rt.ChatRequestTokens(request.ChatRequest(req)); err == nil {
 				return e.prompt(ids), nil
 			}
 		}

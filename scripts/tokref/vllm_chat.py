@@ -157,9 +157,16 @@ def render(tmpl, req, variables):
     tools = req.get("tools")
     tools = None if tools is None else [tool_dump(t) for t in tools]
     developer = '"developer"' in tmpl.source or "'developer'" in tmpl.source
+    # build_chat_params: the request's chat_template_kwargs, then what vLLM
+    # sets itself (enable_thinking only for a reasoning_effort, unless given)
+    kwargs = dict(req.get("chat_template_kwargs") or {})
+    extra = dict(continue_final_message=False, reasoning_effort=req.get("reasoning_effort"))
+    if req.get("reasoning_effort") is not None and "enable_thinking" not in kwargs:
+        extra["enable_thinking"] = req["reasoning_effort"] != "none"
+    kwargs.update(extra)
     try:
         conv = conversation(req["messages"], content_format(tmpl), developer)
-        return tmpl.render(messages=conv, tools=tools, documents=None, add_generation_prompt=True, **variables)
+        return tmpl.render(messages=conv, tools=tools, documents=None, add_generation_prompt=True, **variables, **kwargs)
     except Exception as e:  # noqa: BLE001 (a template that refuses the chat)
         return {"error": f"{type(e).__name__}: {e}"}
 
