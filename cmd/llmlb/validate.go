@@ -90,9 +90,11 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 			err = cfg.ValidateAfter(err)
 		}
 	}
+	var toks *modeltok.Set
 	if err == nil && len(cfg.Tokenizers) > 0 {
 		// serve reads them at start; a file it cannot use is found here.
-		if _, terr := modeltok.LoadAll(cfg.Tokenizers); terr != nil {
+		var terr error
+		if toks, terr = modeltok.LoadAll(cfg.Tokenizers); terr != nil {
 			err = terr
 		}
 	}
@@ -128,5 +130,8 @@ func validateEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 		discovered = ", discovery " + cfg.Discovery.Type
 	}
 	fmt.Fprintf(stdout, "%sok: %d replicas, policy %s%s\n", prefix, len(cfg.Replicas), cfg.Routing.Policy, discovered)
+	for _, t := range toks.Describe() {
+		fmt.Fprintf(stdout, "%stokenizer %s\n", prefix, t)
+	}
 	return nil
 }

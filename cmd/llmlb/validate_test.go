@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmlb/llmlb/internal/testutil/qwentok"
 )
 
 func TestValidateCommand(t *testing.T) {
@@ -39,6 +41,11 @@ func TestValidateCommand(t *testing.T) {
 	}
 	badTok := filepath.Join(dir, "badtok.yaml")
 	if err := os.WriteFile(badTok, []byte("replicas:\n  - {url: \"http://a:8000\", kv_events: \"tcp://a:5557\"}\ntokenizers:\n  - {models: [bert], path: "+wordpiece+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	qwen := qwentok.Dir(t)
+	goodTok := filepath.Join(dir, "goodtok.yaml")
+	if err := os.WriteFile(goodTok, []byte("replicas:\n  - {url: \"http://a:8000\", kv_events: \"tcp://a:5557\"}\ntokenizers:\n  - {models: [qwen], path: "+qwen+"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -81,6 +88,8 @@ func TestValidateCommand(t *testing.T) {
 		{name: "a tokenizer serve cannot use", args: []string{"--config", badTok}, wantErr: "badtok.yaml: 1 problem(s)", wantStderr: []string{
 			`tokenizers[0]: modeltok: ` + filepath.Join(wordpiece, "tokenizer.json") + `: hftok: pre_tokenizer is null; only byte-level BPE is supported`,
 		}},
+		{name: "a tokenizer, described", args: []string{"--config", goodTok},
+			wantStdout: "tokenizer qwen (" + qwen + "): chat template, content as a string, developer messages as system ones\n"},
 		{name: "no config", args: nil, wantErr: "--config FILE is required"},
 		{name: "help", args: []string{"-h"}, isHelp: true},
 	}

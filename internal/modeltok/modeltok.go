@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/llmlb/llmlb/internal/hftok"
 	"github.com/llmlb/llmlb/internal/request"
@@ -142,6 +143,38 @@ func Load(path string) (*Model, error) {
 // Set is the tokenizers of every configured model.
 type Set struct {
 	byModel map[string]*Model
+	// about says what each configured entry renders, in config order.
+	about []string
+}
+
+// Describe says, per tokenizers[] entry, how its models' chats are
+// rendered: the chat template's content format and developer role as
+// vLLM treats them, or completions only.
+func (s *Set) Describe() []string {
+	if s == nil {
+		return nil
+	}
+	return s.about
+}
+
+// describe is Describe's line for one entry.
+func describe(c Config, m *Model) string {
+	what := "no chat template: completions only"
+	if m.chat != nil {
+		content := "content as a string"
+		if m.chat.ContentFormat() == "openai" {
+			content = "content as a list of text parts"
+		}
+		dev := "developer messages as system ones"
+		if m.chat.HandlesDeveloperRole() {
+			dev = "developer messages as they are"
+		}
+		what = "chat template, " + content + ", " + dev
+		if m.chat.ToolUse() != m.chat {
+			what += ", a tool_use template for tools"
+		}
+	}
+	return fmt.Sprintf("%s (%s): %s", strings.Join(c.Models, ", "), c.Path, what)
 }
 
 // LoadAll reads every configured tokenizer, once per path; a model named
@@ -171,6 +204,7 @@ func LoadAll(cfgs []Config) (*Set, error) {
 		for _, name := range c.Models {
 			s.byModel[name] = m
 		}
+		s.about = append(s.about, describe(c, m))
 	}
 	return s, nil
 }

@@ -156,7 +156,8 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 		// The replicas' KV cache events are keyed by the token ids they
 		// carry, as the prompts of those models are now hashed.
 		s.kv.feed.Index().SetKeyByTokens(true)
-		logger.Info("server: loaded the models' tokenizers", slog.Int("models", toks.Len()), slog.Duration("took", time.Since(start)))
+		logger.Info("server: loaded the models' tokenizers", slog.Int("models", toks.Len()), slog.Duration("took", time.Since(start)),
+			slog.Any("renders", toks.Describe()))
 	}
 	s.reqCfg = cfg.Request
 	if cfg.Server.TLS.Enabled() {
