@@ -2,6 +2,7 @@ package request
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,5 +117,39 @@ func TestAgentTurnsShareBlocks(t *testing.T) {
 	r2 := blocks("/v1/responses", `{"model":"m","instructions":"`+system+`","input":[`+turn1+`,`+item2+`]}`)
 	if n := leading(r1, r2); n < len(r1)-1 {
 		t.Errorf("responses: turn 2 shares %d leading blocks of turn 1's %d", n, len(r1))
+	}
+}
+
+// TestClaudeCodeBillingHeaderLeftOut: Claude Code heads its system prompt
+// with a block whose cch changes on every request; two turns must still
+// share their prefix key and their blocks, as they share the engine's
+// cache (vLLM drops the block).
+func TestClaudeCodeBillingHeaderLeftOut(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PromptBlocks = true
+	system := strings.Repeat("You are Claude Code, a coding agent. ", 40)
+	body := func(cch string) string {
+		return `{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.117.48f; cc_entrypoint=cli; cch=` + cch + `;"},` +
+			`{"type":"text","text":"` + system + `","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"` + strings.Repeat("fix the tests ", 40) + `"}]}`
+	}
+	a, err := Parse(cfg, "/v1/messages", http.Header{}, []byte(body("71fea")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse(cfg, "/v1/messages", http.Header{}, []byte(body("0aaa9")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.PrefixKey != b.PrefixKey || !slices.Equal(a.PromptBlocks, b.PromptBlocks) || len(a.PromptBlocks) == 0 {
+		t.Fatalf("requests differing only in cch: prefix keys %q / %q, %d / %d blocks, equal %v",
+			a.PrefixKey, b.PrefixKey, len(a.PromptBlocks), len(b.PromptBlocks), slices.Equal(a.PromptBlocks, b.PromptBlocks))
+	}
+	plain := strings.Replace(body("x"), `{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.117.48f; cc_entrypoint=cli; cch=x;"},`, "", 1)
+	c, err := Parse(cfg, "/v1/messages", http.Header{}, []byte(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.PromptBlocks, c.PromptBlocks) {
+		t.Fatal("the billing header block changes the prompt's blocks")
 	}
 }

@@ -1,10 +1,22 @@
 package request
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
+
+// billingHeader starts the system block Claude Code puts first in every
+// request (x-anthropic-billing-header: cc_version=...; cch=...;), whose
+// cch changes with every request. vLLM and SGLang drop that block before
+// rendering, so that the prompt's prefix stays the same turn after turn;
+// llmlb drops it too, or every Claude Code request would look like a new
+// prompt to its prefix keys and block index.
+const billingHeader = "x-anthropic-billing-header"
 
 // topLevelSystem reads a system prompt given outside "messages": the
-// Anthropic Messages API's "system" (string or text blocks) or the
-// Responses API's "instructions". Both pass through the proxy.
+// Anthropic Messages API's "system" (string or text blocks, Claude Code's
+// billing header block left out) or the Responses API's "instructions".
+// Both pass through the proxy.
 func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 	for _, name := range []string{"system", "instructions"} {
 		raw := fields[name]
@@ -13,6 +25,9 @@ func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 		}
 		var content any
 		err := json.Unmarshal(raw, &content)
+		if blocks, ok := content.([]any); ok && name == "system" {
+			content = withoutBillingHeader(blocks)
+		}
 		text := ""
 		if err == nil {
 			text, err = contentText(content)
@@ -25,6 +40,21 @@ func topLevelSystem(fields map[string]json.RawMessage) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// withoutBillingHeader returns blocks without the text blocks that start
+// with Claude Code's billing header.
+func withoutBillingHeader(blocks []any) []any {
+	out := blocks[:0:0]
+	for _, b := range blocks {
+		if m, ok := b.(map[string]any); ok && m["type"] == "text" {
+			if text, _ := m["text"].(string); strings.HasPrefix(text, billingHeader) {
+				continue
+			}
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // toolUseText is the prompt text of an Anthropic tool_use content block (a
