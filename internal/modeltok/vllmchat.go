@@ -28,6 +28,12 @@ func (m *Model) ChatRequestTokens(req request.ChatRequest) ([]uint32, error) {
 	if m.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
+	if req.Anthropic {
+		var err error
+		if req, err = anthropicChat(req); err != nil {
+			return nil, err
+		}
+	}
 	chat := m.chat
 	if !isNull(req.Tools) {
 		chat = chat.ToolUse()

@@ -33,6 +33,37 @@ func toolChats(t *testing.T) []toolChat {
 	return reqs
 }
 
+// anthropicChats reads testdata/anthropic_chats.json: Anthropic Messages
+// API requests (Claude Code's shape among them), turned into chat
+// requests as vLLM turns them.
+func anthropicChats(t *testing.T) []toolChat {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "anthropic_chats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []struct {
+		System         json.RawMessage `json:"system"`
+		Messages       json.RawMessage `json:"messages"`
+		Tools          json.RawMessage `json:"tools"`
+		TemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+		OutputConfig   json.RawMessage `json:"output_config"`
+	}
+	if err := json.Unmarshal(data, &reqs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]toolChat, len(reqs))
+	for i, r := range reqs {
+		c, err := anthropicChat(request.ChatRequest{Anthropic: true, System: r.System, Messages: r.Messages,
+			Tools: r.Tools, TemplateKwargs: r.TemplateKwargs, OutputConfig: r.OutputConfig})
+		if err != nil {
+			t.Fatalf("anthropic request %d: %v", i, err)
+		}
+		out[i] = toolChat{Messages: c.Messages, Tools: c.Tools, TemplateKwargs: c.TemplateKwargs, ReasoningEffort: c.ReasoningEffort}
+	}
+	return out
+}
+
 type toolChat struct {
 	Messages        json.RawMessage `json:"messages"`
 	Tools           json.RawMessage `json:"tools"`
@@ -49,17 +80,20 @@ var refusedChats = map[int]bool{1: true, 2: true, 3: true, 6: true}
 var knownDiffs = map[string]string{
 	// Gemma 4's template prints a system message's content as it is, and
 	// vLLM hands it a list of parts: Python's repr quotes a string holding
-	// an apostrophe with double quotes, the template engine with single.
+	// an apostrophe with double quotes and escapes its newlines, the
+	// template engine quotes with single quotes and escapes nothing.
 	"gemma-4-26B-A4B-it-UD-Q8_K_XL.jinja 11": "a printed list's string with an apostrophe",
+	"gemma-4-26B-A4B-it-UD-Q8_K_XL.jinja 15": "a printed list's string with an apostrophe and a newline",
 }
 
-// TestToolChatsMatchJinja2 renders the requests of tool_chats.json as vLLM
-// does, with Qwen2.5's template and the 17 templates of the jinja module's
+// TestToolChatsMatchJinja2 renders the requests of tool_chats.json, and
+// those of anthropic_chats.json turned into chats as vLLM turns them, as
+// vLLM does, with Qwen2.5's template and the 17 templates of the jinja module's
 // test data, and compares with tool_renders.json: the same requests turned
 // into vLLM's conversation and tool dicts and rendered by Python's Jinja2
 // and json (scripts/tokref/vllm_chat.py).
 func TestToolChatsMatchJinja2(t *testing.T) {
-	reqs := toolChats(t)
+	reqs := append(toolChats(t), anthropicChats(t)...)
 	data, err := os.ReadFile(filepath.Join("testdata", "tool_renders.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -197,32 +231,50 @@ func TestChatRequestTokensMatchChatTokensWithoutTools(t *testing.T) {
 	}
 }
 
-// FuzzChatRequestTokens: whatever the messages and tools, the full
-// rendering returns tokens or an error, never a panic, and refuses
-// nothing a template would render from a body that is not JSON.
+// FuzzChatRequestTokens: whatever the messages and tools, chat or
+// Anthropic shaped, the full rendering returns tokens or an error, never
+// a panic.
 func FuzzChatRequestTokens(f *testing.F) {
-	data, err := os.ReadFile(filepath.Join("testdata", "tool_chats.json"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	var reqs []struct {
-		Messages json.RawMessage `json:"messages"`
-		Tools    json.RawMessage `json:"tools"`
-	}
-	if err := json.Unmarshal(data, &reqs); err != nil {
-		f.Fatal(err)
-	}
-	for _, r := range reqs {
-		f.Add([]byte(r.Messages), []byte(r.Tools))
+	for _, file := range []string{"tool_chats.json", "anthropic_chats.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", file))
+		if err != nil {
+			f.Fatal(err)
+		}
+		var reqs []struct {
+			System   json.RawMessage `json:"system"`
+			Messages json.RawMessage `json:"messages"`
+			Tools    json.RawMessage `json:"tools"`
+		}
+		if err := json.Unmarshal(data, &reqs); err != nil {
+			f.Fatal(err)
+		}
+		for _, r := range reqs {
+			f.Add(file == "anthropic_chats.json", []byte(r.System), []byte(r.Messages), []byte(r.Tools))
+		}
 	}
 	m, err := Load(qwentok.Dir(f))
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, messages, tools []byte) {
-		ids, err := m.ChatRequestTokens(request.ChatRequest{Messages: messages, Tools: tools})
+	f.Fuzz(func(t *testing.T, anthropic bool, system, messages, tools []byte) {
+		ids, err := m.ChatRequestTokens(request.ChatRequest{Anthropic: anthropic, System: system, Messages: messages, Tools: tools})
 		if err == nil && len(ids) == 0 {
 			t.Fatal("no error and no tokens")
 		}
 	})
+}
+
+func TestAnthropicChatRefuses(t *testing.T) {
+	for name, messages := range map[string]string{
+		"image":              `[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}]`,
+		"thinking":           `[{"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}]}]`,
+		"tool_use, no id":    `[{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]`,
+		"tool_result image":  `[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": [{"type": "image", "source": {}}]}]}]`,
+		"assistant's result": `[{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "x"}]}]}]`,
+		"not a list":         `{"role": "user"}`,
+	} {
+		if _, err := anthropicChat(request.ChatRequest{Anthropic: true, Messages: json.RawMessage(messages)}); !errors.Is(err, ErrNotRendered) {
+			t.Errorf("%s: err %v, want ErrNotRendered", name, err)
+		}
+	}
 }

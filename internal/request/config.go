@@ -30,6 +30,13 @@ type Config struct {
 // ChatRequest is what of a chat completion request decides its prompt:
 // the request's raw JSON values, nil when absent.
 type ChatRequest struct {
+	// Anthropic marks a request of the Anthropic Messages API: Messages
+	// and Tools in its shapes, System its top-level system prompt and
+	// OutputConfig its output_config (whose effort is a reasoning
+	// effort).
+	Anthropic            bool
+	System, OutputConfig json.RawMessage
+
 	Messages, Tools json.RawMessage
 	// TemplateKwargs is chat_template_kwargs, further variables for the
 	// chat template; ReasoningEffort is reasoning_effort, which vLLM

@@ -62,6 +62,22 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 		}
 		ids, err = tk.ChatTokens(msgs)
 		return ids, err == nil
+	case endpointMessages:
+		// An Anthropic Messages request: the tokenizer turns it into the
+		// chat vLLM serves it as, and refuses what it cannot render.
+		if !b.hasMessages || b.messagesErr != nil || len(b.messages) > maxTokenizedMessages ||
+			len(b.rawMessages)+len(b.fields["system"])+len(b.fields["tools"]) > MaxPromptBlockBytes {
+			return nil, false
+		}
+		tk := cfg.Tokenizer(model)
+		if tk == nil {
+			return nil, false
+		}
+		ids, err := tk.ChatRequestTokens(ChatRequest{
+			Anthropic: true, System: b.fields["system"], OutputConfig: b.fields["output_config"],
+			Messages: b.rawMessages, Tools: b.fields["tools"], TemplateKwargs: b.fields["chat_template_kwargs"],
+		})
+		return ids, err == nil
 	case endpointCompletions:
 		raw := b.fields["prompt"]
 		if len(raw) == 0 || len(raw) > MaxPromptBlockBytes {

@@ -42,6 +42,9 @@ func (b *byteTokenizer) ChatRequestTokens(req ChatRequest) ([]uint32, error) {
 		return nil, err
 	}
 	var s strings.Builder
+	if req.Anthropic {
+		s.WriteString("[anthropic]")
+	}
 	if len(tools) > 0 {
 		s.WriteString("[tools]")
 	}
@@ -98,6 +101,8 @@ func TestParseHashesTheModelsTokens(t *testing.T) {
 		{"no generation prompt", chatPath, `{"model":"qwen","add_generation_prompt":false,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"the template refuses", chatPath, `{"model":"qwen","messages":[{"role":"refused","content":"` + long + `"}]}`, nil},
 		{"too many messages", chatPath, `{"model":"qwen","messages":[` + strings.Repeat(`{"role":"user","content":"x"},`, maxTokenizedMessages) + `{"role":"user","content":"` + long + `"}]}`, nil},
+		{"anthropic messages", "/v1/messages", `{"model":"qwen","system":"be brief","max_tokens":8,"messages":[{"role":"user","content":"` + long + `"}]}`, bytesIDs("[anthropic]<user>" + long)},
+		{"anthropic messages, another model", "/v1/messages", `{"model":"llama","max_tokens":8,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
 		{"a batch of prompts", compPath, `{"model":"qwen","prompt":["` + long + `","` + long + `"]}`, nil},
 	}
 	for _, c := range cases {

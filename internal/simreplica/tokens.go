@@ -119,7 +119,8 @@ func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, e
 			ReasoningEffort json.RawMessage `json:"reasoning_effort"`
 		}
 		if json.Unmarshal(body, &req) == nil {
-			if ids, err := rt.ChatRequestTokens(request.ChatRequest(req)); err == nil {
+			if ids, err := rt.ChatRequestTokens(request.ChatRequest{
+				Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ReasoningEffort: req.ReasoningEffort}); err == nil {
 				return e.prompt(ids), nil
 			}
 		}

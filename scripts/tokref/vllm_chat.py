@@ -1,5 +1,7 @@
-"""Renders the chat requests of internal/modeltok/testdata/tool_chats.json
-as vLLM renders them, for TestToolChatsMatchJinja2: each OpenAI request's
+"""Renders the chat requests of internal/modeltok/testdata/tool_chats.json,
+then the Anthropic Messages requests of anthropic_chats.json (turned into
+chat requests as vllm/entrypoints/anthropic/serving.py turns them), as
+vLLM renders them, for TestToolChatsMatchJinja2: each OpenAI request's
 messages and tools are turned into the conversation and tool dicts vLLM
 hands to transformers' apply_chat_template (vllm/entrypoints/chat_utils.py:
 _parse_chat_message_content with the content format vLLM detects for the
@@ -153,6 +155,69 @@ def conversation(messages, fmt, developer):
     return out
 
 
+def anthropic_to_chat(req):
+    """AnthropicServingMessages._convert_anthropic_to_openai_request, the
+    parts that shape the prompt: the system blocks joined (Claude Code's
+    billing header block left out), tool_use blocks as tool calls with the
+    input as their arguments, a user's tool_result blocks as tool messages
+    ahead of it, tools as functions of their input_schema."""
+    out = []
+    parts = []
+    system = req.get("system")
+    if isinstance(system, str):
+        if system:
+            parts.append(system)
+    elif system:
+        for b in system:
+            if b.get("type") == "text" and b.get("text") and not b["text"].startswith("x-anthropic-billing-header"):
+                parts.append(b["text"])
+    for m in req["messages"]:
+        if m["role"] != "system":
+            continue
+        if isinstance(m["content"], str):
+            parts.append(m["content"])
+        else:
+            parts += [b["text"] for b in m["content"] if b.get("type") == "text" and b.get("text")
+                      and not b["text"].startswith("x-anthropic-billing-header")]
+    if parts:
+        out.append({"role": "system", "content": "".join(parts)})
+    for m in req["messages"]:
+        if m["role"] == "system":
+            continue
+        msg = {"role": m["role"]}
+        if isinstance(m["content"], str):
+            msg["content"] = m["content"]
+        else:
+            content, calls = [], []
+            for b in m["content"]:
+                if b["type"] == "text" and b.get("text"):
+                    content.append({"type": "text", "text": b["text"]})
+                elif b["type"] == "tool_use":
+                    calls.append({"id": b["id"], "type": "function",
+                                  "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})}})
+                elif b["type"] == "tool_result":
+                    if m["role"] == "user":
+                        c = b.get("content")
+                        if isinstance(c, list):
+                            c = "\n".join(i.get("text", "") for i in c if isinstance(i, dict) and i.get("type") == "text")
+                        out.append({"role": "tool", "tool_call_id": b.get("tool_use_id") or "", "content": c or ""})
+                    else:
+                        content.append({"type": "text", "text": f"Tool result: {str(b.get('content')) if b.get('content') else ''}"})
+            if calls:
+                msg["tool_calls"] = calls
+            if content:
+                msg["content"] = content[0]["text"] if len(content) == 1 else content
+        if not (m["role"] == "user" and "content" not in msg):
+            out.append(msg)
+    chat = {"messages": out}
+    if req.get("tools") is not None:
+        chat["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t.get("description"),
+                                                           "parameters": t.get("input_schema")}} for t in req["tools"]]
+    if req.get("chat_template_kwargs") is not None:
+        chat["chat_template_kwargs"] = req["chat_template_kwargs"]
+    return chat
+
+
 def render(tmpl, req, variables):
     tools = req.get("tools")
     tools = None if tools is None else [tool_dump(t) for t in tools]
@@ -175,6 +240,8 @@ def main():
     folder = sys.argv[1]
     with open(os.path.join(MODELTOK, "tool_chats.json"), encoding="utf-8") as f:
         reqs = json.load(f)
+    with open(os.path.join(MODELTOK, "anthropic_chats.json"), encoding="utf-8") as f:
+        reqs += [anthropic_to_chat(r) for r in json.load(f)]
     out = {}
     formats = {}
     with open(QWEN, encoding="utf-8") as f:
@@ -197,6 +264,7 @@ def main():
         f.write("\n")
     errors = sum(isinstance(r, dict) for v in out.values() for r in v)
     print(f"rendered {len(out)} templates x {len(reqs)} requests ({errors} refused by their template)")
+    print("(the requests of tool_chats.json, then those of anthropic_chats.json turned into chats as vLLM turns them)")
 
 
 if __name__ == "__main__":
