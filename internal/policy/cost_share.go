@@ -82,8 +82,12 @@ func (p *Cost) noteRouted(d *costDecision, best int) {
 // blocks asked for again, so the replicas' marginal reuse it measures is
 // a small, noisy sample (0.02-0.14 where one balancer measures 0.3-0.95
 // on chat), and each of several balancers measures a different one.
+//
+// With shared state the peers' prompts reach this index too (Apply) and
+// their in-flight requests its loads: it sees the fleet's traffic, and
+// keeps its own view.
 func (p *Cost) fleetView() (share float64, ok bool) {
-	if p.share.all < shareSample {
+	if p.share.all < shareSample || (p.fleet != nil && p.fleet.Sharer() != nil) {
 		return 1, false
 	}
 	share = min(1, max(shareMin, p.share.own/p.share.all))
