@@ -35,6 +35,11 @@ type Index struct {
 	// which the routing policy asks on every decision.
 	byTokens atomic.Bool
 	reps     map[string]*repBlocks
+	// computed counts the blocks stored in a replica's GPU cache that it
+	// did not hold there before (Computed).
+	computed atomic.Uint64
+	margin   float64   // SetMargin
+	ghosts   ghostRing // blocks evicted from GPU caches (reuse.go)
 }
 
 // repBlocks is one replica's share of the index.
@@ -63,6 +68,8 @@ type repBlocks struct {
 	engine  map[uint64]keyRun
 	shared  map[uint64]uint32
 	unkeyed uint64
+
+	marg margin // reuse.go
 }
 
 // keyRun is the index keys of one engine block's tokens: last, and before
@@ -151,7 +158,7 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 			refused += x.storeByTokens(r, e, bit)
 		case byTokens && e.Kind == BlockRemoved:
 			for _, h := range e.BlockHashes {
-				r.removeByTokens(h, bit)
+				x.removeByTokens(r, h, bit)
 			}
 		case e.Kind == BlockStored:
 			for _, h := range e.BlockHashes {
@@ -163,6 +170,9 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 				if !ok && len(r.blocks) >= x.budget {
 					refused++
 					continue
+				}
+				if bit == onGPU && m&onGPU == 0 {
+					x.gpuStored(r, h)
 				}
 				r.blocks[h] = m | bit
 				delete(r.pending, h)
@@ -176,6 +186,9 @@ func (x *Index) Apply(rep string, b Batch, now time.Time) (refused int) {
 				m, ok := r.blocks[h]
 				if !ok {
 					continue
+				}
+				if bit == onGPU && m&onGPU != 0 {
+					x.gpuLeft(r, h)
 				}
 				if m &^= bit; m == 0 {
 					delete(r.blocks, h)
@@ -211,6 +224,7 @@ func (r *repBlocks) clear() {
 	clear(r.copies)
 	clear(r.engine)
 	clear(r.shared)
+	r.marg.gpu = 0
 }
 
 // storeByTokens records a BlockStored event keyed by its tokens and
@@ -242,7 +256,7 @@ func (x *Index) storeByTokens(r *repBlocks, e Event, bit media) (refused int) {
 			if bit == onGPU && r.blocks[old.last]&onGPU != 0 {
 				r.copies[h]++
 			}
-			r.mark(old, bit)
+			x.mark(r, old, bit)
 			parent = old.last
 			continue
 		}
@@ -269,33 +283,41 @@ func (x *Index) storeByTokens(r *repBlocks, e Event, bit media) (refused int) {
 		}
 		run.last = parent
 		r.engine[h] = run
-		r.mark(run, bit)
+		x.mark(r, run, bit)
 	}
 	return refused
 }
 
-// mark records run's keys as held in medium bit.
-func (r *repBlocks) mark(run keyRun, bit media) {
+// mark records run's keys as held by r in medium bit.
+func (x *Index) mark(r *repBlocks, run keyRun, bit media) {
 	for _, k := range run.earlier {
-		r.blocks[k] |= bit
-		delete(r.pending, k)
+		x.markKey(r, k, bit)
 	}
-	r.blocks[run.last] |= bit
-	delete(r.pending, run.last)
+	x.markKey(r, run.last, bit)
+}
+
+// markKey records key k as held by r in medium bit.
+func (x *Index) markKey(r *repBlocks, k uint64, bit media) {
+	m := r.blocks[k]
+	if bit == onGPU && m&onGPU == 0 {
+		x.gpuStored(r, k)
+	}
+	r.blocks[k] = m | bit
+	delete(r.pending, k)
 }
 
 // removeByTokens records that the engine block h left medium bit. A key
 // that another engine block also holds stays.
-func (r *repBlocks) removeByTokens(h uint64, bit media) {
+func (x *Index) removeByTokens(r *repBlocks, h uint64, bit media) {
 	run, ok := r.engine[h]
 	if !ok || (bit == onGPU && r.dropCopy(h)) {
 		return
 	}
 	m := r.blocks[run.last] &^ bit
 	for _, k := range run.earlier {
-		r.unmark(k, m)
+		x.unmark(r, k, m, bit)
 	}
-	r.unmark(run.last, m)
+	x.unmark(r, run.last, m, bit)
 	if m == 0 {
 		delete(r.engine, h)
 	}
@@ -303,8 +325,11 @@ func (r *repBlocks) removeByTokens(h uint64, bit media) {
 
 // unmark leaves key k in media m, or, when m is empty, drops it unless
 // another engine block holds it too.
-func (r *repBlocks) unmark(k uint64, m media) {
+func (x *Index) unmark(r *repBlocks, k uint64, m media, bit media) {
 	delete(r.pending, k)
+	if bit == onGPU && r.blocks[k]&onGPU != 0 && r.shared[k] == 0 {
+		x.gpuLeft(r, k)
+	}
 	switch n := r.shared[k]; {
 	case m != 0:
 		r.blocks[k] = m
@@ -360,6 +385,13 @@ func (x *Index) Expire(now time.Time, maxAge time.Duration, live map[string]bool
 	slices.Sort(gone)
 	return gone
 }
+
+// Computed returns how many blocks the replicas have stored in their GPU
+// caches that the storing replica did not hold there before (a block
+// keyed by tokens counts per tokenize.BlockSize tokens; a further copy of
+// a held block does not count): the blocks the fleet has computed, as far
+// as its events say, whoever routed the prompts. It only grows.
+func (x *Index) Computed() uint64 { return x.computed.Load() }
 
 // Publishes reports whether replica rep has an entry in the index: its
 // events are arriving (or have not yet aged out), so its matches are

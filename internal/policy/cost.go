@@ -285,6 +285,7 @@ type Cost struct {
 	burst      int            // the decision's place in its session's burst (burstBucket)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
+	share      trafficShare   // this balancer's share of the computed blocks (cost_share.go)
 }
 
 // NewCost returns a cost policy, or an error for a bad config.
@@ -308,6 +309,7 @@ func (p *Cost) SetSettings(s Settings) error {
 	}
 	p.cfg = s.Cost
 	p.index.SetMargin(p.cfg.MarginWindow)
+	p.setFleetMargin()
 	return nil
 }
 

@@ -17,6 +17,7 @@ const maxUtilization = 0.99
 // tie-break, which walks from the same start) takes turns.
 func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 	n := len(cands)
+	p.noteComputed()
 	reuse := p.index.Reuse()
 	d.start = int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
 	p.burst = burstBucket(d)
@@ -95,8 +96,10 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// and short prompts sent after them waited 12-15 s on the overloaded
 	// conversation trace runs (measured effect in BENCHMARKS.md). Only
 	// this balancer's prompts are known: peers' requests count for their
-	// output, direct clients' not at all.
-	held := c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2
+	// output, direct clients' not at all. With KV events showing that it
+	// routes well under the blocks the fleet computes, its share is
+	// scaled to the fleet's (heldKV).
+	held := p.heldKV(c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2)
 	if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
 		est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
 	}
@@ -145,10 +148,12 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// come back with the index's measured reuse rate, and then cost
 	// their prefill again, by eviction_weight (CostConfig).
 	// The replica's own marginal reuse adds what its evictions are
-	// expected to cost in recompute there (margin_window, CostConfig).
+	// expected to cost in recompute there (margin_window, CostConfig;
+	// measured on its events when this balancer routes well under the
+	// fleet's traffic, marginalReuse).
 	if reuse > 0 && p.index.Idle(id) >= 0 {
 		eviction = p.cfg.EvictionWeight * reuse * prefill / c.PrefillRate
-		if m, ok := p.index.MarginalReuse(id); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
+		if m, ok := p.marginalReuse(id); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
 			eviction += m / p.cfg.MarginWindow * min(prefill, p.fresh) / c.PrefillRate
 		}
 		est += eviction

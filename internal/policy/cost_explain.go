@@ -31,7 +31,7 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 		}
 		if p.evictions[i] > 0 {
 			fmt.Fprintf(&b, " eviction=%.3fs", p.evictions[i])
-			if m, ok := p.index.MarginalReuse(p.candID[i]); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
+			if m, ok := p.marginalReuse(p.candID[i]); ok && p.cfg.MarginWindow > 0 && p.fresh > 0 {
 				fmt.Fprintf(&b, " marginal_reuse=%.3f", m)
 			}
 		}

@@ -57,6 +57,7 @@ func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 		id := p.candID[best]
 		recorded = recordedToken(p.index.Touch(id, d.blocks), int(p.depth[id]))
 		p.expectPrecise(d, best)
+		p.noteRouted(d, best)
 	}
 	if d.session != "" && p.cfg.Sessions > 0 {
 		p.rememberSession(d, best)

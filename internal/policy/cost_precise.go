@@ -26,7 +26,10 @@ type PreciseIndex interface {
 // its blocks (over its text where x keys by token ids: one llmlb cannot
 // tokenize as the engine does, such as a request with tools) keeps the
 // guess everywhere. nil turns it off.
-func (p *Cost) SetPreciseIndex(x PreciseIndex) { p.precise = x }
+func (p *Cost) SetPreciseIndex(x PreciseIndex) {
+	p.precise = x
+	p.setFleetMargin()
+}
 
 // preciseDepths overwrites, for every candidate whose replica publishes,
 // the depth the approximate index matched with what its events say it
