@@ -12,8 +12,22 @@ import (
 // tags), so dropping its "-" keeps Jinja2's meaning and avoids the bug.
 // The scan skips string literals inside tags and {% raw %} blocks.
 func dropAdjacentTrim(src string) string {
+	return walkTags(src, func(opener, body string, adjacent bool) string {
+		if adjacent && strings.HasPrefix(body, "-") {
+			return body[1:] // drop the no-op trim
+		}
+		return body
+	})
+}
+
+// walkTags copies src with each tag's body (what follows its opener, its
+// closer included) replaced by rewrite's: opener is "{{", "{%" or "{#",
+// adjacent says whether the tag directly follows another. String literals
+// inside tags and {% raw %} blocks are skipped (a raw block's tags are
+// copied as they are).
+func walkTags(src string, rewrite func(opener, body string, adjacent bool) string) string {
 	var b strings.Builder
-	b.Grow(len(src))
+	b.Grow(len(src) + 64)
 	prevEnd := -1 // index just past the previous tag's closer
 	i := 0
 	for i < len(src) {
@@ -24,15 +38,12 @@ func dropAdjacentTrim(src string) string {
 		}
 		b.WriteString(src[i:j])
 		opener := src[j : j+2]
-		k := j + 2
+		end := tagEnd(src, j+2, opener)
+		body := src[j+2 : end]
 		b.WriteString(opener)
-		if k < len(src) && src[k] == '-' && j == prevEnd {
-			k++ // drop the no-op trim
-		}
-		end := tagEnd(src, k, opener)
-		b.WriteString(src[k:end])
-		if opener == "{%" && isRawTag(src[k:end]) {
+		if opener == "{%" && isRawTag(strings.TrimPrefix(body, "-")) {
 			// Copy a raw block verbatim up to and including its endraw.
+			b.WriteString(rewrite(opener, body, j == prevEnd))
 			loc := endRaw.FindStringIndex(src[end:])
 			if loc == nil {
 				b.WriteString(src[end:])
@@ -40,6 +51,8 @@ func dropAdjacentTrim(src string) string {
 			}
 			b.WriteString(src[end : end+loc[1]])
 			end += loc[1]
+		} else {
+			b.WriteString(rewrite(opener, body, j == prevEnd))
 		}
 		prevEnd = end
 		i = end
@@ -103,36 +116,12 @@ func tagEnd(s string, k int, opener string) int {
 // output with sorted keys, where transformers' keeps the keys' order. The
 // scan skips string literals, comments and {% raw %} blocks.
 func renameTojson(src string) string {
-	var b strings.Builder
-	b.Grow(len(src) + 64)
-	i := 0
-	for i < len(src) {
-		j := nextOpener(src, i)
-		if j < 0 {
-			b.WriteString(src[i:])
-			break
+	return walkTags(src, func(opener, body string, _ bool) string {
+		if opener == "{#" || (opener == "{%" && isRawTag(strings.TrimPrefix(body, "-"))) {
+			return body
 		}
-		b.WriteString(src[i:j])
-		opener := src[j : j+2]
-		end := tagEnd(src, j+2, opener)
-		body := src[j:end]
-		if opener == "{%" && isRawTag(src[j+2:end]) {
-			loc := endRaw.FindStringIndex(src[end:])
-			if loc == nil {
-				b.WriteString(src[j:])
-				break
-			}
-			b.WriteString(src[j : end+loc[1]])
-			i = end + loc[1]
-			continue
-		}
-		if opener != "{#" {
-			body = renameFilterIn(body, "tojson", tojsonFilter)
-		}
-		b.WriteString(body)
-		i = end
-	}
-	return b.String()
+		return renameFilterIn(body, "tojson", tojsonFilter)
+	})
 }
 
 // renameFilterIn renames filter from to to in a tag's text: a name that
