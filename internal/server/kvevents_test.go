@@ -14,6 +14,7 @@ import (
 	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/discovery"
 	"github.com/llmlb/llmlb/internal/modeltok"
+	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/simreplica"
 	"github.com/llmlb/llmlb/internal/testutil/qwentok"
@@ -140,6 +141,8 @@ func testKVEventsRouting(t *testing.T, tokenizerDir string) {
 	if tokenizerDir != "" {
 		// sim-3: a decision blind to the events sends the turn to sim-1.
 		agentTurnRoutesToItsHolder(t, e, fleet.Replicas[2], tokenizerDir)
+		// sim-1: a decision blind to the events sends this one to sim-2.
+		claudeTurnRoutesToItsHolder(t, e, fleet.Replicas[0], tokenizerDir)
 	}
 	holder := fleet.Replicas[1]
 
@@ -408,4 +411,63 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "")
+}
+
+// claudeTurnRoutesToItsHolder: a Claude Code turn (/v1/messages: system
+// blocks with the per-request billing header, tools, a tool_use and its
+// tool_result) sent to holder behind llmlb's back; the next turn, with
+// another billing nonce, through llmlb must go to holder, whose events
+// hold the turn's blocks keyed by the tokens llmlb renders for it (the
+// chat vLLM turns the request into).
+func claudeTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replica, tokenizerDir string) {
+	t.Helper()
+	tok, err := modeltok.Load(tokenizerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := func(cch string) string {
+		return `[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.117.48f; cc_entrypoint=cli; cch=` + cch + `;"},` +
+			`{"type":"text","text":"` + strings.Repeat("You are Claude Code, a coding agent. ", 120) + `"}]`
+	}
+	tools := `[{"name":"Read","description":"Reads a file.","input_schema":{"type":"object","properties":{"file_path":{"type":"string"}},"required":["file_path"]}}]`
+	turn := `[{"role":"user","content":"What is in main.go?"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"main.go"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"package main"}]}`
+	body := func(cch, messages string) string {
+		return `{"model":"` + model + `","max_tokens":1,"system":` + system(cch) + `,"tools":` + tools + `,"messages":` + messages + `}`
+	}
+	res, err := http.Post(holder.URL()+"/v1/messages", "application/json", strings.NewReader(body("71fea", turn+"]")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("direct Claude Code turn: %d", res.StatusCode)
+	}
+	ids, err := tok.ChatRequestTokens(request.ChatRequest{Anthropic: true, System: json.RawMessage(system("71fea")),
+		Messages: json.RawMessage(turn + "]"), Tools: json.RawMessage(tools)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokenize.FromTokenIDs(ids).Blocks
+	idx := e.srv.KVEventsIndex()
+	eventually(t, holder.Name()+"'s events report the Claude Code turn", func() bool {
+		gpu, _ := idx.Match(holder.Name(), want, time.Now())
+		return gpu == len(want)
+	})
+	next := body("0aaa9", turn+`,{"role":"assistant","content":[{"type":"text","text":"It declares package main."}]},{"role":"user","content":"Anything else?"}]`)
+	req, _ := http.NewRequest(http.MethodPost, e.proxy+"/v1/messages", strings.NewReader(next))
+	req.Header.Set("Content-Type", "application/json")
+	res, err = e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	if rep := res.Header.Get(proxy.HeaderReplica); rep != holder.Name() {
+		t.Fatalf("Claude Code's next turn routed to %s, want %s whose events hold its context", rep, holder.Name())
+	}
 }

@@ -159,7 +159,8 @@ type anthropicUsage struct {
 
 func (r *Replica) handleMessages(w http.ResponseWriter, req *http.Request) {
 	var body anthropicRequest
-	if !r.decode(w, req, &body) || !r.checkModel(w, body.Model) {
+	raw, ok := r.decodeBody(w, req, &body)
+	if !ok || !r.checkModel(w, body.Model) {
 		return
 	}
 	if body.MaxTokens == nil {
@@ -185,7 +186,15 @@ func (r *Replica) handleMessages(w http.ResponseWriter, req *http.Request) {
 		}
 		tm = append(tm, tokenize.Message{Role: m.Role, Content: text})
 	}
-	g, ok := r.limitTokens(w, tokenize.FromText(tokenize.RenderChat(tm)), body.MaxTokens)
+	prompt := tokenize.FromText(tokenize.RenderChat(tm))
+	if r.toks != nil {
+		var err error
+		if prompt, err = r.toks.messages(tm, raw); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	g, ok := r.limitTokens(w, prompt, body.MaxTokens)
 	if !ok {
 		return
 	}

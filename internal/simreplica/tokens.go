@@ -132,6 +132,32 @@ func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, e
 	return e.prompt(ids), nil
 }
 
+// messages tokenizes an Anthropic Messages request (its body) as vLLM
+// serves it, turned into a chat, where the tokenizer renders those; else
+// the roles and texts of tm with the model's chat template.
+func (e *engineTokens) messages(tm []tokenize.Message, body []byte) (tokenize.Prompt, error) {
+	if rt, ok := e.tok.(requestTokenizer); ok {
+		var req struct {
+			System         json.RawMessage `json:"system"`
+			Messages       json.RawMessage `json:"messages"`
+			Tools          json.RawMessage `json:"tools"`
+			TemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+			OutputConfig   json.RawMessage `json:"output_config"`
+		}
+		if json.Unmarshal(body, &req) == nil {
+			if ids, err := rt.ChatRequestTokens(request.ChatRequest{Anthropic: true, System: req.System,
+				Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, OutputConfig: req.OutputConfig}); err == nil {
+				return e.prompt(ids), nil
+			}
+		}
+	}
+	ids, err := e.tok.ChatTokens(tm)
+	if err != nil {
+		return tokenize.Prompt{}, err
+	}
+	return e.prompt(ids), nil
+}
+
 // completion tokenizes a completions prompt: a string or an array of one
 // string with the tokenizer's special tokens, or token ids as they are.
 func (e *engineTokens) completion(raw json.RawMessage) (tokenize.Prompt, error) {
