@@ -138,6 +138,14 @@ func plainUsage(raw []byte, prev *readUsage) (*readUsage, bool) {
 			return plainInt(value, &u.PromptTokens)
 		case bytes.EqualFold(key, []byte("completion_tokens")):
 			return plainInt(value, &u.CompletionTokens)
+		case bytes.EqualFold(key, []byte("input_tokens")):
+			return plainInt(value, &u.InputTokens)
+		case bytes.EqualFold(key, []byte("output_tokens")):
+			return plainInt(value, &u.OutputTokens)
+		case bytes.EqualFold(key, []byte("cache_read_input_tokens")):
+			return plainInt(value, &u.CacheReadInputTokens)
+		case bytes.EqualFold(key, []byte("cache_creation_input_tokens")):
+			return plainInt(value, &u.CacheCreationInputTokens)
 		case bytes.EqualFold(key, []byte("prompt_tokens_details")):
 			if string(value) == "null" {
 				u.PromptTokensDetails = nil

@@ -22,6 +22,9 @@ func FuzzDecodeTop(f *testing.F) {
 		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
 		`{"usage":{"prompt_tokens":1},"usage":null,"usage":{"completion_tokens":2}}`,
 		`{"usage":{"prompt_tokens":1.5}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":12,"output_tokens":3}}`,
+		`{"usage":{"input_tokens":"12"}}`,
+		`{"usage":{"input_tokens":4,"cache_read_input_tokens":8,"cache_creation_input_tokens":0,"output_tokens":1}}`,
 		`{"usage":{"prompt_tokens":"1"}}`,
 		`{"model":5,"usage":{"prompt_tokens":1}}`,
 		`{"choices":[{"text":5}],"usage":{"prompt_tokens":1}}`,
@@ -88,6 +91,25 @@ func BenchmarkFirstChunk(b *testing.B) {
 		r.Line(line)
 		if !r.Token {
 			b.Fatal("no token")
+		}
+	}
+}
+
+// TestAnthropicUsage: the Messages API's usage counts its cache reads and
+// writes in the prompt (Anthropic's input_tokens leaves them out), and
+// one without them (vLLM's) is all input.
+func TestAnthropicUsage(t *testing.T) {
+	for body, want := range map[string]TokenCounts{
+		`{"type":"message_delta","usage":{"input_tokens":4,"cache_read_input_tokens":8,"cache_creation_input_tokens":2,"output_tokens":3}}`: {PromptTokens: 14, CachedTokens: 8, CompletionTokens: 3},
+		`{"type":"message_delta","usage":{"input_tokens":12,"output_tokens":3}}`:                                                            {PromptTokens: 12, CompletionTokens: 3},
+		`{"usage":{"prompt_tokens":5,"completion_tokens":2,"input_tokens":99}}`:                                                             {PromptTokens: 5, CompletionTokens: 2},
+	} {
+		var c chunk
+		if !decodeChunk([]byte(body), &c) || c.Usage == nil {
+			t.Fatalf("%s: not decoded", body)
+		}
+		if got := c.Usage.counts(); got != want {
+			t.Errorf("%s: %+v, want %+v", body, got, want)
 		}
 	}
 }

@@ -38,6 +38,13 @@ type readUsage struct {
 	PromptTokens        int64        `json:"prompt_tokens"`
 	CompletionTokens    int64        `json:"completion_tokens"`
 	PromptTokensDetails *readDetails `json:"prompt_tokens_details"`
+	// The Anthropic Messages API's names: the prompt is input_tokens
+	// plus the cache's reads and writes (a server that reports no cache
+	// fields, as vLLM's /v1/messages did, counts it all in input_tokens).
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 }
 
 // readDetails is readUsage's prompt_tokens_details.
@@ -48,6 +55,11 @@ type readDetails struct {
 // counts is u as TokenCounts.
 func (u *readUsage) counts() TokenCounts {
 	c := TokenCounts{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	if c.PromptTokens == 0 && c.CompletionTokens == 0 {
+		c.PromptTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+		c.CompletionTokens, c.CachedTokens = u.OutputTokens, u.CacheReadInputTokens
+		return c
+	}
 	if d := u.PromptTokensDetails; d != nil {
 		c.CachedTokens = d.CachedTokens
 	}

@@ -455,6 +455,7 @@ func claudeTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replic
 		gpu, _ := idx.Match(holder.Name(), want, time.Now())
 		return gpu == len(want)
 	})
+	matched, _ := tokenizerChecks(t, e)
 	next := body("0aaa9", turn+`,{"role":"assistant","content":[{"type":"text","text":"It declares package main."}]},{"role":"user","content":"Anything else?"}]`)
 	req, _ := http.NewRequest(http.MethodPost, e.proxy+"/v1/messages", strings.NewReader(next))
 	req.Header.Set("Content-Type", "application/json")
@@ -470,4 +471,38 @@ func claudeTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replic
 	if rep := res.Header.Get(proxy.HeaderReplica); rep != holder.Name() {
 		t.Fatalf("Claude Code's next turn routed to %s, want %s whose events hold its context", rep, holder.Name())
 	}
+	// The engine's usage (input_tokens) confirms llmlb's count of it.
+	if m, mis := tokenizerChecks(t, e); m != matched+1 || mis != 0 {
+		t.Fatalf("tokenizer checks after the Claude Code turn: %v matches (%v before), %v mismatches", m, matched, mis)
+	}
+}
+
+// tokenizerChecks reads llmlb_tokenizer_checks_total's matches and
+// mismatches (all models) from /metrics.
+func tokenizerChecks(t *testing.T, e *env) (match, mismatch float64) {
+	t.Helper()
+	res, err := e.http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "llmlb_tokenizer_checks_total{") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if strings.Contains(line, `result="match"`) {
+			match += v
+		} else {
+			mismatch += v
+		}
+	}
+	return match, mismatch
 }
