@@ -286,6 +286,10 @@ type Cost struct {
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
 	share      trafficShare   // this balancer's share of the computed blocks (cost_share.go)
+	// shared is the running share of routed prompts' tokens expected
+	// cached where they went (about the last 256 decisions): below
+	// minShared the fleet shares no prefixes (estimate, "by queue").
+	shared float64
 }
 
 // NewCost returns a cost policy, or an error for a bad config.
@@ -338,7 +342,11 @@ type costDecision struct {
 	hotGap, hotSeen      float64
 
 	limit int // the bounded-load limit, in flight counting this request
-	start int // where this decision's rotation over the candidates starts
+	// byQueue: no candidate holds any of the prompt and the fleet shares
+	// no prefixes: the delay the prefill causes others is priced from the
+	// replica's queue time, not from its request count (estimate).
+	byQueue bool
+	start   int // where this decision's rotation over the candidates starts
 
 	spreadFrom int     // the burst's replica the request left (-1: none)
 	burstAdded float64 // what the burst's earlier requests added there, seconds

@@ -50,8 +50,9 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 
 // learn records the choice where later decisions look: the prompt's
 // blocks in the chosen replica's share of the index (returning the token
-// Refused undoes that with), the session, and the running mean prompt
-// that prices a queue of requests other than the balancer's.
+// Refused undoes that with), the session, the running mean prompt
+// that prices a queue of requests other than the balancer's, and the
+// running share of prompts found cached (p.shared).
 func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 	if len(d.blocks) > 0 {
 		id := p.candID[best]
@@ -61,6 +62,9 @@ func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 	}
 	if d.session != "" && p.cfg.Sessions > 0 {
 		p.rememberSession(d, best)
+	}
+	if d.tokens > 0 {
+		p.shared += (float64(d.tokens)-p.prefills[best])/float64(d.tokens)/256 - p.shared/256
 	}
 	prefill := float64(int(p.prefills[best]))
 	if p.meanPrompt == 0 {

@@ -784,3 +784,32 @@ func TestCostPricesMarginalReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestCostPricesTheDelayByQueueWithoutSharing: replica a has 31 of its 32
+// slots' worth of requests in flight, 28 of them still waiting for a
+// short prefill (0.2 s of work ahead); b has 4 in flight and 4 s of work
+// ahead. A 2 s prompt no replica holds any of: on a fleet that shares no
+// prefixes, the requests it delays are those reaching the replica while
+// its queue and the prompt are worked off, and it goes where it starts
+// first (a); on a fleet that shares prefixes, a's count still prices it
+// at 32x its prefill there, and it goes to b.
+func TestCostPricesTheDelayByQueueWithoutSharing(t *testing.T) {
+	route := func(warm func(i int) *Request) int {
+		p := newCost(t, nil)
+		cands := costCands(2)
+		now := t0
+		for i := range 100 { // one request a second sets the rate
+			now = now.Add(time.Second)
+			p.Choose(warm(i), cands, now)
+		}
+		cands[0].InFlight, cands[0].PendingRequests, cands[0].PendingPrefill, cands[0].MaxRunning = 31, 28, 2_000, 32
+		cands[1].InFlight, cands[1].PendingRequests, cands[1].PendingPrefill, cands[1].MaxRunning = 4, 1, 40_000, 32
+		return p.Choose(costPrompt("long", 0, 1250, "x"), cands, now.Add(time.Second)).Index
+	}
+	if got := route(func(i int) *Request { return costPrompt(fmt.Sprint("own", i), 1, 0, "") }); got != 0 {
+		t.Errorf("no prefixes shared: the 2 s prompt went behind 4 s of work ahead, not 0.2 s")
+	}
+	if got := route(func(i int) *Request { return costPrompt("sys", 200, 1, fmt.Sprint("s", i)) }); got != 1 {
+		t.Errorf("prefixes shared: the 2 s prompt went to the replica with 31 of 32 slots' requests in flight")
+	}
+}
