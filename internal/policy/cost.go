@@ -288,8 +288,11 @@ type Cost struct {
 	share      trafficShare   // this balancer's share of the computed blocks (cost_share.go)
 	// shared is the running share of routed prompts' tokens expected
 	// cached where they went (about the last 256 decisions): below
-	// minShared the fleet shares no prefixes (estimate, "by queue").
-	shared float64
+	// minShared the fleet shares no prefixes (estimate, "by queue"),
+	// once sharedSeen, the decisions it has seen, makes a window: at
+	// start nothing is cached yet, shared or not.
+	shared     float64
+	sharedSeen int
 }
 
 // NewCost returns a cost policy, or an error for a bad config.

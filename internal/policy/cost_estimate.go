@@ -26,7 +26,7 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 	d.start = int((p.rr + uint64(p.cfg.RotationStart)) % uint64(n))
 	p.burst = burstBucket(d)
 	p.rr++
-	d.byQueue = p.shared < minShared
+	d.byQueue = p.shared < minShared && p.sharedSeen >= 256
 	for i := range n {
 		if p.depth[p.candID[i]] > 0 {
 			d.byQueue = false

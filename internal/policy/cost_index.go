@@ -65,6 +65,7 @@ func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 	}
 	if d.tokens > 0 {
 		p.shared += (float64(d.tokens)-p.prefills[best])/float64(d.tokens)/256 - p.shared/256
+		p.sharedSeen = min(p.sharedSeen+1, 256)
 	}
 	prefill := float64(int(p.prefills[best]))
 	if p.meanPrompt == 0 {
