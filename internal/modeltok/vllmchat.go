@@ -276,6 +276,9 @@ type convMessage struct {
 	text  json.RawMessage
 	texts []string
 	w     *wireMessage
+	// merged marks the system message developerAsSystem merges, whose
+	// content vLLM builds after parsing: a string in either format.
+	merged bool
 }
 
 func readMessage(w *wireMessage) (convMessage, error) {
@@ -347,7 +350,7 @@ func developerAsSystem(msgs []convMessage) ([]convMessage, error) {
 		return msgs, nil
 	}
 	q, _ := json.Marshal(strings.Join(systems, "\n\n"))
-	merged := convMessage{role: "system", text: q, w: &wireMessage{Role: json.RawMessage(`"system"`)}}
+	merged := convMessage{role: "system", text: q, w: &wireMessage{Role: json.RawMessage(`"system"`)}, merged: true}
 	return append([]convMessage{merged}, rest...), nil
 }
 
@@ -357,7 +360,7 @@ func (m *convMessage) write(b *bytes.Buffer, openai bool) error {
 	b.Write(w.Role)
 	b.WriteString(`, "content": `)
 	switch {
-	case openai && m.role != "tool":
+	case openai && m.role != "tool" && !m.merged:
 		b.WriteByte('[')
 		if m.text != nil {
 			b.WriteString(`{"type": "text", "text": `)

@@ -278,3 +278,19 @@ func TestAnthropicChatRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestDeveloperMergedIntoOneSystemString: for a template without the
+// developer role vLLM merges the system and developer messages into one
+// first system message after parsing them, so its content is a string
+// even where the template takes lists of parts.
+func TestDeveloperMergedIntoOneSystemString(t *testing.T) {
+	msgs := `[{"role": "system", "content": "a"}, {"role": "user", "content": "u"}, {"role": "developer", "content": [{"type": "text", "text": "b"}]}]`
+	conv, _, err := vllmConversation(json.RawMessage(msgs), nil, templateTraits{openai: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"role": "system", "content": "a\n\nb"}, {"role": "user", "content": [{"type": "text", "text": "u"}]}]`
+	if string(conv) != want {
+		t.Fatalf("conversation\n%s\nwant\n%s", conv, want)
+	}
+}

@@ -42,7 +42,7 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 	case endpointChat:
 		full := !isNull(b.fields["tools"]) || !isNull(b.fields["chat_template_kwargs"]) ||
 			!isNull(b.fields["reasoning_effort"]) || hasToolMarkers(b.rawMessages)
-		if !renderableChat(b, full) {
+		if !renderableChat(b, &full) {
 			return nil, false
 		}
 		tk := cfg.Tokenizer(model)
@@ -117,10 +117,10 @@ func hasToolMarkers(raw []byte) bool {
 // renderableChat reports whether a chat body is one whose prompt llmlb
 // renders as the engine does: messages of text only, none of
 // chatRenderFields, the generation prompt on, nothing to continue, at
-// most maxTokenizedMessages messages and MaxPromptBlockBytes of text; tool
-// calls only with full (the full rendering, which has the last word on
-// what it renders).
-func renderableChat(b *requestBody, full bool) bool {
+// most maxTokenizedMessages messages and MaxPromptBlockBytes of text. It
+// sets *full when a message has tool calls or content parts: those take
+// the full rendering, which has the last word on what it renders.
+func renderableChat(b *requestBody, full *bool) bool {
 	if !b.hasMessages || b.messagesErr != nil || len(b.messages) > maxTokenizedMessages {
 		return false
 	}
@@ -138,8 +138,8 @@ func renderableChat(b *requestBody, full bool) bool {
 	size := len(b.fields["tools"])
 	for i := range b.messages {
 		m := &b.messages[i]
-		if !full && !isNull(m.ToolCalls) {
-			return false
+		if !isNull(m.ToolCalls) {
+			*full = true
 		}
 		size += len(m.ToolCalls)
 		switch c := m.Content.(type) {
@@ -148,6 +148,10 @@ func renderableChat(b *requestBody, full bool) bool {
 		case string:
 			size += len(c)
 		case []any:
+			// Parts go to the full rendering, which keeps them apart
+			// where the template takes a list and joins them as vLLM
+			// does where it takes a string.
+			*full = true
 			for _, part := range c {
 				p, ok := part.(map[string]any)
 				if !ok || p["type"] != "text" {

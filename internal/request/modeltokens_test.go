@@ -32,14 +32,26 @@ func (b *byteTokenizer) ChatRequestTokens(req ChatRequest) ([]uint32, error) {
 	messages, tools := req.Messages, req.Tools
 	b.calls++
 	var msgs []struct {
-		Role      string `json:"role"`
-		Content   string `json:"content"`
+		Role      string          `json:"role"`
+		Raw       json.RawMessage `json:"content"`
+		Content   string
 		ToolCalls []struct {
 			Function struct{ Name string } `json:"function"`
 		} `json:"tool_calls"`
 	}
 	if err := json.Unmarshal(messages, &msgs); err != nil {
 		return nil, err
+	}
+	for i := range msgs {
+		var parts []struct{ Text string }
+		if json.Unmarshal(msgs[i].Raw, &msgs[i].Content) != nil && json.Unmarshal(msgs[i].Raw, &parts) == nil {
+			for j, p := range parts {
+				if j > 0 {
+					msgs[i].Content += "\n"
+				}
+				msgs[i].Content += p.Text
+			}
+		}
 	}
 	var s strings.Builder
 	if req.Anthropic {
