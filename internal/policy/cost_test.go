@@ -798,7 +798,7 @@ func TestCostPricesTheDelayByQueueWithoutSharing(t *testing.T) {
 		p := newCost(t, nil)
 		cands := costCands(2)
 		now := t0
-		for i := range 100 { // one request a second sets the rate
+		for i := range 300 { // one request a second sets the rate; 256 make a window of the cached share
 			now = now.Add(time.Second)
 			p.Choose(warm(i), cands, now)
 		}
