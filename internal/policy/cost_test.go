@@ -794,11 +794,11 @@ func TestCostPricesMarginalReuse(t *testing.T) {
 // first (a); on a fleet that shares prefixes, a's count still prices it
 // at 32x its prefill there, and it goes to b.
 func TestCostPricesTheDelayByQueueWithoutSharing(t *testing.T) {
-	route := func(warm func(i int) *Request) int {
+	route := func(warm func(i int) *Request, decisions int) int {
 		p := newCost(t, nil)
 		cands := costCands(2)
 		now := t0
-		for i := range 300 { // one request a second sets the rate; 256 make a window of the cached share
+		for i := range decisions { // one request a second sets the rate; 256 make a window of the cached share
 			now = now.Add(time.Second)
 			p.Choose(warm(i), cands, now)
 		}
@@ -806,10 +806,14 @@ func TestCostPricesTheDelayByQueueWithoutSharing(t *testing.T) {
 		cands[1].InFlight, cands[1].PendingRequests, cands[1].PendingPrefill, cands[1].MaxRunning = 4, 1, 40_000, 32
 		return p.Choose(costPrompt("long", 0, 1250, "x"), cands, now.Add(time.Second)).Index
 	}
-	if got := route(func(i int) *Request { return costPrompt(fmt.Sprint("own", i), 1, 0, "") }); got != 0 {
+	own := func(i int) *Request { return costPrompt(fmt.Sprint("own", i), 1, 0, "") }
+	if got := route(own, 300); got != 0 {
 		t.Errorf("no prefixes shared: the 2 s prompt went behind 4 s of work ahead, not 0.2 s")
 	}
-	if got := route(func(i int) *Request { return costPrompt("sys", 200, 1, fmt.Sprint("s", i)) }); got != 1 {
+	if got := route(own, 100); got != 1 {
+		t.Errorf("fewer decisions than a window: the rule engaged before the cached share was known")
+	}
+	if got := route(func(i int) *Request { return costPrompt("sys", 200, 1, fmt.Sprint("s", i)) }, 300); got != 1 {
 		t.Errorf("prefixes shared: the 2 s prompt went to the replica with 31 of 32 slots' requests in flight")
 	}
 }

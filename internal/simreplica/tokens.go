@@ -111,42 +111,37 @@ func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, e
 	if err != nil {
 		return tokenize.Prompt{}, err
 	}
-	if rt, ok := e.tok.(requestTokenizer); ok {
-		var req struct {
-			Messages        json.RawMessage `json:"messages"`
-			Tools           json.RawMessage `json:"tools"`
-			TemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
-			ReasoningEffort json.RawMessage `json:"reasoning_effort"`
-		}
-		if json.Unmarshal(body, &req) == nil {
-			if ids, err := rt.ChatRequestTokens(request.ChatRequest{
-				Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ReasoningEffort: req.ReasoningEffort}); err == nil {
-				return e.prompt(ids), nil
-			}
-		}
-	}
-	ids, err := e.tok.ChatTokens(tm)
-	if err != nil {
-		return tokenize.Prompt{}, err
-	}
-	return e.prompt(ids), nil
+	return e.request(tm, body, false)
 }
 
 // messages tokenizes an Anthropic Messages request (its body) as vLLM
 // serves it, turned into a chat, where the tokenizer renders those; else
 // the roles and texts of tm with the model's chat template.
 func (e *engineTokens) messages(tm []tokenize.Message, body []byte) (tokenize.Prompt, error) {
+	return e.request(tm, body, true)
+}
+
+// request tokenizes a chat or Anthropic request body with the full
+// rendering where the tokenizer has one and renders it, else the roles
+// and texts of tm.
+func (e *engineTokens) request(tm []tokenize.Message, body []byte, anthropic bool) (tokenize.Prompt, error) {
 	if rt, ok := e.tok.(requestTokenizer); ok {
 		var req struct {
-			System         json.RawMessage `json:"system"`
-			Messages       json.RawMessage `json:"messages"`
-			Tools          json.RawMessage `json:"tools"`
-			TemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
-			OutputConfig   json.RawMessage `json:"output_config"`
+			System          json.RawMessage `json:"system"`
+			Messages        json.RawMessage `json:"messages"`
+			Tools           json.RawMessage `json:"tools"`
+			TemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
+			ReasoningEffort json.RawMessage `json:"reasoning_effort"`
+			OutputConfig    json.RawMessage `json:"output_config"`
 		}
 		if json.Unmarshal(body, &req) == nil {
-			if ids, err := rt.ChatRequestTokens(request.ChatRequest{Anthropic: true, System: req.System,
-				Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, OutputConfig: req.OutputConfig}); err == nil {
+			cr := request.ChatRequest{Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs}
+			if anthropic {
+				cr.Anthropic, cr.System, cr.OutputConfig = true, req.System, req.OutputConfig
+			} else {
+				cr.ReasoningEffort = req.ReasoningEffort
+			}
+			if ids, err := rt.ChatRequestTokens(cr); err == nil {
 				return e.prompt(ids), nil
 			}
 		}
