@@ -34,7 +34,7 @@ var (
 	descFlowTenants     = prometheus.NewDesc("llmlb_flow_tenants", "Tenants flow control remembers (with requests waiting or running, or a rate limit still refilling), by model.", []string{"model"}, nil)
 	descFlowAdmitted    = prometheus.NewDesc("llmlb_flow_admitted_total", "Requests flow control admitted (dispatched at once or queued), by model.", []string{"model"}, nil)
 	descFlowDispatched  = prometheus.NewDesc("llmlb_flow_dispatched_total", "Requests flow control let through to a replica, at once or after waiting, by model.", []string{"model"}, nil)
-	descFlowExpired     = prometheus.NewDesc("llmlb_flow_expired_total", "Requests that waited flow_control.max_queue_time and were answered 429 queue_timeout, by model.", []string{"model"}, nil)
+	descFlowExpired     = prometheus.NewDesc("llmlb_flow_expired_total", "Requests that waited flow_control.max_queue_time (standing_queue_time under a standing backlog) and were answered 429 queue_timeout, by model.", []string{"model"}, nil)
 	descFlowRemoved     = prometheus.NewDesc("llmlb_flow_removed_total", "Requests that left the queue undispatched: their client went away, or llmlb shut down (503).", []string{"model"}, nil)
 	descFlowRefused     = prometheus.NewDesc("llmlb_flow_refused_total", "Requests flow control refused with 429, by model and reason (queue_full, queue_bytes_full, shed, tenant_concurrency, tenant_rate).", []string{"model", "reason"}, nil)
 )

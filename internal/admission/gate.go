@@ -243,6 +243,18 @@ func (g *Gate) Expire(now time.Time) []*Request {
 	return out
 }
 
+// NextExpiry returns when Expire will next take a request out, if nothing
+// changes before: the earliest of the queues' (flowcontrol.Queue.
+// NextExpiry). ok is false when nothing waits.
+func (g *Gate) NextExpiry() (at time.Time, ok bool) {
+	for _, q := range g.allQueues() {
+		if t, qok := q.NextExpiry(); qok && (!ok || t.Before(at)) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
 // Done releases the tenant slot a dispatched request held (it ended, in any
 // way). Call it once per request Admit dispatched or Pump returned.
 func (g *Gate) Done(r *Request, now time.Time) {

@@ -110,11 +110,17 @@ func TestGateExpiresAndDrains(t *testing.T) {
 			t.Fatalf("request %d: %v", i, d.Outcome)
 		}
 	}
+	if at, ok := g.NextExpiry(); !ok || !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("next expiry %v %v, want the first request's, at +1s", at, ok)
+	}
 	if got := g.Expire(t0.Add(2 * time.Second)); len(got) != 2 {
 		t.Fatalf("expired %d, want the 2 that waited 1s", len(got))
 	}
 	if got := g.Drain(); len(got) != 1 || g.Len() != 0 {
 		t.Fatalf("drained %d, %d left", len(got), g.Len())
+	}
+	if _, ok := g.NextExpiry(); ok {
+		t.Fatal("an empty gate has a next expiry")
 	}
 }
 

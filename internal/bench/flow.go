@@ -145,19 +145,23 @@ func (f *flow) release(h *heldRequest) {
 	}
 }
 
-// rekeyExpire keys the queue-timeout source at the oldest held request's
-// deadline.
+// rekeyExpire keys the queue-timeout source at the gates' next expiry.
 func (r *run) rekeyExpire() {
 	f := r.fc
 	for f.head < len(f.order) && f.order[f.head].gone {
 		f.head++
 	}
-	if f.head == len(f.order) {
+	next, ok := time.Time{}, false
+	for _, g := range f.gates {
+		if t, gok := g.NextExpiry(); gok && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+	}
+	if !ok {
 		r.h.set(r.srcExpire, never)
 		return
 	}
-	deadline := f.order[f.head].admitted.Enqueued().Add(f.cfg.MaxQueueTime)
-	r.h.set(r.srcExpire, int64(max(deadline.Sub(Epoch), r.now)))
+	r.h.set(r.srcExpire, int64(max(next.Sub(Epoch), r.now)))
 }
 
 // stillHeld returns the requests the gates hold at the run's end, in

@@ -34,6 +34,19 @@ type Config struct {
 	// Scale" (ACM Queue, 2015). Short bursts, which drain before anything
 	// waits this long, keep their arrival order.
 	LIFOAfter time.Duration
+	// StandingQueueTime shortens MaxQueueTime while the backlog stands:
+	// once the queue has held requests without a break for StandingAfter,
+	// a request that has waited StandingQueueTime is answered 429 at once
+	// (standing_queue_time, default 5s; 0, or MaxQueueTime or more: never). It is
+	// the "controlled delay" half of Fail at Scale's adaptive LIFO: under
+	// sustained overload the requests LIFO passes over are the ones served
+	// last, at the next lull, and a client is better told to retry early
+	// than answered after a minute.
+	StandingQueueTime time.Duration
+	// StandingAfter is how long the queue must have held requests without
+	// a break before StandingQueueTime applies (standing_after, default
+	// 10s): a burst that drains sooner keeps MaxQueueTime.
+	StandingAfter time.Duration
 	// LocalityScan is how many of a flow's held requests (one tenant, one
 	// priority) dispatch looks at, the one whose turn it is included, to
 	// find one that loses no cached prefix where a slot is free
@@ -113,22 +126,28 @@ const (
 	DefaultMaxQueuedBytes = 256 << 20
 	DefaultMaxQueueTime   = 60 * time.Second
 	DefaultLIFOAfter      = 5 * time.Second
-	DefaultLocalityWait   = 30 * time.Second
-	maxLocalityScan       = 256
-	DefaultMaxTenants     = 10_000
+	// DefaultStandingQueueTime and DefaultStandingAfter: a backlog that has
+	// stood 10s refuses the requests that waited 5s.
+	DefaultStandingQueueTime = 5 * time.Second
+	DefaultStandingAfter     = 10 * time.Second
+	DefaultLocalityWait      = 30 * time.Second
+	maxLocalityScan          = 256
+	DefaultMaxTenants        = 10_000
 )
 
 // DefaultConfig returns the defaults: on, bounded, no tenant limits.
 func DefaultConfig() Config {
 	return Config{
-		Enabled:        true,
-		MaxQueued:      DefaultMaxQueued,
-		MaxQueuedBytes: DefaultMaxQueuedBytes,
-		MaxQueueTime:   DefaultMaxQueueTime,
-		LIFOAfter:      DefaultLIFOAfter,
-		LocalityWait:   DefaultLocalityWait,
-		MaxTenants:     DefaultMaxTenants,
-		PriorityHeader: true,
+		Enabled:           true,
+		MaxQueued:         DefaultMaxQueued,
+		MaxQueuedBytes:    DefaultMaxQueuedBytes,
+		MaxQueueTime:      DefaultMaxQueueTime,
+		LIFOAfter:         DefaultLIFOAfter,
+		StandingQueueTime: DefaultStandingQueueTime,
+		StandingAfter:     DefaultStandingAfter,
+		LocalityWait:      DefaultLocalityWait,
+		MaxTenants:        DefaultMaxTenants,
+		PriorityHeader:    true,
 	}
 }
 
@@ -149,6 +168,12 @@ func (c Config) Validate() error {
 	}
 	if c.LIFOAfter < 0 {
 		bad("lifo_after: must be >= 0 (0: first come, first served), got %s", c.LIFOAfter)
+	}
+	if c.StandingQueueTime < 0 {
+		bad("standing_queue_time: must be >= 0 (0: off), got %s", c.StandingQueueTime)
+	}
+	if c.StandingAfter < 0 {
+		bad("standing_after: must be >= 0, got %s", c.StandingAfter)
 	}
 	if c.LocalityScan < 0 || c.LocalityScan > maxLocalityScan {
 		bad("locality_scan: must be 0-%d (held requests looked at per dispatch; 0 or 1: in turn), got %d", maxLocalityScan, c.LocalityScan)

@@ -135,6 +135,10 @@ type Queue struct {
 	n     int
 	bytes int64
 	seq   uint64
+	// busySince is when the queue last went from empty to holding a
+	// request (valid while n > 0): how long its backlog has stood
+	// (Config.StandingAfter).
+	busySince time.Time
 
 	tenants  map[string]*tenant
 	overflow *tenant
@@ -217,6 +221,9 @@ func (q *Queue) Admit(it Item, saturated bool, now time.Time) (Decision, error) 
 		return Decision{Outcome: Dispatch}, nil
 	}
 	it.Enqueued = now
+	if q.n == 0 {
+		q.busySince = now
+	}
 	q.push(it, t)
 	return Decision{Outcome: Queued}, nil
 }
@@ -443,12 +450,42 @@ func (q *Queue) Expire(now time.Time) []Item {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []Item
-	for e := q.arr.head; e != nil && now.Sub(e.item.Enqueued) >= q.cfg.MaxQueueTime; e = q.arr.head {
+	for e := q.arr.head; e != nil && !now.Before(q.deadline(e)); e = q.arr.head {
 		q.unlink(e)
 		q.expired++
 		out = append(out, e.item)
 	}
 	return out
+}
+
+// NextExpiry returns when Expire will next take a request out, if the
+// queue stays as it is: the oldest request's deadline. ok is false when
+// nothing is queued.
+func (q *Queue) NextExpiry() (at time.Time, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.arr.head == nil {
+		return time.Time{}, false
+	}
+	return q.deadline(q.arr.head), true
+}
+
+// deadline is when queued e times out: MaxQueueTime after it was queued,
+// or, once the queue has held requests without a break for
+// StandingAfter, StandingQueueTime after it was queued (Config).
+func (q *Queue) deadline(e *entry) time.Time {
+	at := e.item.Enqueued.Add(q.cfg.MaxQueueTime)
+	if q.cfg.StandingQueueTime > 0 && q.cfg.StandingQueueTime < q.cfg.MaxQueueTime {
+		standing := q.busySince.Add(q.cfg.StandingAfter)
+		short := e.item.Enqueued.Add(q.cfg.StandingQueueTime)
+		if standing.After(short) {
+			short = standing
+		}
+		if short.Before(at) {
+			at = short
+		}
+	}
+	return at
 }
 
 // started counts a dispatched request of priority p.

@@ -14,10 +14,10 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // step is one call on the queue at t0+at, with what it must return written
 // compactly: Admit "dispatch", "queued" or "refused shed 1s"; Next "3" or
 // "none"; Expire, Drain and Remove the ids handed back ("1 2", "" for none);
-// Done "true" or "false".
+// Done "true" or "false"; NextExpiry "+12s" (since t0) or "none".
 type step struct {
 	at   time.Duration
-	op   string // admit, next, remove, expire, done, drain
+	op   string // admit, next, remove, expire, nextexpiry, done, drain
 	it   Item   // admit
 	sat  bool   // admit: the pool is saturated
 	id   uint64 // remove
@@ -70,6 +70,11 @@ func run(t *testing.T, q *Queue, steps []step) {
 			}
 		case "expire":
 			got = ids(q.Expire(now))
+		case "nextexpiry":
+			got = "none"
+			if at, ok := q.NextExpiry(); ok {
+				got = "+" + at.Sub(t0).String()
+			}
 		case "drain":
 			got = ids(q.Drain())
 		case "done":
@@ -196,7 +201,7 @@ func TestQueueSteps(t *testing.T) {
 			admit(10*sec, 4, 0, "c", 5000, true, "queued"),
 			admit(10*sec, 5, 0, "c", 1, true, "refused tenant_rate 100ms"),
 		}},
-		{name: "expiry hands back the oldest, in admission order", cfg: func(c *Config) { c.MaxQueueTime = 10 * sec }, steps: []step{
+		{name: "expiry hands back the oldest, in admission order", cfg: func(c *Config) { c.MaxQueueTime, c.StandingQueueTime = 10*sec, 0 }, steps: []step{
 			admit(0, 1, 0, "a", 10, true, "queued"),
 			admit(sec, 2, 5, "b", 10, true, "queued"),
 			admit(2*sec, 3, 0, "a", 10, true, "queued"),
@@ -204,6 +209,29 @@ func TestQueueSteps(t *testing.T) {
 			{at: 11 * sec, op: "expire", want: "1 2"},
 			next(11*sec, "3"),
 			{at: 30 * sec, op: "expire", want: ""},
+		}},
+		{name: "a standing backlog shortens the wait", cfg: func(c *Config) {
+			c.MaxQueueTime, c.StandingAfter, c.StandingQueueTime = 60*sec, 20*sec, 5*sec
+		}, steps: []step{
+			// Queued from 0 without a break: until +20s requests wait up
+			// to 60s, then those that waited 5s go at once.
+			admit(0, 1, 0, "a", 10, true, "queued"),
+			{at: sec, op: "nextexpiry", want: "+20s"},
+			admit(10*sec, 2, 0, "a", 10, true, "queued"),
+			admit(18*sec, 3, 0, "a", 10, true, "queued"),
+			{at: 19 * sec, op: "expire", want: ""},
+			{at: 20 * sec, op: "expire", want: "1 2"},
+			{at: 20 * sec, op: "nextexpiry", want: "+23s"},
+			{at: 23 * sec, op: "expire", want: "3"},
+			{at: 23 * sec, op: "nextexpiry", want: "none"},
+			// Emptied, the queue starts a new backlog: 60s again until it
+			// has stood 20s.
+			admit(30*sec, 4, 0, "a", 10, true, "queued"),
+			{at: 31 * sec, op: "nextexpiry", want: "+50s"},
+			next(32*sec, "4"),
+			admit(40*sec, 5, 0, "a", 10, true, "queued"),
+			{at: 59 * sec, op: "expire", want: ""},
+			{at: 60 * sec, op: "expire", want: "5"},
 		}},
 		{name: "removal from the head, middle and tail", steps: []step{
 			admit(0, 1, 0, "a", 10, true, "queued"),

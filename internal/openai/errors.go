@@ -62,7 +62,8 @@ const (
 	// CodeTenantLimit: the tenant is at its concurrency or tokens-per-minute
 	// limit.
 	CodeTenantLimit = "tenant_limit"
-	// CodeQueueTimeout: no replica had room within flow_control.max_queue_time.
+	// CodeQueueTimeout: no replica had room within flow_control.max_queue_time
+	// (standing_queue_time under a standing backlog).
 	CodeQueueTimeout = "queue_timeout"
 	// CodeShuttingDown: the balancer stopped while the request waited.
 	CodeShuttingDown = "shutting_down"

@@ -33,7 +33,7 @@ type QueueRecorder interface {
 // Why a waiting request leaves the queue without being dispatched; its
 // ticket carries one of them, and it owes the gate no Done.
 var (
-	errQueueTimeout = errors.New("proxy: no replica had room within flow_control.max_queue_time")
+	errQueueTimeout = errors.New("proxy: no replica had room within flow_control.max_queue_time or standing_queue_time")
 	errShuttingDown = errors.New("proxy: llmlb is shutting down")
 )
 
@@ -120,7 +120,8 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		noteFlow(traceOf(w, ctx), prof, openai.CodeQueueTimeout, t.Waited, true)
 		w.Header().Set("Retry-After", openai.RetryAfter(flowcontrol.DefaultRetryAfter))
 		p.answer(w, http.StatusTooManyRequests, openai.TypeRateLimit, openai.CodeQueueTimeout,
-			fmt.Sprintf("no replica of model %q had room within flow_control.max_queue_time (%s)", prof.Model, p.flowCfg.MaxQueueTime))
+			fmt.Sprintf("no replica of model %q had room in %s of waiting (flow_control.max_queue_time %s; standing_queue_time %s while the queue stays backlogged)",
+				prof.Model, t.Waited.Round(time.Millisecond), p.flowCfg.MaxQueueTime, p.flowCfg.StandingQueueTime))
 		return nil, false
 	case errors.Is(t.Err, errShuttingDown):
 		noteFlow(traceOf(w, ctx), prof, openai.CodeShuttingDown, t.Waited, true)
@@ -213,8 +214,8 @@ func (p *Proxy) Pump() {
 	}
 }
 
-// Expire answers the requests that waited flow_control.max_queue_time: 429
-// queue_timeout. The server calls it on its flow control ticker.
+// Expire answers the requests that waited flow_control.max_queue_time (or
+// standing_queue_time under a standing backlog): 429 queue_timeout. The server calls it on its flow control ticker.
 func (p *Proxy) Expire() {
 	if p == nil || p.gate == nil || p.waiters.Load() == 0 {
 		return
