@@ -379,6 +379,27 @@ func TestFlowQueueTimeout(t *testing.T) {
 	}
 }
 
+// (e2) Under a standing backlog a request that waited
+// flow_control.standing_queue_time gets 429 queue_timeout long before
+// max_queue_time.
+func TestFlowStandingBacklogRefusesEarly(t *testing.T) {
+	e, f := startHold(t, 1, nil, func(c *config.Config) {
+		c.FlowControl.MaxQueueTime = time.Hour
+		c.FlowControl.StandingAfter = 200 * time.Millisecond
+		c.FlowControl.StandingQueueTime = 100 * time.Millisecond
+	})
+	held, _ := e.fill(f, 2, nil)
+	late := e.queue(context.Background(), "late", nil)
+	wantError(t, e.answer(late), http.StatusTooManyRequests, wire.CodeQueueTimeout)
+	f.none(t, "after the timeout")
+	if st := e.srv.Gate().Stats(time.Now())[model]; st.Expired != 1 || st.Queued != 0 {
+		t.Errorf("stats %+v: want 1 expired", st)
+	}
+	for _, h := range held {
+		h.release()
+	}
+}
+
 // (f) A replica drained, then removed, while requests wait loses none of
 // them: they stay queued and go to the other replica when it has room.
 func TestFlowReplicaDrainedWhileWaiting(t *testing.T) {
