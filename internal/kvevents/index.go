@@ -69,7 +69,8 @@ type repBlocks struct {
 	shared  map[uint64]uint32
 	unkeyed uint64
 
-	marg margin // reuse.go
+	marg margin  // reuse.go
+	risk lruRisk // risk.go
 }
 
 // keyRun is the index keys of one engine block's tokens: last, and before
@@ -116,6 +117,7 @@ func (x *Index) rep(name string) *repBlocks {
 	r := x.reps[name]
 	if r == nil {
 		r = &repBlocks{blocks: make(map[uint64]media), pending: make(map[uint64]time.Time), copies: make(map[uint64]uint32)}
+		r.risk.use, r.risk.busy = make(map[uint64]uint32), make(map[uint64]busyMark)
 		if x.byTokens.Load() {
 			r.engine, r.shared = make(map[uint64]keyRun), make(map[uint64]uint32)
 		}
@@ -225,6 +227,7 @@ func (r *repBlocks) clear() {
 	clear(r.engine)
 	clear(r.shared)
 	r.marg.gpu = 0
+	r.risk.reset()
 }
 
 // storeByTokens records a BlockStored event keyed by its tokens and
@@ -427,6 +430,7 @@ func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
 			}
 		}
 	}
+	r.risk.routed(blocks, now)
 	until := now.Add(PendingTTL)
 	for _, h := range blocks {
 		if _, ok := r.blocks[h]; ok {

@@ -64,6 +64,7 @@ func (x *Index) MarginalReuse(rep string) (reuse float64, ok bool) {
 // computed again, if it was a ghost.
 func (x *Index) gpuStored(r *repBlocks, k uint64) {
 	x.computed.Add(1)
+	r.risk.stored(k)
 	r.marg.gpu++
 	r.marg.peak = max(r.marg.peak, r.marg.gpu)
 	g := &x.ghosts
@@ -85,6 +86,7 @@ func (x *Index) gpuStored(r *repBlocks, k uint64) {
 // at every other replica, so a block leaving costs a map lookup per
 // publishing replica.
 func (x *Index) gpuLeft(r *repBlocks, k uint64) {
+	r.risk.left(k)
 	r.marg.gpu = max(0, r.marg.gpu-1)
 	r.marg.evictions++
 	if x.margin == 0 {

@@ -16,7 +16,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 	clear(p.depth)
 	if len(d.blocks) > 0 {
 		p.index.Match(d.blocks, p.depth)
-		p.preciseDepths(d) // where replicas publish events, what they say
+		p.preciseDepths(d, cands) // where replicas publish events, what they say
 		d.hotDepth, d.hotHolders, d.hotGap, d.hotSeen = p.hotPrefix(d.blocks, d.nowNS)
 	}
 	if d.inBurst {
@@ -222,6 +222,7 @@ func (p *Cost) ForgetCache(name string) { p.RemoveReplica(name) }
 // fresher in the replica's cache than its routing time says.
 func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
 	p.publishBlocks(replica, blocks, now) // the peers' indexes learn the same order
+	p.touchPrecise(replica, blocks)
 	id, ok := p.ids[replica]
 	if !ok || len(blocks) == 0 {
 		return

@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmlb/llmlb/internal/tokenize"
+)
 
 // PreciseIndex is what replicas' own KV cache events say they hold
 // (package kvevents): for a replica that publishes, how many leading
@@ -31,21 +35,58 @@ func (p *Cost) SetPreciseIndex(x PreciseIndex) {
 	p.setFleetMargin()
 }
 
+// evictionRisk is what an event-fed index may say beyond PreciseIndex
+// (kvevents.Index does): which of the blocks a replica holds now are
+// expected gone by the time a request queued there starts, and when a
+// request's blocks were freed.
+type evictionRisk interface {
+	// Survivors returns how many of the first depth blocks the replica
+	// holds are expected still held once allocs more blocks have been
+	// allocated there.
+	Survivors(replica string, blocks []uint64, depth, allocs int, now time.Time) int
+	// Touch records that a request using the blocks finished on the
+	// replica: vLLM frees its blocks then, at the end of its eviction
+	// order.
+	Touch(replica string, blocks []uint64)
+}
+
 // preciseDepths overwrites, for every candidate whose replica publishes,
 // the depth the approximate index matched with what its events say it
 // holds in its GPU cache (an offloaded block must still be copied back,
-// which cost does not price yet, so it counts as not held).
-func (p *Cost) preciseDepths(d *costDecision) {
+// which cost does not price yet, so it counts as not held), less the
+// blocks the prefills queued ahead of the request are expected to evict
+// before it starts (vLLM looks its prefix up only then); not when this
+// balancer routes a small share of the fleet's prompts (fleetView).
+func (p *Cost) preciseDepths(d *costDecision, cands []Candidate) {
 	if !p.usePrecise(d) {
 		return
 	}
-	for _, id := range p.candID {
+	risk, _ := p.precise.(evictionRisk)
+	if _, fleet := p.fleetView(); fleet {
+		// Most requests on the replicas are other balancers': it sees
+		// neither when they free their blocks nor what they queue.
+		risk = nil
+	}
+	for i, id := range p.candID {
 		name := p.names[id]
 		if !p.precise.Publishes(name) {
 			continue
 		}
 		gpu, _ := p.precise.Match(name, d.blocks, time.Unix(0, d.nowNS))
+		if risk != nil && gpu > 0 {
+			c := &cands[i]
+			ahead := c.PendingPrefill + c.OthersWaiting*p.meanPrompt
+			gpu = risk.Survivors(name, d.blocks, gpu, int(ahead/tokenize.BlockSize), time.Unix(0, d.nowNS))
+		}
 		p.depth[id] = int32(gpu)
+	}
+}
+
+// touchPrecise tells the event-fed index that a request using the blocks
+// finished on the replica.
+func (p *Cost) touchPrecise(replica string, blocks []uint64) {
+	if risk, ok := p.precise.(evictionRisk); ok && len(blocks) > 0 && p.precise.Publishes(replica) {
+		risk.Touch(replica, blocks[:min(len(blocks), maxIndexBlocks)])
 	}
 }
 

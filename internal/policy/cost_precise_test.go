@@ -89,3 +89,67 @@ func TestCostPreciseIndexOverridesTheGuess(t *testing.T) {
 		})
 	}
 }
+
+// riskyPrecise is a fakePrecise that also judges blocks at risk: on each
+// replica, at most keep[rep] of a prompt's blocks survive once any block
+// is to be allocated ahead of it. It records what cost asked and touched.
+type riskyPrecise struct {
+	fakePrecise
+	keep    map[string]int
+	allocs  map[string]int
+	touched map[string]int
+}
+
+func (f *riskyPrecise) Survivors(rep string, _ []uint64, depth, allocs int, _ time.Time) int {
+	f.allocs[rep] = allocs
+	if k, ok := f.keep[rep]; ok && allocs > 0 {
+		return min(depth, k)
+	}
+	return depth
+}
+
+func (f *riskyPrecise) Touch(rep string, blocks []uint64) { f.touched[rep] += len(blocks) }
+
+// TestCostPreciseDiscountsBlocksAtRisk: a publishing replica's cached
+// prefix counts only as far as it is expected to survive the prefill
+// queued ahead of the request there (its pending prefill, in blocks), and
+// a finished request's blocks are touched in the event-fed index.
+func TestCostPreciseDiscountsBlocksAtRisk(t *testing.T) {
+	prompt := costPrompt("sys", 40, 0, "")
+	all := map[uint64]bool{}
+	for _, h := range prompt.PromptBlocks {
+		all[h] = true
+	}
+	f := &riskyPrecise{fakePrecise: fakePrecise{"a": all, "b": {}, "c": {}, "d": {}},
+		keep: map[string]int{"a": 10}, allocs: map[string]int{}, touched: map[string]int{}}
+	p := newCost(t, nil)
+	p.SetPreciseIndex(f)
+	cands := costCands(4)
+	got := p.Choose(prompt, cands, t0)
+	if got.Index != 0 || got.CachedTokens != 40*tokenize.BlockSize-1 || f.allocs["a"] != 0 {
+		t.Fatalf("nothing queued on a: chose %d with %d cached (asked with %d blocks ahead), want a with the whole prompt",
+			got.Index, got.CachedTokens, f.allocs["a"])
+	}
+	// 320 prompt tokens queued ahead on a: 20 blocks. Were the whole
+	// prefix to survive them, a would still be the fastest.
+	cands[0].PendingPrefill = 320
+	delete(f.keep, "a")
+	if got = p.Choose(prompt, cands, t0); got.Index != 0 || f.allocs["a"] != 20 {
+		t.Fatalf("a's prefix surviving: chose %d (asked with %d blocks ahead), want a with 20", got.Index, f.allocs["a"])
+	}
+	// None of it is expected to: an idle replica is faster.
+	f.keep["a"] = 0
+	if got = p.Choose(prompt, cands, t0); got.Index == 0 {
+		t.Fatal("chose a, whose prefix the queue ahead evicts, over idle replicas")
+	}
+	// 10 of the prompt's 40 blocks are: a expects those 10.
+	f.keep["a"] = 10
+	if got = p.Choose(prompt, cands[:1], t0); got.CachedTokens != 10*tokenize.BlockSize {
+		t.Fatalf("a expects %d cached tokens, want the 160 expected to survive", got.CachedTokens)
+	}
+	p.Finished("a", prompt.PromptBlocks, t0)
+	p.Finished("e", prompt.PromptBlocks, t0) // publishes nothing
+	if f.touched["a"] != 40 || f.touched["e"] != 0 {
+		t.Fatalf("touched %v, want a's 40 blocks only", f.touched)
+	}
+}
