@@ -906,6 +906,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	ct := res.Header.Get("Content-Type")
 	sse := strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
 	if sse {
+		a.tw.flushHeader = true
 		a.startIdle() // also for streams the request did not announce
 		// An error event may be appended: relay the stream chunked, never
 		// with the replica's Content-Length, which would cut it off.
