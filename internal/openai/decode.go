@@ -10,17 +10,23 @@ import (
 
 // chunk holds the fields of a stream chunk that are read.
 type chunk struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			Reasoning        string          `json:"reasoning"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Usage *readUsage `json:"usage"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *readUsage    `json:"usage"`
+}
+
+// chunkChoice is what is read of a stream chunk's choice.
+type chunkChoice struct {
+	Text  string     `json:"text"`
+	Delta chunkDelta `json:"delta"`
+}
+
+// chunkDelta is what is read of a choice's delta.
+type chunkDelta struct {
+	Content          string          `json:"content"`
+	ReasoningContent string          `json:"reasoning_content"`
+	Reasoning        string          `json:"reasoning"`
+	ToolCalls        json.RawMessage `json:"tool_calls"`
 }
 
 // completion is what is read of a non-streamed answer: its choices, most
@@ -98,8 +104,90 @@ func decodeValue(value []byte, into any) bool {
 			*v = u
 			return true
 		}
+	case *[]chunkChoice:
+		if *v == nil {
+			if cs, ok := plainChoices(value); ok {
+				*v = cs
+				return true
+			}
+		}
 	}
 	return json.Unmarshal(value, into) == nil
+}
+
+// plainChoices decodes a stream chunk's choices as json.Unmarshal into a
+// nil slice would, when they have the usual shape: an array of objects
+// whose text and delta's strings are strings (or null) and whose delta is
+// an object (or null); ok is false otherwise. Every chunk of a stream
+// passes here: json.Unmarshal of its choices was the deepest moment of a
+// proxied stream's stack (encoding/json's recursion under ReverseProxy's
+// copy loop), which a held stream keeps, and a reflection per chunk.
+func plainChoices(raw []byte) ([]chunkChoice, bool) {
+	var cs []chunkChoice
+	ok := jsontop.Elements(raw, func(elem []byte) bool {
+		var c chunkChoice
+		if i := jsontop.SkipSpace(elem, 0); i >= len(elem) || elem[i] != '{' {
+			return false // null or not an object: json.Unmarshal decides
+		}
+		if !jsontop.Members(elem, func(key, value []byte) bool {
+			switch {
+			case bytes.EqualFold(key, []byte("text")):
+				return stringOrNull(value, &c.Text)
+			case bytes.EqualFold(key, []byte("delta")):
+				return plainDelta(value, &c.Delta)
+			}
+			return true
+		}) {
+			return false
+		}
+		cs = append(cs, c)
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	if cs == nil {
+		cs = []chunkChoice{} // json.Unmarshal makes an empty array an empty slice
+	}
+	return cs, true
+}
+
+// plainDelta decodes a choice's delta into d as json.Unmarshal would (into
+// the same struct: a repeated delta merges), for plainChoices.
+func plainDelta(raw []byte, d *chunkDelta) bool {
+	if string(raw) == "null" {
+		return true
+	}
+	return jsontop.Members(raw, func(key, value []byte) bool {
+		switch {
+		case bytes.EqualFold(key, []byte("content")):
+			return stringOrNull(value, &d.Content)
+		case bytes.EqualFold(key, []byte("reasoning_content")):
+			return stringOrNull(value, &d.ReasoningContent)
+		case bytes.EqualFold(key, []byte("reasoning")):
+			return stringOrNull(value, &d.Reasoning)
+		case bytes.EqualFold(key, []byte("tool_calls")):
+			d.ToolCalls = append(d.ToolCalls[:0], value...) // json.RawMessage's own UnmarshalJSON
+		}
+		return true
+	})
+}
+
+// stringOrNull decodes a JSON string (null leaves s as it is) into s; a
+// string with escapes goes to json.Unmarshal, which is shallow for a
+// string; false for anything else.
+func stringOrNull(raw []byte, s *string) bool {
+	if v, ok := plainString(raw); ok {
+		*s = v
+		return true
+	}
+	if string(raw) == "null" {
+		return true
+	}
+	if len(raw) == 0 || raw[0] != '"' {
+		return false
+	}
+	return json.Unmarshal(raw, s) == nil
 }
 
 // plainString returns the value of a JSON string literal without escapes

@@ -290,14 +290,30 @@ type trackingWriter struct {
 	http.ResponseWriter
 	wrote  bool
 	status int
+	// flushHeader: the answer is an event stream, whose headers are sent
+	// as soon as ReverseProxy writes them (modifyResponse sets it).
+	flushHeader bool
 }
 
 // WriteHeader implements http.ResponseWriter; 1xx answers do not commit.
+//
+// An event stream's headers are flushed here, at once, rather than with
+// its first chunk: writing the headers (net/http's chunkWriter.writeHeader
+// and the sort of the header keys) is the deepest moment of a proxied
+// request's stack, and under ReverseProxy's copy loop and the writers
+// around it that moment needed more than 8 KiB, so every held stream kept
+// a 16 KiB stack (memory per held stream; checked with debug.SetMaxStack(8192)
+// on streams held through serve's handlers).
+// The price is a write of its own for the headers when the replica sent
+// them together with the first chunk.
 func (t *trackingWriter) WriteHeader(code int) {
 	if code >= 200 && !t.wrote {
 		t.wrote, t.status = true, code
 	}
 	t.ResponseWriter.WriteHeader(code)
+	if t.flushHeader && code >= 200 {
+		t.Flush()
+	}
 }
 
 // Write implements http.ResponseWriter.

@@ -329,9 +329,24 @@ func NewTransport(cfg Config) *http.Transport {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if st := p.prepare(w, r); st != nil {
+		p.route(w, r, &st.out, &st.prof)
+	}
+}
+
+// prepare reads and profiles a request to route, or answers it itself (a
+// loop, a path outside the API, the model list, a body too large or
+// malformed) and returns nil. It is a function of its own so that its
+// locals are not on the stack while the request is proxied: a held
+// stream's goroutine keeps the stack the deepest moment of its request
+// needed, and the moments under ReverseProxy (the answer's headers
+// written, its chunks read for the usage) are the deepest; an 8 KiB stack
+// holds a stream only with these frames small (memory per held stream;
+// see trackingWriter.WriteHeader).
+func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request) *routed {
 	if p.looped(r) {
 		p.refuseLoop(w)
-		return
+		return nil
 	}
 	path := r.URL.Path
 	// Path traversal (/v1/../metrics or /v1/%2e%2e/health would reach the
@@ -339,7 +354,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// answered here; so is the model list, the union of the replicas'.
 	if a, ok := openai.CheckPath(path); !ok {
 		p.answerWith(w, a)
-		return
+		return nil
 	}
 	if r.Method == http.MethodGet && openai.IsModelsPath(path) {
 		status, body := openai.ModelsAnswer(path, p.bal.Models(), "llmlb")
@@ -347,12 +362,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
-		return
+		return nil
 	}
 
 	body, ok := p.readBody(w, r)
 	if !ok {
-		return
+		return nil
 	}
 	// The profile and the outbound body live as long as each other: one
 	// allocation for both.
@@ -364,7 +379,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			putBody(body)
 			p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidJSON, err.Error())
-			return
+			return nil
 		}
 	}
 	out.b = askUsage(traceOf(w, r.Context()), path, prof, body)
@@ -375,7 +390,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// after RoundTrip returned, and it writes headers and body in one go
 	// only for a body it knows is in memory (a bytes.Reader), whose end it
 	// does not report. It is left to the garbage collector.
-	p.route(w, r, out, prof)
+	return st
 }
 
 // routed is a request on its way to a replica: its profile and the body
@@ -426,6 +441,12 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if deadline {
 		_ = rc.SetReadDeadline(time.Time{}) // streams must not inherit it
 	}
+	// Read to its end, the body is closed now rather than when the handler
+	// returns: an HTTP/1 server otherwise looks for an unread rest of it on
+	// the answer's first write (io.CopyN into io.Discard, an allocation and
+	// a read per request), the deepest moment of a proxied request's stack
+	// (see prepare).
+	_ = r.Body.Close()
 	return body, true
 }
 
@@ -551,41 +572,67 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, pro
 	var tried []string
 	var last *attempt
 	for n := 0; n < p.cfg.MaxAttempts; n++ {
-		var res *balancer.Reservation
-		var err error
-		if n == 0 && h != nil && h.res != nil {
-			res = h.res
-		} else if res, err = p.bal.Select(prof, p.now(), tried...); err == nil && h != nil {
-			res.Explanation.Queued = h.waited
-		}
+		res, err := p.pick(ctx, tr, prof, h, n, tried)
 		if err != nil {
 			p.selectFailed(w, err, prof, last)
 			return
-		}
-		p.logDecision(ctx, res, prof, n)
-		noteDecision(tr, res, prof, n+1)
-		if p.decisions != nil {
-			p.decisions(p.now(), res, prof, n+1)
 		}
 		a := p.try(w, r, body, res, prof, n+1 < p.cfg.MaxAttempts)
 		if !a.retry() {
 			return
 		}
-		p.metrics.Failover(res.Replica)
-		p.log.LogAttrs(ctx, slog.LevelWarn, "proxy: attempt failed before the first byte",
-			slog.String("replica", res.Replica), slog.Int("attempt", n+1), slog.String("error", a.err.Error()))
+		p.failedOver(ctx, a, n+1)
 		tried = append(tried, res.Replica)
 		last = a
 		if ctx.Err() != nil {
 			return
 		}
 	}
+	p.attemptsFailed(w, last, len(tried))
+}
+
+// failedOver counts and logs attempt n, failed before the first byte.
+// This and attemptsFailed are functions of their own to keep their locals
+// off the stack while a request is proxied (see prepare).
+func (p *Proxy) failedOver(ctx context.Context, a *attempt, n int) {
+	p.metrics.Failover(a.res.Replica)
+	p.log.LogAttrs(ctx, slog.LevelWarn, "proxy: attempt failed before the first byte",
+		slog.String("replica", a.res.Replica), slog.Int("attempt", n), slog.String("error", a.err.Error()))
+}
+
+// attemptsFailed answers when every attempt failed before the first byte.
+func (p *Proxy) attemptsFailed(w http.ResponseWriter, last *attempt, tried int) {
 	if errors.Is(last.err, errLoop) {
 		p.answerLoop(w, last.res.Replica)
 		return
 	}
-	msg := fmt.Sprintf("upstream failure after %d attempts (last replica %s)", len(tried), last.res.Replica)
+	msg := fmt.Sprintf("upstream failure after %d attempts (last replica %s)", tried, last.res.Replica)
 	p.answer(w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
+}
+
+// pick reserves the replica of attempt n (from 0): the one flow control
+// reserved for a request that waited, or Select's choice among those not
+// tried yet; the decision is logged and noted. A function of its own to
+// keep its locals off the stack while a request is proxied (see prepare).
+func (p *Proxy) pick(ctx context.Context, tr *Trace, prof *request.Profile, h *held, n int, tried []string) (*balancer.Reservation, error) {
+	var res *balancer.Reservation
+	if n == 0 && h != nil && h.res != nil {
+		res = h.res
+	} else {
+		var err error
+		if res, err = p.bal.Select(prof, p.now(), tried...); err != nil {
+			return nil, err
+		}
+		if h != nil {
+			res.Explanation.Queued = h.waited
+		}
+	}
+	p.logDecision(ctx, res, prof, n)
+	noteDecision(tr, res, prof, n+1)
+	if p.decisions != nil {
+		p.decisions(p.now(), res, prof, n+1)
+	}
+	return res, nil
 }
 
 // selectFailed answers when Select finds no replica.
@@ -647,6 +694,28 @@ func (p *Proxy) logDecision(ctx context.Context, res *balancer.Reservation, prof
 // http.ErrAbortHandler (the deferred release runs while the panic unwinds).
 // mayRetry says another attempt may follow: a refusal is then held back.
 func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *balancer.Reservation, prof *request.Profile, mayRetry bool) *attempt {
+	// The attempt's setup, end and failure answers are functions of their
+	// own: their locals stay off the stack while the answer is relayed
+	// (see prepare).
+	a := p.newAttempt(w, r, res, mayRetry)
+	defer p.endAttempt(a)
+	in := p.outbound(a, r, body, prof)
+	if in == nil {
+		return a
+	}
+	rp := p.rp
+	if prof.Stream {
+		rp = p.rpStream
+	}
+	rp.ServeHTTP(a.w, in)
+	if a.err != nil && !a.retry() && !a.w.wrote && a.client.Err() == nil {
+		p.answerUnanswered(a)
+	}
+	return a
+}
+
+// newAttempt starts an attempt on the reserved replica.
+func (p *Proxy) newAttempt(w http.ResponseWriter, r *http.Request, res *balancer.Reservation, mayRetry bool) *attempt {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	a := &attempt{res: res, start: p.now(), tw: trackingWriter{ResponseWriter: w}, mayRetry: mayRetry,
 		client: r.Context(), ctx: ctx, cancel: cancel, idleAfter: p.cfg.StreamIdleTimeout,
@@ -654,31 +723,42 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		wantDone:   r.Method == http.MethodPost && openai.CompletionsPath(r.URL.Path),
 		tokenFirst: r.Method == http.MethodPost && openai.FirstChunkIsToken(r.URL.Path)}
 	a.w = &a.tw
-	defer func() {
-		a.stopIdle()
-		cancel(nil)
-		p.waiting.remove(a)
-		o := a.outcome()
-		if a.broken() {
-			p.metrics.StreamError(res.Replica)
-			p.log.Warn("proxy: response broken after the first byte",
-				slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
-		}
-		switch {
-		case a.retry():
-		case a.upgrade && a.err == nil:
-			p.metrics.Request(res.Replica, res.Reason, http.StatusSwitchingProtocols)
-		case a.w.status != 0:
-			p.metrics.Request(res.Replica, res.Reason, a.w.status)
-		case o == balancer.OutcomeCanceled:
-			p.metrics.Request(res.Replica, res.Reason, StatusClientClosed)
-		}
-		p.release(res, o)
-	}()
+	return a
+}
+
+// endAttempt counts the attempt's answer and releases its reservation.
+func (p *Proxy) endAttempt(a *attempt) {
+	res := a.res
+	a.stopIdle()
+	a.cancel(nil)
+	p.waiting.remove(a)
+	o := a.outcome()
+	if a.broken() {
+		p.metrics.StreamError(res.Replica)
+		p.log.Warn("proxy: response broken after the first byte",
+			slog.String("replica", res.Replica), slog.Any("error", a.bodyErr))
+	}
+	switch {
+	case a.retry():
+	case a.upgrade && a.err == nil:
+		p.metrics.Request(res.Replica, res.Reason, http.StatusSwitchingProtocols)
+	case a.w.status != 0:
+		p.metrics.Request(res.Replica, res.Reason, a.w.status)
+	case o == balancer.OutcomeCanceled:
+		p.metrics.Request(res.Replica, res.Reason, StatusClientClosed)
+	}
+	p.release(res, o)
+}
+
+// outbound is the request an attempt hands ReverseProxy, registered as
+// waiting for its replica's answer; nil (with a.err set) if the replica's
+// URL is bad.
+func (p *Proxy) outbound(a *attempt, r *http.Request, body *outBody, prof *request.Profile) *http.Request {
+	res := a.res
 	target, err := p.targets.parse(res.URL)
 	if err != nil {
 		a.err = fmt.Errorf("proxy: replica %s has a bad url: %w", res.Replica, err)
-		return a
+		return nil
 	}
 	a.target = target
 
@@ -691,7 +771,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 		a.startIdle()
 	}
 	a.body = body
-	a.actx = attemptCtx{Context: ctx, a: a}
+	a.actx = attemptCtx{Context: a.ctx, a: a}
 	var out context.Context = &a.actx
 	if len(body.b) >= minReleasedBody {
 		// Told when the body has been written, the attempt lets go of
@@ -701,30 +781,26 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, body *outBody, res *
 	in := r.WithContext(out)
 	in.ContentLength = int64(len(body.b))
 	in.TransferEncoding = nil
-	if len(body.b) > 0 {
-		in.Body = http.NoBody // rewrite gives the outbound request its body
-	} else {
-		in.Body = http.NoBody
-	}
+	in.Body = http.NoBody // rewrite gives the outbound request its body
 	in.GetBody = nil
-	rp := p.rp
-	if prof.Stream {
-		rp = p.rpStream
+	return in
+}
+
+// answerUnanswered answers for an attempt that failed, is not retried and
+// sent nothing yet. A function of its own to keep its locals off the stack
+// while a request is proxied (see prepare).
+func (p *Proxy) answerUnanswered(a *attempt) {
+	res := a.res
+	if a.upgrade {
+		msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
+		openai.WriteError(a.w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
+		return
 	}
-	rp.ServeHTTP(a.w, in)
-	if a.err != nil && !a.retry() && !a.w.wrote && r.Context().Err() == nil {
-		if a.upgrade {
-			msg := fmt.Sprintf("the protocol upgrade through replica %s failed", res.Replica)
-			openai.WriteError(a.w, http.StatusBadGateway, openai.TypeServer, openai.CodeUpstreamError, msg)
-			return a
-		}
-		// Not retryable and nothing sent yet: a first-byte timeout (504).
-		p.log.Warn("proxy: replica did not answer in time",
-			slog.String("replica", res.Replica), slog.String("error", a.err.Error()))
-		msg := fmt.Sprintf("replica %s did not answer in time", res.Replica)
-		openai.WriteError(a.w, http.StatusGatewayTimeout, openai.TypeTimeout, openai.CodeUpstreamTimeout, msg)
-	}
-	return a
+	// Not retryable and nothing sent yet: a first-byte timeout (504).
+	p.log.Warn("proxy: replica did not answer in time",
+		slog.String("replica", res.Replica), slog.String("error", a.err.Error()))
+	msg := fmt.Sprintf("replica %s did not answer in time", res.Replica)
+	openai.WriteError(a.w, http.StatusGatewayTimeout, openai.TypeTimeout, openai.CodeUpstreamTimeout, msg)
 }
 
 // Ejected fails over every request still waiting for replica's answer
@@ -830,6 +906,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	ct := res.Header.Get("Content-Type")
 	sse := strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
 	if sse {
+		a.tw.flushHeader = true
 		a.startIdle() // also for streams the request did not announce
 		// An error event may be appended: relay the stream chunked, never
 		// with the replica's Content-Length, which would cut it off.

@@ -36,9 +36,18 @@ type observed struct {
 
 func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := o.now()
+	ow := o.begin(w, r)
+	o.next.ServeHTTP(ow, r)
+	o.record(ow, r, start)
+}
+
+// begin returns the writer that observes the response, and gives the
+// request its id.
+func (o *observed) begin(w http.ResponseWriter, r *http.Request) *observingWriter {
 	// The writer carries the Trace (proxy.TracedWriter): no copy of the
 	// request for a context that would carry it.
 	ow := &observingWriter{ResponseWriter: w, now: o.now}
+	ow.flusher, _ = w.(http.Flusher)
 	ow.trace = &ow.tr
 	id := r.Header.Get(HeaderRequestID)
 	if !saneID(id) {
@@ -50,10 +59,21 @@ func (o *observed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header[HeaderRequestID] = ow.id[:1:1]
 		w.Header()[HeaderRequestID] = ow.id[:1:1]
 	} else {
+		ow.id[0] = id
 		w.Header().Set(HeaderRequestID, id)
 	}
+	return ow
+}
+
+// record finishes the observation of a request that has been answered:
+// the latency and token metrics and the access log line. It is a function
+// of its own, not the tail of ServeHTTP, so that its locals (the access
+// log's attributes, 1.6 KiB) are not on the stack while the request is
+// proxied: a held stream keeps the stack its deepest moment needed
+// (proxy.prepare).
+func (o *observed) record(ow *observingWriter, r *http.Request, start time.Time) {
+	id := ow.id[0]
 	tr := ow.trace
-	o.next.ServeHTTP(ow, r)
 	end := o.now()
 	ow.finish()
 
@@ -159,10 +179,11 @@ func clientHost(addr string) string {
 // usage (from the stream's chunks or the JSON body).
 type observingWriter struct {
 	http.ResponseWriter
-	now   func() time.Time
-	trace *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
-	tr    proxy.Trace  // what trace points at when the writer owns it
-	id    [1]string    // a generated request id, both headers' value
+	flusher http.Flusher // the ResponseWriter's, if it is one
+	now     func() time.Time
+	trace   *proxy.Trace // UsageAsked: hold lines back and drop the usage chunk
+	tr      proxy.Trace  // what trace points at when the writer owns it
+	id      [1]string    // a generated request id, both headers' value
 
 	status int
 	bytes  int64
@@ -217,7 +238,11 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 		// the first token) must not delay it. The flush that follows
 		// (ReverseProxy flushes every write of a stream) finds nothing left.
 		if n > 0 {
-			w.flushClient()
+			if w.flusher != nil { // not flushClient: one frame less (proxy.prepare)
+				w.flusher.Flush()
+			} else {
+				w.flushClient()
+			}
 		}
 		w.read.Stream(p[:n])
 		w.sawToken()
@@ -233,17 +258,37 @@ func (w *observingWriter) Write(p []byte) (int, error) {
 // cannot be that chunk (no "usage" member, or a null one) is relayed and
 // flushed before it is read, so that decoding it does not delay it; one
 // that may be is read first, to know whether to drop it.
+//
+// The lines relayed last are flushed and read here, not in relayLines:
+// one frame less under ReverseProxy's copy loop, where a proxied stream's
+// stack is deepest, and a held stream keeps the stack it needed
+// (proxy.prepare).
 func (w *observingWriter) writeStripped(p []byte) (int, error) {
-	w.line = append(w.line, p...)
-	start, unread := 0, -1 // unread: the first relayed line not yet read
-	readRelayed := func(end int) {
-		if unread >= 0 {
-			w.flushClient()
-			w.read.Stream(w.line[unread:end])
-			w.sawToken()
-			unread = -1
-		}
+	unread, end, err := w.relayLines(p)
+	if err != nil {
+		return 0, err
 	}
+	if unread >= 0 {
+		if w.flusher != nil { // not flushClient: one frame less
+			w.flusher.Flush()
+		} else {
+			w.flushClient()
+		}
+		w.readRelayed(unread, end)
+	}
+	if err := w.keepRest(end); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// relayLines appends p to the held line and relays its whole lines up to
+// end (writeStripped); w.line[unread:end] are relayed lines not yet read
+// and flushed (unread -1: none).
+func (w *observingWriter) relayLines(p []byte) (unread, end int, err error) {
+	w.line = append(w.line, p...)
+	start := 0
+	unread = -1
 	for {
 		i := bytes.IndexByte(w.line[start:], '\n')
 		if i < 0 {
@@ -253,7 +298,11 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 		line := w.line[start : start+i+1]
 		start += i + 1
 		if openai.MayBeUsageOnly(line) {
-			readRelayed(lineStart) // in order: the model is the first chunk's
+			if unread >= 0 { // in order: the model is the first chunk's
+				w.flushClient()
+				w.readRelayed(unread, lineStart)
+				unread = -1
+			}
 			usageOnly := w.read.Line(line[:len(line)-1])
 			w.sawToken()
 			if usageOnly {
@@ -266,21 +315,30 @@ func (w *observingWriter) writeStripped(p []byte) (int, error) {
 		w.bytes += int64(n)
 		if err != nil {
 			w.line = w.line[:0]
-			return 0, err
+			return -1, 0, err
 		}
 	}
-	readRelayed(start)
-	rest := copy(w.line, w.line[start:])
+	return unread, start, nil
+}
+
+// keepRest keeps the held line's bytes from end, a line not complete yet;
+// one longer than an SSE line may be is relayed as it is.
+func (w *observingWriter) keepRest(end int) error {
+	rest := copy(w.line, w.line[end:])
 	w.line = w.line[:rest]
 	if len(w.line) > openai.MaxSSELine { // not an event stream after all: pass it on
 		n, err := w.ResponseWriter.Write(w.line)
 		w.bytes += int64(n)
 		w.line = w.line[:0]
-		if err != nil {
-			return 0, err
-		}
+		return err
 	}
-	return len(p), nil
+	return nil
+}
+
+// readRelayed reads the relayed lines w.line[from:to], flushed.
+func (w *observingWriter) readRelayed(from, to int) {
+	w.read.Stream(w.line[from:to])
+	w.sawToken()
 }
 
 // Flush implements http.Flusher (streams are flushed chunk by chunk).
