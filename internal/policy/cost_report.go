@@ -1,0 +1,148 @@
+package policy
+
+import "math"
+
+// The expected time to first token a decision reports (Choice.Estimate,
+// checked against the first token by the balancer and the benchmark) is
+// the prefill model's (cost_prefill.go) times a correction learned per
+// class of decision: the median of measured / modelled over the first
+// tokens of decisions of the same class on the same replica (or, while the
+// replica has too few of them, on the fleet).
+//
+// The prefill model is fitted to every first token alike, so it is right
+// on average and wrong in opposite directions for decisions that differ in
+// what the model cannot price. On an engine that shares its steps among
+// prefills a request with nothing of ours pending ahead (idle) shares its
+// steps with the rest of its burst, sent after it, while one sent behind
+// pending prefill finds some of it done: one scale for both left the idle
+// ones too long at 4 slots and too short at 16 (agentic, parallel prefill,
+// median estimate / measured 1.13 and 0.90 idle, 0.97 and 1.06 loaded). A
+// full batch makes a new request wait for a slot at a rate the slot price
+// only roughly knows. So the class is: whether prefill of ours was pending
+// ahead, the request's place in its session's burst (burstBucket), how
+// full the replica's batch is (in flight over its slots: under half, under
+// full, full) and how many requests are ahead of it (0-3+).
+//
+// Only the report changes: the score, the burst window and the prefill
+// model keep the model's time, so routing is what it was. (Applied to
+// routing, earlier calibrations of the estimate moved the load they were
+// measured on: docs/ROUTING.md, "Prefill concurrency".)
+//
+// Each cell is a running median in log space: a step of reportStep (at
+// first 1/2n, so that the first samples average) towards each sample's log
+// ratio, so that half of the cell's first tokens come under its estimate
+// and half over; the relative error a median estimate leaves is the
+// smallest a single factor leaves under noise that is symmetric in log.
+const (
+	reportPlaces   = 6 // burst buckets told apart: 0-4, then 5+
+	reportFull     = 3 // batch under half, under full, full
+	reportRequests = 4 // requests ahead: 0, 1, 2, 3+
+	reportClasses  = 2 * reportPlaces * reportFull * reportRequests
+	// reportMin is the first tokens a cell needs before its factor is
+	// used: below it the replica's cell gives way to the fleet's, and the
+	// fleet's to no correction.
+	reportMin = 32
+	// reportStep is a cell's step in log space once warmed up (0.015
+	// and 0.05 were measured: they follow the noise).
+	reportStep = 0.005
+	// maxReportLog bounds one sample's log ratio, as maxPrefillLogError
+	// does the model's: a request held up by a stall moves the median
+	// as far as any other that took longer than expected.
+	maxReportLog = 2
+)
+
+// reportCell is one class's running median of log(measured / modelled).
+type reportCell struct {
+	log float64
+	n   uint32
+}
+
+// step moves c towards the log ratio y.
+func (c *reportCell) step(y float64) {
+	s := max(reportStep, 0.5/float64(c.n+1))
+	switch {
+	case y > c.log:
+		c.log = min(c.log+s, y)
+	case y < c.log:
+		c.log = max(c.log-s, y)
+	}
+	c.n = min(c.n+1, math.MaxUint32-1)
+}
+
+// reportFit is the report's correction: a cell per class for the fleet
+// and for each replica (by id).
+type reportFit struct {
+	fleet [reportClasses]reportCell
+	cells [][reportClasses]reportCell
+}
+
+// reportClass is a decision's class: idle (no prefill of ours pending
+// ahead on the replica), its place in its session's burst (burstBucket),
+// the replica's in-flight requests over its slots and the requests ahead
+// of it (ours pending and others waiting).
+func reportClass(idle bool, burst int, inFlight, slots, requests float64) int {
+	full := 0
+	if u := inFlight / max(slots, 1); u >= 1 {
+		full = 2
+	} else if u >= 0.5 {
+		full = 1
+	}
+	req := 0
+	if requests > 0 && !math.IsNaN(requests) {
+		req = int(min(requests, reportRequests-1))
+	}
+	class := min(max(burst, 0), reportPlaces-1)
+	class = class*reportFull + full
+	class = class*reportRequests + req
+	if !idle {
+		class += reportClasses / 2
+	}
+	return class
+}
+
+// factor is the correction of a modelled time to first token of class on
+// replica id: the replica's cell once it has reportMin samples, else the
+// fleet's, else 1.
+func (f *reportFit) factor(id int32, class int) float64 {
+	if class < 0 || class >= reportClasses {
+		return 1
+	}
+	if id >= 0 && int(id) < len(f.cells) && f.cells[id][class].n >= reportMin {
+		return math.Exp(f.cells[id][class].log)
+	}
+	if f.fleet[class].n >= reportMin {
+		return math.Exp(f.fleet[class].log)
+	}
+	return 1
+}
+
+// add folds in a first token of replica id that took measured seconds
+// against modelled: both cells of its class take a step. A sample without
+// a positive time or model is skipped.
+func (f *reportFit) add(id int32, class int, modelled, measured float64) {
+	if id < 0 || class < 0 || class >= reportClasses || !(modelled > 0) || !(measured > 0) ||
+		math.IsInf(modelled, 0) || math.IsInf(measured, 0) {
+		return
+	}
+	for len(f.cells) <= int(id) {
+		f.cells = append(f.cells, [reportClasses]reportCell{})
+	}
+	y := min(max(math.Log(measured/modelled), -maxReportLog), maxReportLog)
+	f.cells[id][class].step(y)
+	f.fleet[class].step(y)
+}
+
+// forget drops replica id's cells (a restarted replica may run with other
+// engine flags); the fleet's stay.
+func (f *reportFit) forget(id int32) {
+	if id >= 0 && int(id) < len(f.cells) {
+		f.cells[id] = [reportClasses]reportCell{}
+	}
+}
+
+// reported is the expected time to first token candidate i of the
+// decision just priced reports: its modelled time, corrected for its
+// class.
+func (p *Cost) reported(i int) float64 {
+	return p.ttfts[i] * p.report.factor(p.candID[i], p.shapes[i].Class)
+}
