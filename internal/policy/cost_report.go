@@ -21,7 +21,10 @@ import "math"
 // only roughly knows. So the class is: whether prefill of ours was pending
 // ahead, the request's place in its session's burst (burstBucket), how
 // full the replica's batch is (in flight over its slots: under half, under
-// full, full) and how many requests are ahead of it (0-3+).
+// full, full) and how many requests are ahead of it (0-3+). A class the
+// fleet has too few first tokens of falls back on its coarse class:
+// idle or not, and the batch's fullness (on 4-slot replicas, whose runs
+// have a tenth of the first tokens, most fine classes stayed cold).
 //
 // Only the report changes: the score, the burst window and the prefill
 // model keep the model's time, so routing is what it was. (Applied to
@@ -70,10 +73,21 @@ func (c *reportCell) step(y float64) {
 }
 
 // reportFit is the report's correction: a cell per class for the fleet
-// and for each replica (by id).
+// and for each replica (by id), and one per coarse class for the fleet.
 type reportFit struct {
-	fleet [reportClasses]reportCell
-	cells [][reportClasses]reportCell
+	fleet  [reportClasses]reportCell
+	coarse [2 * reportFull]reportCell
+	cells  [][reportClasses]reportCell
+}
+
+// reportCoarse is class's coarse class: idle or not, and the batch's
+// fullness.
+func reportCoarse(class int) int {
+	c := 0
+	if class >= reportClasses/2 {
+		c, class = reportFull, class-reportClasses/2
+	}
+	return c + class/reportRequests%reportFull
 }
 
 // reportClass is a decision's class: idle (no prefill of ours pending
@@ -102,7 +116,7 @@ func reportClass(idle bool, burst int, inFlight, slots, requests float64) int {
 
 // factor is the correction of a modelled time to first token of class on
 // replica id: the replica's cell once it has reportMin samples, else the
-// fleet's, else 1.
+// fleet's, else the fleet's coarse class's, else 1.
 func (f *reportFit) factor(id int32, class int) float64 {
 	if class < 0 || class >= reportClasses {
 		return 1
@@ -113,11 +127,14 @@ func (f *reportFit) factor(id int32, class int) float64 {
 	if f.fleet[class].n >= reportMin {
 		return math.Exp(f.fleet[class].log)
 	}
+	if c := &f.coarse[reportCoarse(class)]; c.n >= reportMin {
+		return math.Exp(c.log)
+	}
 	return 1
 }
 
 // add folds in a first token of replica id that took measured seconds
-// against modelled: both cells of its class take a step. A sample without
+// against modelled: the cells of its class and coarse class take a step. A sample without
 // a positive time or model is skipped.
 func (f *reportFit) add(id int32, class int, modelled, measured float64) {
 	if id < 0 || class < 0 || class >= reportClasses || !(modelled > 0) || !(measured > 0) ||
@@ -130,6 +147,7 @@ func (f *reportFit) add(id int32, class int, modelled, measured float64) {
 	y := min(max(math.Log(measured/modelled), -maxReportLog), maxReportLog)
 	f.cells[id][class].step(y)
 	f.fleet[class].step(y)
+	f.coarse[reportCoarse(class)].step(y)
 }
 
 // forget drops replica id's cells (a restarted replica may run with other

@@ -26,6 +26,17 @@ func TestReportClass(t *testing.T) {
 						t.Fatalf("%s and %s share class %d", key, other, c)
 					}
 					seen[c] = key
+					full := 0
+					if inFlight >= 8 {
+						full = 1 + int(inFlight/16)
+					}
+					wantCoarse := full
+					if !idle {
+						wantCoarse += reportFull
+					}
+					if got := reportCoarse(c); got != wantCoarse {
+						t.Errorf("%s: coarse class %d, want %d", key, got, wantCoarse)
+					}
 				}
 			}
 		}
@@ -81,6 +92,11 @@ func TestReportFit(t *testing.T) {
 	}
 	if got := f.factor(0, other); got != 1 {
 		t.Errorf("another class's factor %.3f, want 1 (no samples)", got)
+	}
+	// A class without samples of its own has its coarse class's: idle,
+	// with the batch as full.
+	if got := f.factor(0, reportClass(true, 4, 0, 16, 2)); math.Abs(got/1.5-1) > 0.05 {
+		t.Errorf("a cold class's factor %.3f, want its coarse class's 1.5", got)
 	}
 	// A replica without samples of the class has the fleet's; one with
 	// its own has its own.
