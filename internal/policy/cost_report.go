@@ -21,7 +21,8 @@ import "math"
 // only roughly knows. So the class is: whether prefill of ours was pending
 // ahead, the request's place in its session's burst (burstBucket), how
 // full the replica's batch is (in flight over its slots: under half, under
-// full, full) and how many requests are ahead of it (0-3+). A class the
+// full, full), how many requests are ahead of it (0-3+) and how much work
+// (log2(1 + tokens ahead / an eighth of batch_tokens), 0-5+). A class the
 // fleet has too few first tokens of falls back on its coarse class:
 // idle or not, and the batch's fullness (on 4-slot replicas, whose runs
 // have a tenth of the first tokens, most fine classes stayed cold).
@@ -40,7 +41,8 @@ const (
 	reportPlaces   = 6 // burst buckets told apart: 0-4, then 5+
 	reportFull     = 3 // batch under half, under full, full
 	reportRequests = 4 // requests ahead: 0, 1, 2, 3+
-	reportClasses  = 2 * reportPlaces * reportFull * reportRequests
+	reportAhead    = 6 // work ahead: log2(1 + tokens / (batch_tokens / 8)), 0-4, 5+
+	reportClasses  = 2 * reportPlaces * reportFull * reportRequests * reportAhead
 	// reportMin is the first tokens a cell needs before its factor is
 	// used: below it the replica's cell gives way to the fleet's, and the
 	// fleet's to no correction.
@@ -54,20 +56,21 @@ const (
 	maxReportLog = 2
 )
 
-// reportCell is one class's running median of log(measured / modelled).
+// reportCell is one class's running median of log(measured / modelled),
+// in 8 bytes: a replica has 864 of them.
 type reportCell struct {
-	log float64
+	log float32
 	n   uint32
 }
 
 // step moves c towards the log ratio y.
 func (c *reportCell) step(y float64) {
-	s := max(reportStep, 0.5/float64(c.n+1))
+	s, l := max(reportStep, 0.5/float64(c.n+1)), float64(c.log)
 	switch {
-	case y > c.log:
-		c.log = min(c.log+s, y)
-	case y < c.log:
-		c.log = max(c.log-s, y)
+	case y > l:
+		c.log = float32(min(l+s, y))
+	case y < l:
+		c.log = float32(max(l-s, y))
 	}
 	c.n = min(c.n+1, math.MaxUint32-1)
 }
@@ -87,14 +90,15 @@ func reportCoarse(class int) int {
 	if class >= reportClasses/2 {
 		c, class = reportFull, class-reportClasses/2
 	}
-	return c + class/reportRequests%reportFull
+	return c + class/(reportRequests*reportAhead)%reportFull
 }
 
 // reportClass is a decision's class: idle (no prefill of ours pending
 // ahead on the replica), its place in its session's burst (burstBucket),
-// the replica's in-flight requests over its slots and the requests ahead
-// of it (ours pending and others waiting).
-func reportClass(idle bool, burst int, inFlight, slots, requests float64) int {
+// the replica's in-flight requests over its slots, the requests ahead of
+// it (ours pending and others waiting) and their tokens, ahead, against
+// the step's budget of batch tokens.
+func reportClass(idle bool, burst int, inFlight, slots, requests, ahead, batch float64) int {
 	full := 0
 	if u := inFlight / max(slots, 1); u >= 1 {
 		full = 2
@@ -105,9 +109,14 @@ func reportClass(idle bool, burst int, inFlight, slots, requests float64) int {
 	if requests > 0 && !math.IsNaN(requests) {
 		req = int(min(requests, reportRequests-1))
 	}
+	work := 0
+	if ahead > 0 && batch > 0 {
+		work = int(min(math.Log2(1+ahead/(batch/8)), reportAhead-1))
+	}
 	class := min(max(burst, 0), reportPlaces-1)
 	class = class*reportFull + full
 	class = class*reportRequests + req
+	class = class*reportAhead + work
 	if !idle {
 		class += reportClasses / 2
 	}
@@ -122,13 +131,13 @@ func (f *reportFit) factor(id int32, class int) float64 {
 		return 1
 	}
 	if id >= 0 && int(id) < len(f.cells) && f.cells[id][class].n >= reportMin {
-		return math.Exp(f.cells[id][class].log)
+		return math.Exp(float64(f.cells[id][class].log))
 	}
 	if f.fleet[class].n >= reportMin {
-		return math.Exp(f.fleet[class].log)
+		return math.Exp(float64(f.fleet[class].log))
 	}
 	if c := &f.coarse[reportCoarse(class)]; c.n >= reportMin {
-		return math.Exp(c.log)
+		return math.Exp(float64(c.log))
 	}
 	return 1
 }

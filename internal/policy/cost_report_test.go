@@ -9,53 +9,59 @@ import (
 )
 
 // TestReportClass: the class tells apart idle from loaded decisions, the
-// place in a burst, the batch's fullness and the requests ahead, and keeps
-// every input, however odd, within the table.
+// place in a burst, the batch's fullness, the requests ahead and their
+// work, and keeps every input, however odd, within the table; its coarse
+// class is idle or not and the fullness.
 func TestReportClass(t *testing.T) {
 	seen := map[int]string{}
 	for _, idle := range []bool{true, false} {
 		for burst := range reportPlaces {
 			for _, inFlight := range []float64{0, 8, 16} {
 				for req := range reportRequests {
-					c := reportClass(idle, burst, inFlight, 16, float64(req))
-					key := fmt.Sprint(idle, burst, inFlight, req)
-					if c < 0 || c >= reportClasses {
-						t.Fatalf("%s: class %d out of [0, %d)", key, c, reportClasses)
-					}
-					if other, ok := seen[c]; ok {
-						t.Fatalf("%s and %s share class %d", key, other, c)
-					}
-					seen[c] = key
-					full := 0
-					if inFlight >= 8 {
-						full = 1 + int(inFlight/16)
-					}
-					wantCoarse := full
-					if !idle {
-						wantCoarse += reportFull
-					}
-					if got := reportCoarse(c); got != wantCoarse {
-						t.Errorf("%s: coarse class %d, want %d", key, got, wantCoarse)
+					for _, ahead := range []float64{0, 256, 1000, 2000, 4000, 1e6} { // buckets 0-5 of 2048-token steps
+						c := reportClass(idle, burst, inFlight, 16, float64(req), ahead, 2048)
+						key := fmt.Sprint(idle, burst, inFlight, req, ahead)
+						if c < 0 || c >= reportClasses {
+							t.Fatalf("%s: class %d out of [0, %d)", key, c, reportClasses)
+						}
+						if other, ok := seen[c]; ok {
+							t.Fatalf("%s and %s share class %d", key, other, c)
+						}
+						seen[c] = key
+						full := 0
+						if inFlight >= 8 {
+							full = 1 + int(inFlight/16)
+						}
+						wantCoarse := full
+						if !idle {
+							wantCoarse += reportFull
+						}
+						if got := reportCoarse(c); got != wantCoarse {
+							t.Errorf("%s: coarse class %d, want %d", key, got, wantCoarse)
+						}
 					}
 				}
 			}
 		}
 	}
+	nan, inf := math.NaN(), math.Inf(1)
 	for _, tc := range []struct {
-		burst                     int
-		inFlight, slots, requests float64
-		same                      [4]float64 // the bucket it falls in: burst, in flight, slots, requests
+		in, same [6]float64 // burst, in flight, slots, requests, ahead, batch; the bucket it falls in
 	}{
-		{burstBuckets - 1, 0, 16, 0, [4]float64{reportPlaces - 1, 0, 16, 0}},
-		{-3, 0, 16, 0, [4]float64{0, 0, 16, 0}},
-		{0, 500, 16, 0, [4]float64{0, 16, 16, 0}},
-		{0, 0, 16, 99, [4]float64{0, 0, 16, reportRequests - 1}},
-		{0, 0, 16, math.NaN(), [4]float64{0, 0, 16, 0}},
-		{0, 0, 16, 0.5, [4]float64{0, 0, 16, 0}},
-		{0, 3, 0, 0, [4]float64{0, 16, 16, 0}}, // slots unknown (0): 3 in flight fill it
+		{[6]float64{burstBuckets - 1, 0, 16, 0, 0, 2048}, [6]float64{reportPlaces - 1, 0, 16, 0, 0, 2048}},
+		{[6]float64{-3, 0, 16, 0, 0, 2048}, [6]float64{0, 0, 16, 0, 0, 2048}},
+		{[6]float64{0, 500, 16, 0, 0, 2048}, [6]float64{0, 16, 16, 0, 0, 2048}},
+		{[6]float64{0, 0, 16, 99, 0, 2048}, [6]float64{0, 0, 16, reportRequests - 1, 0, 2048}},
+		{[6]float64{0, 0, 16, nan, 0, 2048}, [6]float64{0, 0, 16, 0, 0, 2048}},
+		{[6]float64{0, 0, 16, 0.5, 0, 2048}, [6]float64{0, 0, 16, 0, 0, 2048}},
+		{[6]float64{0, 3, 0, 0, 0, 2048}, [6]float64{0, 16, 16, 0, 0, 2048}}, // slots unknown (0): 3 in flight fill it
+		{[6]float64{0, 0, 16, 0, inf, 2048}, [6]float64{0, 0, 16, 0, 1e6, 2048}},
+		{[6]float64{0, 0, 16, 0, nan, 2048}, [6]float64{0, 0, 16, 0, 0, 2048}},
+		{[6]float64{0, 0, 16, 0, 1000, 0}, [6]float64{0, 0, 16, 0, 0, 2048}}, // no budget known: no work told apart
+		{[6]float64{0, 0, 16, 0, 500, 1024}, [6]float64{0, 0, 16, 0, 1000, 2048}},
 	} {
-		got := reportClass(false, tc.burst, tc.inFlight, tc.slots, tc.requests)
-		want := reportClass(false, int(tc.same[0]), tc.same[1], tc.same[2], tc.same[3])
+		got := reportClass(false, int(tc.in[0]), tc.in[1], tc.in[2], tc.in[3], tc.in[4], tc.in[5])
+		want := reportClass(false, int(tc.same[0]), tc.same[1], tc.same[2], tc.same[3], tc.same[4], tc.same[5])
 		if got != want {
 			t.Errorf("reportClass(%v) = %d, want %d", tc, got, want)
 		}
@@ -69,8 +75,8 @@ func TestReportClass(t *testing.T) {
 // not the fleet's; samples without a time are skipped.
 func TestReportFit(t *testing.T) {
 	var f reportFit
-	class := reportClass(true, 1, 0, 16, 0)
-	other := reportClass(false, 1, 0, 16, 1)
+	class := reportClass(true, 1, 0, 16, 0, 0, 2048)
+	other := reportClass(false, 1, 0, 16, 1, 3000, 2048)
 	for i := range reportMin - 1 {
 		f.add(0, class, 1, 2)
 		if got := f.factor(0, class); got != 1 {
@@ -95,7 +101,7 @@ func TestReportFit(t *testing.T) {
 	}
 	// A class without samples of its own has its coarse class's: idle,
 	// with the batch as full.
-	if got := f.factor(0, reportClass(true, 4, 0, 16, 2)); math.Abs(got/1.5-1) > 0.05 {
+	if got := f.factor(0, reportClass(true, 4, 0, 16, 2, 0, 2048)); math.Abs(got/1.5-1) > 0.05 {
 		t.Errorf("a cold class's factor %.3f, want its coarse class's 1.5", got)
 	}
 	// A replica without samples of the class has the fleet's; one with
@@ -129,7 +135,7 @@ func TestReportFit(t *testing.T) {
 	if f.cells[1][class].n != 0 {
 		t.Errorf("replica 1's cell %+v after a restart, want empty", f.cells[1][class])
 	}
-	if got, fleet := f.factor(1, class), math.Exp(f.fleet[class].log); got != fleet {
+	if got, fleet := f.factor(1, class), math.Exp(float64(f.fleet[class].log)); got != fleet {
 		t.Errorf("restarted replica's factor %.3f, want the fleet's %.3f", got, fleet)
 	}
 }
