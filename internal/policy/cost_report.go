@@ -22,10 +22,11 @@ import "math"
 // ahead, the request's place in its session's burst (burstBucket), how
 // full the replica's batch is (in flight over its slots: under half, under
 // full, full), how many requests are ahead of it (0-3+) and how much work
-// (log2(1 + tokens ahead / an eighth of batch_tokens), 0-5+). A class the
-// fleet has too few first tokens of falls back on its coarse class:
-// idle or not, and the batch's fullness (on 4-slot replicas, whose runs
-// have a tenth of the first tokens, most fine classes stayed cold).
+// (log2(1 + tokens ahead / an eighth of batch_tokens), 0-5+). The fleet's
+// median of a class is weighed against its coarse class's (idle or not,
+// and the batch's fullness) as against a prior worth reportPrior first
+// tokens: on 4-slot replicas, whose runs have a tenth of the first
+// tokens, most fine classes stay cold.
 //
 // Only the report changes: the score, the burst window and the prefill
 // model keep the model's time, so routing is what it was. (Applied to
@@ -44,9 +45,14 @@ const (
 	reportAhead    = 6 // work ahead: log2(1 + tokens / (batch_tokens / 8)), 0-4, 5+
 	reportClasses  = 2 * reportPlaces * reportFull * reportRequests * reportAhead
 	// reportMin is the first tokens a cell needs before its factor is
-	// used: below it the replica's cell gives way to the fleet's, and the
-	// fleet's to no correction.
+	// used: below it the replica's cell gives way to the fleet's, and a
+	// coarse class's to no correction.
 	reportMin = 32
+	// reportPrior is the first tokens the coarse class's median counts
+	// for against a fine class's on the fleet (8 counted alike; taking
+	// the coarse class's only below reportMin cost 16-slot serial
+	// replicas 0.3 points idle).
+	reportPrior = 32
 	// reportStep is a cell's step in log space once warmed up (0.015
 	// and 0.05 were measured: they follow the noise).
 	reportStep = 0.005
@@ -125,7 +131,8 @@ func reportClass(idle bool, burst int, inFlight, slots, requests, ahead, batch f
 
 // factor is the correction of a modelled time to first token of class on
 // replica id: the replica's cell once it has reportMin samples, else the
-// fleet's, else the fleet's coarse class's, else 1.
+// fleet's, weighed against its coarse class's (once that has reportMin)
+// as against reportPrior samples.
 func (f *reportFit) factor(id int32, class int) float64 {
 	if class < 0 || class >= reportClasses {
 		return 1
@@ -133,13 +140,13 @@ func (f *reportFit) factor(id int32, class int) float64 {
 	if id >= 0 && int(id) < len(f.cells) && f.cells[id][class].n >= reportMin {
 		return math.Exp(float64(f.cells[id][class].log))
 	}
-	if f.fleet[class].n >= reportMin {
-		return math.Exp(float64(f.fleet[class].log))
-	}
+	prior := 0.0
 	if c := &f.coarse[reportCoarse(class)]; c.n >= reportMin {
-		return math.Exp(float64(c.log))
+		prior = float64(c.log)
 	}
-	return 1
+	fl := &f.fleet[class]
+	n := float64(fl.n)
+	return math.Exp((n*float64(fl.log) + reportPrior*prior) / (n + reportPrior))
 }
 
 // add folds in a first token of replica id that took measured seconds
