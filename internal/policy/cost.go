@@ -282,6 +282,7 @@ type Cost struct {
 	copyShares []float64      // requests a candidate's copy of a hot prefix is priced to serve (0: none)
 	shapes     []PrefillShape // each candidate's TTFT in the parts its prefill model weighs
 	prefill    prefillFit     // the replicas' prefill model (cost_prefill.go)
+	report     reportFit      // the reported estimate's correction (cost_report.go)
 	burst      int            // the decision's place in its session's burst (burstBucket)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue
@@ -400,7 +401,7 @@ func (p *Cost) request(d *costDecision, r *Request, now time.Time) {
 func (p *Cost) answer(d *costDecision, cands []Candidate, best int, recorded uint64) Choice {
 	prefill := int(p.prefills[best])
 	cached := d.tokens - prefill
-	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.ttfts[best],
+	choice := Choice{Index: best, Reason: ReasonLoad, PrefillTokens: prefill, CachedTokens: cached, Estimate: p.reported(best),
 		Recorded: recorded, Shape: p.shapes[best]}
 	if cached > 0 {
 		choice.Reason = ReasonAffinity

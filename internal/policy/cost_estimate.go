@@ -120,6 +120,8 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	shape.Tokens = prefill
 	shape.Burst = p.burst
 	ttft = est + scale*p.prefill.sizeFactor(id, prefill)*p.prefill.burstFactor(id, p.burst)*((1-shared)*shape.Serial+shared*shape.Shared)
+	shape.Modelled = ttft
+	shape.Class = reportClass(c.PendingPrefill <= 0, p.burst, float64(c.InFlight), slots, requests, ahead, float64(p.cfg.BatchTokens))
 	// The score keeps the serial prefill at the learned rate: weighed
 	// by the learned model it routed worse (the fleet's scale moved the
 	// balance between prefill and the slot, KV and eviction prices:

@@ -26,6 +26,7 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 		scale, shared := p.prefill.model(p.candID[i])
 		fmt.Fprintf(&b, " prefill_scale=%.2f prefill_shared=%.2f prefill_size_exp=%.2f prefill_burst=%.2f", scale, shared,
 			p.prefill.sizeExp(p.candID[i]), p.prefill.burstFactor(p.candID[i], p.burst))
+		fmt.Fprintf(&b, " ttft_reported=%.3fs", p.reported(i))
 		if p.copyShares[i] > 0 {
 			fmt.Fprintf(&b, " hot_copy_shared_by=%.1f", p.copyShares[i])
 		}

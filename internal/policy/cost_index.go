@@ -192,6 +192,7 @@ func (p *Cost) RemoveReplica(name string) {
 	if id, ok := p.ids[name]; ok {
 		p.index.RemoveReplica(id)
 		p.prefill.forget(id)
+		p.report.forget(id)
 	}
 }
 

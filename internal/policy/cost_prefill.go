@@ -46,6 +46,11 @@ type PrefillShape struct {
 	// Burst is the request's place in its session's burst, as a bucket of
 	// the replica's burst calibration (burstBucket).
 	Burst int
+	// Modelled is the model's expected time to first token (waits plus
+	// the weighed prefill) and Class the decision's class in the
+	// report's correction of it (cost_report.go).
+	Modelled float64
+	Class    int
 }
 
 // FirstTokenObserver is implemented by a policy that learns from the time
@@ -191,6 +196,7 @@ func (f *prefillFit) forget(id int32) {
 func (p *Cost) ObserveFirstToken(replica string, s PrefillShape, measured float64) {
 	if id, ok := p.ids[replica]; ok {
 		p.prefill.add(id, s, measured)
+		p.report.add(id, s.Class, s.Modelled, measured)
 	}
 }
 

@@ -41,7 +41,7 @@ func (p *Cost) costRule(c *Choice, d *costDecision, cands []Candidate, best int)
 			}
 		}
 	}
-	c.RunnerUp, c.RunnerUpEstimate = cands[ru].Name, p.ttfts[ru]
+	c.RunnerUp, c.RunnerUpEstimate = cands[ru].Name, p.reported(ru)
 	switch {
 	case d.spreadFrom >= 0:
 		c.Rule = RuleBurstSpread
