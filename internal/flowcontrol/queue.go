@@ -298,10 +298,20 @@ func (q *Queue) Head(now time.Time) (Item, bool) {
 // head is the entry Next takes at now from a queue that is not empty.
 func (q *Queue) head(now time.Time) *entry {
 	e := q.bh[0].fh[0].head
-	if q.cfg.LIFOAfter > 0 && now.Sub(e.item.Enqueued) >= q.cfg.LIFOAfter {
+	if q.cfg.LIFOAfter > 0 && (now.Sub(e.item.Enqueued) >= q.cfg.LIFOAfter || q.standing(now)) {
 		e = e.flow.tail // the flow is behind: newest first (Config.LIFOAfter)
 	}
 	return e
+}
+
+// standing reports whether the backlog has stood long enough at now for
+// Config.StandingQueueTime to apply (the queue is not empty). Then every
+// flow goes newest first: the oldest are refused at StandingQueueTime, so
+// that waiting for one of them to reach LIFOAfter would serve the queue
+// first come, first served, each request after about StandingQueueTime.
+func (q *Queue) standing(now time.Time) bool {
+	c := q.cfg
+	return c.StandingQueueTime > 0 && c.StandingQueueTime < c.MaxQueueTime && now.Sub(q.busySince) >= c.StandingAfter
 }
 
 // Next returns the next request to dispatch when a replica has room: the

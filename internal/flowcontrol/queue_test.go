@@ -233,6 +233,18 @@ func TestQueueSteps(t *testing.T) {
 			{at: 59 * sec, op: "expire", want: ""},
 			{at: 60 * sec, op: "expire", want: "5"},
 		}},
+		{name: "a standing backlog goes newest first", cfg: func(c *Config) {
+			c.MaxQueueTime, c.StandingAfter, c.StandingQueueTime, c.LIFOAfter = 60*sec, 10*sec, 5*sec, 30*sec
+		}, steps: []step{
+			admit(0, 1, 0, "a", 10, true, "queued"),
+			admit(6*sec, 2, 0, "a", 10, true, "queued"),
+			admit(7*sec, 3, 0, "a", 10, true, "queued"),
+			next(8*sec, "1"), // a burst: first come, first served
+			admit(9*sec, 4, 0, "a", 10, true, "queued"),
+			next(10*sec+sec/2, "4"), // standing since 10s: newest first
+			{at: 11 * sec, op: "expire", want: "2"},
+			next(11*sec, "3"),
+		}},
 		{name: "removal from the head, middle and tail", steps: []step{
 			admit(0, 1, 0, "a", 10, true, "queued"),
 			admit(0, 2, 0, "a", 10, true, "queued"),
