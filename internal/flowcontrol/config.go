@@ -36,7 +36,8 @@ type Config struct {
 	LIFOAfter time.Duration
 	// StandingQueueTime shortens MaxQueueTime while the backlog stands:
 	// once the queue has held requests without a break for StandingAfter,
-	// a request that has waited StandingQueueTime is answered 429 at once
+	// every flow goes newest first (as past LIFOAfter) and a request that
+	// has waited StandingQueueTime is answered 429 at once
 	// (standing_queue_time, default 5s; 0, or MaxQueueTime or more: never). It is
 	// the "controlled delay" half of Fail at Scale's adaptive LIFO: under
 	// sustained overload the requests LIFO passes over are the ones served
