@@ -13,8 +13,9 @@
 // Item.Payload). Whenever a replica gets room (a request ends, a scrape
 // shows room), call Next and route the item it returns. A client that goes
 // away is taken out with Remove; false means it was dispatched meanwhile.
-// A periodic Expire hands back requests that waited MaxQueueTime (429
-// queue_timeout). Done releases a dispatched request's tenant slot when it
+// A periodic Expire hands back requests that waited MaxQueueTime, or
+// StandingQueueTime once the backlog has stood StandingAfter (429
+// queue_timeout); NextExpiry says when the next one is due. Done releases a dispatched request's tenant slot when it
 // ends. Drain empties the queue at shutdown.
 //
 // Why one shared queue: once every replica is busy, committing a request to
