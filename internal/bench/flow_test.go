@@ -110,6 +110,11 @@ func TestFlowControlShieldsPoliteTenants(t *testing.T) {
 	if f == nil || f.Queued == 0 || f.Saturation == nil || f.Saturation.WaitingShare == 0 {
 		t.Fatalf("flow control held nothing on a flooded fleet: %+v", f)
 	}
+	// Controlled delay: a request waits no longer than its backlog has
+	// stood, so none waits past standing_after (10s by default).
+	if bound := flowcontrol.DefaultConfig().StandingAfter.Seconds(); f.QueueWait.P99 > bound {
+		t.Errorf("queue wait P99 %.2fs on a standing backlog, want at most standing_after %.0fs", f.QueueWait.P99, bound)
+	}
 	for _, r := range rep.Results {
 		checkAccounting(t, r)
 		if len(r.Tenants) != 4 {

@@ -46,7 +46,10 @@ type Config struct {
 	StandingQueueTime time.Duration
 	// StandingAfter is how long the queue must have held requests without
 	// a break before StandingQueueTime applies (standing_after, default
-	// 10s): a burst that drains sooner keeps MaxQueueTime.
+	// 10s): a burst that drains sooner refuses nothing. A request waits
+	// at most as long as its backlog has stood, so while StandingQueueTime
+	// applies none waits longer than max(StandingAfter, StandingQueueTime),
+	// and MaxQueueTime binds only below that.
 	StandingAfter time.Duration
 	// LocalityScan is how many of a flow's held requests (one tenant, one
 	// priority) dispatch looks at, the one whose turn it is included, to
