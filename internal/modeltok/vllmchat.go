@@ -23,16 +23,21 @@ var ErrNotRendered = errors.New("modeltok: a chat llmlb does not render as vLLM 
 // ChatRequestTokens renders a chat completion as vLLM renders it
 // (vllmConversation, templateKwargs), with the model's chat template and
 // the generation prompt, and tokenizes the result without adding special
-// tokens.
+// tokens. An Anthropic Messages or a Responses API request is first
+// turned into the chat vLLM serves it as (anthropicChat, responsesChat).
 func (m *Model) ChatRequestTokens(req request.ChatRequest) ([]uint32, error) {
 	if m.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
-	if req.Anthropic {
-		var err error
-		if req, err = anthropicChat(req); err != nil {
-			return nil, err
-		}
+	var err error
+	switch {
+	case req.Anthropic:
+		req, err = anthropicChat(req)
+	case req.Responses:
+		req, err = responsesChat(req)
+	}
+	if err != nil {
+		return nil, err
 	}
 	chat := m.chat
 	if !isNull(req.Tools) {

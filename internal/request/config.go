@@ -37,6 +37,13 @@ type ChatRequest struct {
 	Anthropic            bool
 	System, OutputConfig json.RawMessage
 
+	// Responses marks a request of the OpenAI Responses API: Input and
+	// Instructions are its input and instructions, Tools in its flat
+	// shape, and Reasoning its reasoning object (whose effort is a
+	// reasoning effort); Messages is unused.
+	Responses                      bool
+	Input, Instructions, Reasoning json.RawMessage
+
 	Messages, Tools json.RawMessage
 	// TemplateKwargs is chat_template_kwargs, further variables for the
 	// chat template; ReasoningEffort is reasoning_effort, which vLLM

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/llmlb/llmlb/internal/jsontop"
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
 
@@ -78,6 +79,30 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 			Messages: b.rawMessages, Tools: b.fields["tools"], TemplateKwargs: b.fields["chat_template_kwargs"],
 		})
 		return ids, err == nil
+	case endpointResponses:
+		// A Responses API request: the tokenizer turns it into the chat
+		// vLLM serves it as, and refuses what it cannot render. One that
+		// continues a conversation held by the server (or names a stored
+		// prompt) has a prompt llmlb cannot see.
+		for _, name := range responsesStateFields {
+			if !isNull(b.fields[name]) {
+				return nil, false
+			}
+		}
+		input := b.fields["input"]
+		if isNull(input) || len(input)+len(b.fields["instructions"])+len(b.fields["tools"]) > MaxPromptBlockBytes ||
+			countElements(input) > maxTokenizedMessages {
+			return nil, false
+		}
+		tk := cfg.Tokenizer(model)
+		if tk == nil {
+			return nil, false
+		}
+		ids, err := tk.ChatRequestTokens(ChatRequest{
+			Responses: true, Input: input, Instructions: b.fields["instructions"], Reasoning: b.fields["reasoning"],
+			Tools: b.fields["tools"], TemplateKwargs: b.fields["chat_template_kwargs"],
+		})
+		return ids, err == nil
 	case endpointCompletions:
 		raw := b.fields["prompt"]
 		if len(raw) == 0 || len(raw) > MaxPromptBlockBytes {
@@ -103,6 +128,23 @@ func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []u
 		}
 	}
 	return nil, false
+}
+
+// responsesStateFields are Responses API fields that make the prompt
+// depend on what the server holds: earlier turns (previous_response_id,
+// conversation), a stored prompt template, or vLLM's previous messages
+// (previous_response, previous_input_messages).
+var responsesStateFields = []string{"previous_response_id", "conversation", "prompt", "previous_response", "previous_input_messages"}
+
+// countElements is the number of elements of a JSON array (0 for
+// anything else), counted without decoding them.
+func countElements(raw []byte) int {
+	n := 0
+	jsontop.Elements(raw, func([]byte) bool {
+		n++
+		return n <= maxTokenizedMessages
+	})
+	return n
 }
 
 func hasToolMarkers(raw []byte) bool {

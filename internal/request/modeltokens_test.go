@@ -28,9 +28,13 @@ func (b *byteTokenizer) ChatTokens(msgs []tokenize.Message) ([]uint32, error) {
 
 // ChatRequestTokens renders "[tools]" then each message as
 // "<role>content", a tool call as "{name}".
+// A Responses API request renders as "[responses]" and its raw input.
 func (b *byteTokenizer) ChatRequestTokens(req ChatRequest) ([]uint32, error) {
 	messages, tools := req.Messages, req.Tools
 	b.calls++
+	if req.Responses {
+		return bytesIDs("[responses]" + string(req.Input)), nil
+	}
 	var msgs []struct {
 		Role      string          `json:"role"`
 		Raw       json.RawMessage `json:"content"`
@@ -115,6 +119,13 @@ func TestParseHashesTheModelsTokens(t *testing.T) {
 		{"too many messages", chatPath, `{"model":"qwen","messages":[` + strings.Repeat(`{"role":"user","content":"x"},`, maxTokenizedMessages) + `{"role":"user","content":"` + long + `"}]}`, nil},
 		{"anthropic messages", "/v1/messages", `{"model":"qwen","system":"be brief","max_tokens":8,"messages":[{"role":"user","content":"` + long + `"}]}`, bytesIDs("[anthropic]<user>" + long)},
 		{"anthropic messages, another model", "/v1/messages", `{"model":"llama","max_tokens":8,"messages":[{"role":"user","content":"` + long + `"}]}`, nil},
+		{"responses", "/v1/responses", `{"model":"qwen","instructions":"be brief","input":"` + long + `"}`, bytesIDs(`[responses]"` + long + `"`)},
+		{"responses, items", "/v1/responses", `{"model":"qwen","input":[{"role":"user","content":"` + long + `"}]}`, bytesIDs(`[responses][{"role":"user","content":"` + long + `"}]`)},
+		{"responses, another model", "/v1/responses", `{"model":"llama","input":"` + long + `"}`, nil},
+		{"responses, a previous response", "/v1/responses", `{"model":"qwen","previous_response_id":"resp_1","input":"` + long + `"}`, nil},
+		{"responses, a conversation", "/v1/responses", `{"model":"qwen","conversation":"conv_1","input":"` + long + `"}`, nil},
+		{"responses, a stored prompt", "/v1/responses", `{"model":"qwen","prompt":{"id":"pmpt_1"},"input":"` + long + `"}`, nil},
+		{"responses, too many items", "/v1/responses", `{"model":"qwen","input":[` + strings.Repeat(`{"role":"user","content":"x"},`, maxTokenizedMessages) + `{"role":"user","content":"` + long + `"}]}`, nil},
 		{"a batch of prompts", compPath, `{"model":"qwen","prompt":["` + long + `","` + long + `"]}`, nil},
 	}
 	for _, c := range cases {
