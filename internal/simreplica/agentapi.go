@@ -307,9 +307,9 @@ type responsesRequest struct {
 	ToolChoice json.RawMessage `json:"tool_choice"` // "auto" | "required" | "none" | {"type":"function","name":...}
 }
 
-// responsesPrompt renders instructions and input (a string or a list of
-// items: messages and tool outputs) with the chat template.
-func responsesPrompt(body *responsesRequest) (tokenize.Prompt, error) {
+// responsesMessages reads instructions and input (a string or a list of
+// items: messages and tool outputs) as the roles and texts of a chat.
+func responsesMessages(body *responsesRequest) ([]tokenize.Message, error) {
 	var tm []tokenize.Message
 	if body.Instructions != "" {
 		tm = append(tm, tokenize.Message{Role: "system", Content: body.Instructions})
@@ -325,7 +325,7 @@ func responsesPrompt(body *responsesRequest) (tokenize.Prompt, error) {
 			Output  json.RawMessage `json:"output"`
 		}
 		if err := json.Unmarshal(body.Input, &items); err != nil {
-			return tokenize.Prompt{}, errors.New("input must be a string or an array of input items")
+			return nil, errors.New("input must be a string or an array of input items")
 		}
 		for i, it := range items {
 			raw, role := it.Content, it.Role
@@ -334,7 +334,7 @@ func responsesPrompt(body *responsesRequest) (tokenize.Prompt, error) {
 			}
 			text, err := textOf(raw)
 			if err != nil {
-				return tokenize.Prompt{}, fmt.Errorf("input[%d]: %w", i, err)
+				return nil, fmt.Errorf("input[%d]: %w", i, err)
 			}
 			if role == "" {
 				role = "user"
@@ -343,9 +343,9 @@ func responsesPrompt(body *responsesRequest) (tokenize.Prompt, error) {
 		}
 	}
 	if len(tm) == 0 {
-		return tokenize.Prompt{}, errors.New("input is required")
+		return nil, errors.New("input is required")
 	}
-	return tokenize.FromText(tokenize.RenderChat(tm)), nil
+	return tm, nil
 }
 
 // requiredTool is the function a Responses or chat tool_choice requires
@@ -376,13 +376,23 @@ func requiredTool(choice json.RawMessage, first string) string {
 
 func (r *Replica) handleResponses(w http.ResponseWriter, req *http.Request) {
 	var body responsesRequest
-	if !r.decode(w, req, &body) || !r.checkModel(w, body.Model) {
+	raw, ok := r.decodeBody(w, req, &body)
+	if !ok || !r.checkModel(w, body.Model) {
 		return
 	}
-	prompt, err := responsesPrompt(&body)
+	tm, err := responsesMessages(&body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	}
+	// With the model's tokenizer the request is rendered as vLLM's
+	// /v1/responses renders it, turned into a chat.
+	prompt := tokenize.FromText(tokenize.RenderChat(tm))
+	if r.toks != nil {
+		if prompt, err = r.toks.responses(tm, raw); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	g, ok := r.limitTokens(w, prompt, body.MaxOutputTokens)
 	if !ok {

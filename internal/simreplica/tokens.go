@@ -103,6 +103,15 @@ func (e *engineTokens) lookup(h uint64) (blockTokens, bool) {
 	return b, ok
 }
 
+// requestAPI is the API a request body is in.
+type requestAPI int
+
+const (
+	apiChat      requestAPI = iota
+	apiAnthropic            // the Anthropic Messages API
+	apiResponses            // the OpenAI Responses API
+)
+
 // chat tokenizes a chat request with the model's chat template: its
 // messages, tools, tool calls and tool results where the tokenizer
 // renders them, else the messages' roles and texts.
@@ -111,20 +120,27 @@ func (e *engineTokens) chat(msgs []chatMessage, body []byte) (tokenize.Prompt, e
 	if err != nil {
 		return tokenize.Prompt{}, err
 	}
-	return e.request(tm, body, false)
+	return e.request(tm, body, apiChat)
 }
 
 // messages tokenizes an Anthropic Messages request (its body) as vLLM
 // serves it, turned into a chat, where the tokenizer renders those; else
 // the roles and texts of tm with the model's chat template.
 func (e *engineTokens) messages(tm []tokenize.Message, body []byte) (tokenize.Prompt, error) {
-	return e.request(tm, body, true)
+	return e.request(tm, body, apiAnthropic)
 }
 
-// request tokenizes a chat or Anthropic request body with the full
-// rendering where the tokenizer has one and renders it, else the roles
-// and texts of tm.
-func (e *engineTokens) request(tm []tokenize.Message, body []byte, anthropic bool) (tokenize.Prompt, error) {
+// responses tokenizes a Responses API request (its body) as vLLM serves
+// it, turned into a chat, where the tokenizer renders those; else the
+// roles and texts of tm with the model's chat template.
+func (e *engineTokens) responses(tm []tokenize.Message, body []byte) (tokenize.Prompt, error) {
+	return e.request(tm, body, apiResponses)
+}
+
+// request tokenizes a chat, Anthropic or Responses request body with the
+// full rendering where the tokenizer has one and renders it, else the
+// roles and texts of tm.
+func (e *engineTokens) request(tm []tokenize.Message, body []byte, api requestAPI) (tokenize.Prompt, error) {
 	if rt, ok := e.tok.(requestTokenizer); ok {
 		var req struct {
 			System          json.RawMessage `json:"system"`
@@ -133,12 +149,19 @@ func (e *engineTokens) request(tm []tokenize.Message, body []byte, anthropic boo
 			TemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 			ReasoningEffort json.RawMessage `json:"reasoning_effort"`
 			OutputConfig    json.RawMessage `json:"output_config"`
+			Input           json.RawMessage `json:"input"`
+			Instructions    json.RawMessage `json:"instructions"`
+			Reasoning       json.RawMessage `json:"reasoning"`
 		}
 		if json.Unmarshal(body, &req) == nil {
 			cr := request.ChatRequest{Messages: req.Messages, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs}
-			if anthropic {
+			switch api {
+			case apiAnthropic:
 				cr.Anthropic, cr.System, cr.OutputConfig = true, req.System, req.OutputConfig
-			} else {
+			case apiResponses:
+				cr = request.ChatRequest{Responses: true, Input: req.Input, Instructions: req.Instructions,
+					Reasoning: req.Reasoning, Tools: req.Tools, TemplateKwargs: req.TemplateKwargs}
+			default:
 				cr.ReasoningEffort = req.ReasoningEffort
 			}
 			if ids, err := rt.ChatRequestTokens(cr); err == nil {
