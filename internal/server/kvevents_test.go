@@ -143,6 +143,8 @@ func testKVEventsRouting(t *testing.T, tokenizerDir string) {
 		agentTurnRoutesToItsHolder(t, e, fleet.Replicas[2], tokenizerDir)
 		// sim-1: a decision blind to the events sends this one to sim-2.
 		claudeTurnRoutesToItsHolder(t, e, fleet.Replicas[0], tokenizerDir)
+		// sim-2: a decision blind to the events sends this one elsewhere.
+		codexTurnRoutesToItsHolder(t, e, fleet.Replicas[1], tokenizerDir)
 	}
 	holder := fleet.Replicas[1]
 
@@ -481,6 +483,75 @@ func claudeTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replic
 	})
 	if m != matched+1 || mis != 0 {
 		t.Fatalf("tokenizer checks after the Claude Code turn: %v matches (%v before), %v mismatches", m, matched, mis)
+	}
+}
+
+// codexTurnRoutesToItsHolder: a Codex-style turn (/v1/responses:
+// instructions, flat function tools, a message, a function_call and its
+// function_call_output) sent to holder behind llmlb's back; the next
+// turn through llmlb must go to holder, whose events hold the turn's
+// blocks keyed by the tokens llmlb renders for it (the chat vLLM turns
+// the request into).
+func codexTurnRoutesToItsHolder(t *testing.T, e *env, holder *simreplica.Replica, tokenizerDir string) {
+	t.Helper()
+	tok, err := modeltok.Load(tokenizerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instructions := `"` + strings.Repeat("You are Codex, a coding agent in the user's terminal. ", 80) + `"`
+	tools := `[{"type":"function","name":"shell","description":"Runs a shell command.","strict":false,` +
+		`"parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}},"required":["command"]}}]`
+	turn := `[{"type":"message","role":"user","content":[{"type":"input_text","text":"What does main.go do?"}]},` +
+		`{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"command\":[\"cat\",\"main.go\"]}"},` +
+		`{"type":"function_call_output","call_id":"call_1","output":"package main\n\nfunc main() {}"}`
+	body := func(input string) string {
+		return `{"model":"` + model + `","max_output_tokens":1,"instructions":` + instructions + `,"tools":` + tools + `,"input":` + input + `}`
+	}
+	res, err := http.Post(holder.URL()+"/v1/responses", "application/json", strings.NewReader(body(turn+"]")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("direct Codex turn: %d %s", res.StatusCode, b)
+	}
+	ids, err := tok.ChatRequestTokens(request.ChatRequest{Responses: true, Instructions: json.RawMessage(instructions),
+		Input: json.RawMessage(turn + "]"), Tools: json.RawMessage(tools)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokenize.FromTokenIDs(ids).Blocks
+	idx := e.srv.KVEventsIndex()
+	eventually(t, holder.Name()+"'s events report the Codex turn", func() bool {
+		gpu, _ := idx.Match(holder.Name(), want, time.Now())
+		return gpu == len(want)
+	})
+	matched, _ := tokenizerChecks(t, e)
+	next := body(turn + `,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"It does nothing."}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"Make it print hello."}]}]`)
+	req, _ := http.NewRequest(http.MethodPost, e.proxy+"/v1/responses", strings.NewReader(next))
+	req.Header.Set("Content-Type", "application/json")
+	res, err = e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	if rep := res.Header.Get(proxy.HeaderReplica); rep != holder.Name() {
+		t.Fatalf("Codex's next turn routed to %s, want %s whose events hold its context", rep, holder.Name())
+	}
+	// The engine's usage (input_tokens) confirms llmlb's count of it.
+	m, mis := matched, 0.0
+	eventually(t, "the Codex turn's tokenizer check", func() bool {
+		m, mis = tokenizerChecks(t, e)
+		return m != matched || mis != 0
+	})
+	if m != matched+1 || mis != 0 {
+		t.Fatalf("tokenizer checks after the Codex turn: %v matches (%v before), %v mismatches", m, matched, mis)
 	}
 }
 
