@@ -3,6 +3,8 @@ package modeltok
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -187,6 +189,17 @@ func TestResponsesRefused(t *testing.T) {
 func FuzzResponsesChatRequestTokens(f *testing.F) {
 	for _, c := range responsesCases {
 		f.Add([]byte(c.input), []byte(c.instructions), []byte(c.tools), []byte(c.reasoning))
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", "responses_chats.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var reqs []struct{ Input, Instructions, Tools, Reasoning json.RawMessage }
+	if err := json.Unmarshal(data, &reqs); err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range reqs {
+		f.Add([]byte(r.Input), []byte(r.Instructions), []byte(r.Tools), []byte(r.Reasoning))
 	}
 	f.Add([]byte(`[{"type":"function_call","call_id":"c","name":"f","arguments":"{"},{"type":"function_call_output","call_id":"c","output":[]}]`), []byte(`null`), []byte(`[{"type":"function","name":"f","description":"d","parameters":{"a":null}}]`), []byte(`{"effort":null}`))
 	f.Add([]byte(`[{"role":"assistant","content":[]},{"type":"message","role":"user","content":[{"type":"input_text","text":"\u00e9"}]}]`), []byte(`"\ud800"`), []byte(`[{"type":"function","name":"f","description":"d","strict":}]`), []byte(`{}`))

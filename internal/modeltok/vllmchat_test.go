@@ -64,6 +64,37 @@ func anthropicChats(t *testing.T) []toolChat {
 	return out
 }
 
+// responsesChats reads testdata/responses_chats.json: Responses API
+// requests (Codex's shape among them), turned into chat requests as vLLM
+// turns them.
+func responsesChats(t *testing.T) []toolChat {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "responses_chats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []struct {
+		Input          json.RawMessage `json:"input"`
+		Instructions   json.RawMessage `json:"instructions"`
+		Tools          json.RawMessage `json:"tools"`
+		Reasoning      json.RawMessage `json:"reasoning"`
+		TemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+	}
+	if err := json.Unmarshal(data, &reqs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]toolChat, len(reqs))
+	for i, r := range reqs {
+		c, err := responsesChat(request.ChatRequest{Responses: true, Input: r.Input, Instructions: r.Instructions,
+			Tools: r.Tools, Reasoning: r.Reasoning, TemplateKwargs: r.TemplateKwargs})
+		if err != nil {
+			t.Fatalf("responses request %d: %v", i, err)
+		}
+		out[i] = toolChat{Messages: c.Messages, Tools: c.Tools, TemplateKwargs: c.TemplateKwargs, ReasoningEffort: c.ReasoningEffort}
+	}
+	return out
+}
+
 type toolChat struct {
 	Messages        json.RawMessage `json:"messages"`
 	Tools           json.RawMessage `json:"tools"`
@@ -87,13 +118,13 @@ var knownDiffs = map[string]string{
 }
 
 // TestToolChatsMatchJinja2 renders the requests of tool_chats.json, and
-// those of anthropic_chats.json turned into chats as vLLM turns them, as
-// vLLM does, with Qwen2.5's template and the 17 templates of the jinja module's
+// those of anthropic_chats.json and responses_chats.json turned into
+// chats as vLLM turns them, as vLLM does, with Qwen2.5's template and the 17 templates of the jinja module's
 // test data, and compares with tool_renders.json: the same requests turned
 // into vLLM's conversation and tool dicts and rendered by Python's Jinja2
 // and json (scripts/tokref/vllm_chat.py).
 func TestToolChatsMatchJinja2(t *testing.T) {
-	reqs := append(toolChats(t), anthropicChats(t)...)
+	reqs := append(append(toolChats(t), anthropicChats(t)...), responsesChats(t)...)
 	data, err := os.ReadFile(filepath.Join("testdata", "tool_renders.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 """Renders the chat requests of internal/modeltok/testdata/tool_chats.json,
 then the Anthropic Messages requests of anthropic_chats.json (turned into
-chat requests as vllm/entrypoints/anthropic/serving.py turns them), as
-vLLM renders them, for TestToolChatsMatchJinja2: each OpenAI request's
+chat requests as vllm/entrypoints/anthropic/serving.py turns them) and the
+Responses API requests of responses_chats.json (turned into chat requests
+as vllm/entrypoints/openai/responses/utils.py turns them), as vLLM renders
+them, for TestToolChatsMatchJinja2: each OpenAI request's
 messages and tools are turned into the conversation and tool dicts vLLM
 hands to transformers' apply_chat_template (vllm/entrypoints/chat_utils.py:
 _parse_chat_message_content with the content format vLLM detects for the
@@ -218,6 +220,62 @@ def anthropic_to_chat(req):
     return chat
 
 
+def responses_to_chat(req):
+    """The chat vLLM's /v1/responses renders for a Responses API request
+    (construct_input_messages and construct_tool_dicts of
+    vllm/entrypoints/openai/responses/utils.py, build_chat_params of its
+    protocol.py), for the items the requests use: instructions as a first
+    system message, a string input as a user message, function calls as
+    assistant tool calls (merged into the assistant message before them),
+    an assistant message as its first part's text (the content of the
+    message before it when that has none), call outputs as tool messages,
+    input_text parts as text, function tools as chat functions."""
+    msgs = []
+    if req.get("instructions"):
+        msgs.append({"role": "system", "content": req["instructions"]})
+    if isinstance(req["input"], str):
+        msgs.append({"role": "user", "content": req["input"]})
+    else:
+        for item in req["input"]:
+            prev = msgs[-1] if msgs and msgs[-1]["role"] == "assistant" else None
+            kind = item.get("type", "message")
+            if kind == "function_call":
+                name = item["name"]
+                if item.get("namespace"):
+                    name = item["namespace"] + "__" + name
+                call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": item["arguments"]}}
+                if prev is not None:
+                    prev["tool_calls"] = prev.get("tool_calls", []) + [call]
+                else:
+                    msgs.append({"role": "assistant", "tool_calls": [call]})
+            elif kind == "function_call_output":
+                out = item["output"]
+                if isinstance(out, list):
+                    out = [{"type": "text", "text": p["text"]} for p in out]
+                msgs.append({"role": "tool", "content": out, "tool_call_id": item["call_id"]})
+            elif item["role"] == "assistant":
+                c = item["content"]
+                text = c if isinstance(c, str) else (c[0]["text"] if c else "")
+                if prev is not None and prev.get("content") is None:
+                    prev["content"] = text
+                else:
+                    msgs.append({"role": "assistant", "content": text})
+            else:
+                c = item["content"]
+                if isinstance(c, list):
+                    c = [{"type": "text", "text": p["text"]} for p in c]
+                msgs.append({"role": item["role"], "content": c})
+    chat = {"messages": msgs}
+    if req.get("tools"):
+        chat["tools"] = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
+                         for t in req["tools"] if t["type"] == "function"]
+    if (req.get("reasoning") or {}).get("effort") is not None:
+        chat["reasoning_effort"] = req["reasoning"]["effort"]
+    if req.get("chat_template_kwargs") is not None:
+        chat["chat_template_kwargs"] = req["chat_template_kwargs"]
+    return chat
+
+
 def render(tmpl, req, variables):
     tools = req.get("tools")
     tools = None if tools is None else [tool_dump(t) for t in tools]
@@ -242,6 +300,8 @@ def main():
         reqs = json.load(f)
     with open(os.path.join(MODELTOK, "anthropic_chats.json"), encoding="utf-8") as f:
         reqs += [anthropic_to_chat(r) for r in json.load(f)]
+    with open(os.path.join(MODELTOK, "responses_chats.json"), encoding="utf-8") as f:
+        reqs += [responses_to_chat(r) for r in json.load(f)]
     out = {}
     formats = {}
     with open(QWEN, encoding="utf-8") as f:
@@ -264,7 +324,8 @@ def main():
         f.write("\n")
     errors = sum(isinstance(r, dict) for v in out.values() for r in v)
     print(f"rendered {len(out)} templates x {len(reqs)} requests ({errors} refused by their template)")
-    print("(the requests of tool_chats.json, then those of anthropic_chats.json turned into chats as vLLM turns them)")
+    print("(the requests of tool_chats.json, then those of anthropic_chats.json and responses_chats.json")
+    print(" turned into chats as vLLM turns them)")
 
 
 if __name__ == "__main__":
