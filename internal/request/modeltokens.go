@@ -27,14 +27,17 @@ var toolMarkers = [][]byte{[]byte(`"tool_call`), []byte(`"name"`), []byte(`"reas
 // body of a million empty messages is small.
 const maxTokenizedMessages = 4096
 
-// modelTokens tokenizes a chat or completion prompt with the model's own
-// tokenizer (Config.Tokenizer), as the engine tokenizes it. ok is false
-// when the model has none, or when llmlb cannot render the prompt as the
-// engine does: tool calls, content parts other than text, the fields of
-// chatRenderFields, a generation prompt turned off, a prompt larger than
-// MaxPromptBlockBytes or of more than maxTokenizedMessages messages, a
-// batch of prompts, a template that refuses the
-// conversation. The caller then hashes the prompt's text.
+// modelTokens tokenizes a chat, Anthropic Messages, Responses API or
+// completion prompt with the model's own tokenizer (Config.Tokenizer), as
+// the engine tokenizes it. ok is false when the model has none, or when
+// llmlb cannot render the prompt as the engine does: what the tokenizer
+// refuses to render (tool calls it does not reproduce, content parts other
+// than text), the fields of chatRenderFields, a generation prompt turned
+// off, a prompt larger than MaxPromptBlockBytes or of more than
+// maxTokenizedMessages messages or items, a batch of prompts, a Responses
+// request that continues what the server holds (responsesStateFields), a
+// template that refuses the conversation. The caller then hashes the
+// prompt's text.
 func modelTokens(cfg Config, ep endpoint, b *requestBody, model string) (ids []uint32, ok bool) {
 	if cfg.Tokenizer == nil {
 		return nil, false
