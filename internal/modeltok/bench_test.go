@@ -118,3 +118,62 @@ func BenchmarkParse(b *testing.B) {
 		})
 	}
 }
+
+// responsesBody is agentBody's conversation as a Codex-style agent sends
+// it to /v1/responses: the system prompt as instructions, flat function
+// tools, the assistant's turns as function_call items each answered by a
+// function_call_output.
+func responsesBody(turns int) []byte {
+	var chat struct {
+		Messages []struct{ Role, Content string }
+	}
+	if err := json.Unmarshal(chatBody(turns), &chat); err != nil {
+		panic(err)
+	}
+	var items []map[string]any
+	for i, m := range chat.Messages[1:] {
+		if m.Role == "assistant" {
+			id := fmt.Sprintf("call_%d", i)
+			items = append(items,
+				map[string]any{"type": "function_call", "call_id": id, "name": "read_file", "arguments": `{"path": "server.go"}`},
+				map[string]any{"type": "function_call_output", "call_id": id, "output": m.Content})
+			continue
+		}
+		items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": m.Content}}})
+	}
+	tools := json.RawMessage(`[` + strings.TrimSuffix(strings.Repeat(`{"type":"function","name":"read_file","description":"Reads a file from the workspace and returns its text.","parameters":{"type":"object","properties":{"path":{"type":"string","description":"Path from the workspace root"},"limit":{"type":"integer"}},"required":["path"]}},`, 3), ",") + `]`)
+	b, _ := json.Marshal(map[string]any{"model": "qwen", "instructions": chat.Messages[0].Content, "tools": tools, "input": items, "max_output_tokens": 128})
+	return b
+}
+
+// BenchmarkParseResponses measures request.Parse of a /v1/responses
+// request with the model's tokenizer (turned into its chat, rendered and
+// tokenized) against the pseudo-tokenizer.
+func BenchmarkParseResponses(b *testing.B) {
+	set, err := LoadAll([]Config{{Models: []string{"qwen"}, Path: qwentok.Dir(b)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	withTok := request.DefaultConfig()
+	withTok.PromptBlocks = true
+	withTok.Tokenizer = set.For
+	text := withTok
+	text.Tokenizer = nil
+	for _, turns := range []int{8, 64} {
+		body := responsesBody(turns)
+		p, err := request.Parse(withTok, "/v1/responses", nil, body)
+		if err != nil || !p.TokenBlocks {
+			b.Fatalf("Responses request not tokenized: %v", err)
+		}
+		b.Run(fmt.Sprintf("%dk-tokens/text", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(text, "/v1/responses", nil, body)
+			}
+		})
+		b.Run(fmt.Sprintf("%dk-tokens/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = request.Parse(withTok, "/v1/responses", nil, body)
+			}
+		})
+	}
+}
