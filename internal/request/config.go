@@ -20,10 +20,11 @@ type Config struct {
 	PromptBlocks        bool // also compute tokenize block hashes (cache-aware policies)
 
 	// Tokenizer returns a model's own tokenizer, or nil when it has none
-	// (package modeltok). With one, and PromptBlocks, a chat or completion
-	// prompt is tokenized as the engine tokenizes it and its blocks are
-	// hashed over those token ids (tokenize.FromTokenIDs); its token count
-	// is then exact. Nil: no model has one.
+	// (package modeltok). With one, and PromptBlocks, a chat, Anthropic
+	// Messages, Responses API or completion prompt is tokenized as the
+	// engine tokenizes it and its blocks are hashed over those token ids
+	// (tokenize.FromTokenIDs); its token count is then exact. Nil: no
+	// model has one.
 	Tokenizer func(model string) PromptTokenizer
 }
 
