@@ -135,6 +135,7 @@ func benchFlags(o *benchOptions, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.queue.Tenant.TokensPerMinute, "tenant-tokens-per-minute", 0, "flow control: each tenant's estimated tokens a minute, 0 = no limit (flow_control.tenant_tokens_per_minute)")
 	fs.IntVar(&o.routing.Saturation.MaxRunning, "max-running", def.Saturation.MaxRunning, "flow control: every replica's running-slot limit (routing.saturation.max_running); 0 learns each replica's from its scrapes")
 	fs.Float64Var(&o.routing.Saturation.KVFullUsage, "kv-full-usage", def.Saturation.KVFullUsage, "flow control: KV cache usage (0-1) from which requests waiting in a replica's queue wait for memory, making it full; 0 = 0.75 (routing.saturation.kv_full_usage)")
+	fs.DurationVar(&o.routing.Saturation.PrefillBacklog, "prefill-backlog", def.Saturation.PrefillBacklog, "flow control: a replica with requests waiting in its own queue is full while the prefill llmlb sent it takes longer than this to compute; 0 = 5s, negative = off (routing.saturation.prefill_backlog)")
 	fs.Float64Var(&o.routing.Saturation.ReserveShare, "reserve-share", def.Saturation.ReserveShare, "flow control: share of each replica's running limit a tenant over its fair share may not take; 0 = 0.05, negative = none (routing.saturation.reserve_share)")
 	fs.IntVar(&o.routing.Saturation.Headroom, "headroom", def.Saturation.Headroom, "flow control: requests a replica may hold waiting in its own queue past its running limit (routing.saturation.headroom)")
 

@@ -202,7 +202,7 @@ func (g *Gate) next(q *flowcontrol.Queue, head flowcontrol.Item, favoured bool, 
 	}
 	local := func(it flowcontrol.Item) bool {
 		r := it.Payload.(*Request)
-		return g.bal.Local(r.Profile, favoured, r.Exclude...)
+		return g.bal.Local(r.Profile, favoured, now, r.Exclude...)
 	}
 	if local(head) {
 		return q.Next(now)

@@ -518,7 +518,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly,
 	}
 	b.policy.Routed(res.Replica, p, c, now)
 	if roomOnly {
-		roomLeft = withRoom > 1 || (withRoom == 1 && b.hasRoom(res.rep, barred))
+		roomLeft = withRoom > 1 || (withRoom == 1 && b.hasRoom(res.rep, barred, now))
 	}
 	return res, roomLeft, nil
 }
@@ -558,7 +558,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly,
 		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
 			continue
 		}
-		if roomOnly && !b.hasRoom(r, barred) {
+		if roomOnly && !b.hasRoom(r, barred, now) {
 			continue
 		}
 		running, waiting := r.effective()
@@ -754,7 +754,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
-			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r, false),
+			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r, false, now),
 			TentativeMaxRunning: b.tentativeLimit(r),
 		})
 		st := &out[len(out)-1]

@@ -417,3 +417,53 @@ func TestScrapeSoonIsBounded(t *testing.T) {
 		t.Fatal("no follow-up after the replica stopped rising and rose again")
 	}
 }
+
+// TestSaturationFromAPrefillBacklog: a replica whose engine queues requests
+// with slots and memory to spare is full while the prefill the balancer
+// sent it and has not seen done takes longer than saturation.prefill_backlog
+// to compute; never while its scrape shows none waiting, and never with the
+// signal off.
+func TestSaturationFromAPrefillBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backlog time.Duration
+		waiting float64
+		at      time.Duration // after the prompts were sent
+		full    bool
+	}{
+		{"default 5s, 6.3s owed, requests waiting", 0, 1, time.Second, true},
+		{"none waiting", 0, 0, time.Second, false},
+		{"off", -1, 1, time.Second, false},
+		{"10s", 10 * time.Second, 1, time.Second, false},
+		{"worked off below 5s", 0, 1, 3 * time.Second, false},
+	} {
+		b := newFleet(t, 2, func(c *Config) {
+			c.Policy = "cost"
+			c.Saturation.PrefillBacklog = tc.backlog
+		})
+		// A 64,000-token prompt each: at the prior 10K tokens/s and a
+		// 30 ms step per 2,048-token chunk, 7.3 s of prefill.
+		for _, key := range []string{"x", "y"} {
+			if _, err := b.Select(costProfile(key, 4000, 0), t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := t0.Add(tc.at)
+		for _, name := range []string{"a", "b"} {
+			b.ObserveScrape(name, Snapshot{Running: 1, Waiting: tc.waiting, KVCacheUsage: 0.3}, nil, now)
+		}
+		for _, r := range b.Replicas(now) {
+			if r.Full != tc.full {
+				t.Errorf("%s: replica %s (%.0f tokens owed) full %v, want %v", tc.name, r.Name, r.PendingPrefill, r.Full, tc.full)
+			}
+		}
+		if got := b.Saturated("", now); got != tc.full {
+			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.full)
+		}
+	}
+	for _, bad := range []time.Duration{11 * time.Minute} {
+		if err := (SaturationConfig{PrefillBacklog: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.prefill_backlog") {
+			t.Errorf("prefill_backlog %v: Validate() = %v, want an error naming saturation.prefill_backlog", bad, err)
+		}
+	}
+}
