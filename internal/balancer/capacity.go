@@ -70,7 +70,9 @@ type SaturationConfig struct {
 	// 30-46 s, where no slot or memory signal saw a full replica. The
 	// engine's queue guards the engines' work: a replica whose scrape shows
 	// none waiting is never full by it, however much the balancer believes
-	// it still owes. Only this balancer's own requests are counted.
+	// it still owes. Only this balancer's own requests are counted, as the
+	// policy prices them: policy cost (the default) says what each request
+	// leaves to compute; under policies that do not, it never engages.
 	PrefillBacklog time.Duration
 }
 
@@ -338,10 +340,12 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 }
 
 // full reports whether the replica holds as many requests as it can run
-// plus the headroom of its own queue. Two signals say so: the occupancy
-// against the slot limit (configured or learned), and the engine's own
-// queue of requests waiting for memory, which a replica bound by its KV
-// cache fills well below its slot limit. For a request flow control does
+// plus the headroom of its own queue. Three signals say so: the occupancy
+// against the slot limit (configured or learned), the engine's own queue
+// of requests waiting for memory, which a replica bound by its KV cache
+// fills well below its slot limit, and that queue behind a prefill backlog
+// (backlogged), which an engine computing long prompts one after another
+// fills with slots and memory to spare. For a request flow control does
 // not favour (barred) the limit is less its reserve
 // (SaturationConfig.ReserveShare).
 func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
