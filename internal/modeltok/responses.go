@@ -281,20 +281,7 @@ func assistantText(raw json.RawMessage) (string, error) {
 	}
 	var texts []string
 	ok := jsontop.Elements(raw, func(v []byte) bool {
-		var typ, text json.RawMessage
-		if !jsontop.Members(v, func(k, v []byte) bool {
-			switch string(k) {
-			case "type":
-				typ = v
-			case "text":
-				text = v
-			}
-			return true
-		}) {
-			return false
-		}
-		t, _ := jsonString(typ)
-		s, ok := jsonString(text)
+		t, s, ok := textPart(v)
 		if !ok || (t != "output_text" && t != "input_text") {
 			return false // refusals, images, files
 		}
@@ -310,6 +297,26 @@ func assistantText(raw json.RawMessage) (string, error) {
 	return texts[0], nil
 }
 
+// textPart reads a content part's type and text; ok is false when it is
+// not an object or its text is not a string.
+func textPart(v []byte) (typ, text string, ok bool) {
+	var rawType, rawText json.RawMessage
+	if !jsontop.Members(v, func(k, v []byte) bool {
+		switch string(k) {
+		case "type":
+			rawType = v
+		case "text":
+			rawText = v
+		}
+		return true
+	}) {
+		return "", "", false
+	}
+	typ, _ = jsonString(rawType)
+	text, ok = jsonString(rawText)
+	return typ, text, ok
+}
+
 // inputTextParts turns a list of input_text parts into chat text parts,
 // as vLLM reads them (its parser takes input_text for text).
 func inputTextParts(raw json.RawMessage) (json.RawMessage, error) {
@@ -319,20 +326,7 @@ func inputTextParts(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	parts := []part{}
 	ok := jsontop.Elements(raw, func(v []byte) bool {
-		var typ, text json.RawMessage
-		if !jsontop.Members(v, func(k, v []byte) bool {
-			switch string(k) {
-			case "type":
-				typ = v
-			case "text":
-				text = v
-			}
-			return true
-		}) {
-			return false
-		}
-		t, _ := jsonString(typ)
-		s, ok := jsonString(text)
+		t, s, ok := textPart(v)
 		if !ok || t != "input_text" {
 			return false // images, files, parts of other APIs
 		}
