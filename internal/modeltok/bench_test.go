@@ -58,56 +58,59 @@ func agentBody(turns int) []byte {
 	return b
 }
 
+// parseConfigs returns request.Parse's configuration with Qwen2.5's
+// tokenizer for model "qwen", and the same without a tokenizer.
+func parseConfigs(b *testing.B) (withTok, text request.Config) {
+	set, err := LoadAll([]Config{{Models: []string{"qwen"}, Path: qwentok.Dir(b)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	withTok = request.DefaultConfig()
+	withTok.PromptBlocks = true
+	withTok.Tokenizer = set.For
+	text = withTok
+	text.Tokenizer = nil
+	return withTok, text
+}
+
+// benchParsePair runs request.Parse of body on path without the tokenizer
+// and with it, as sub-benchmarks named by the prompt's size and prefix,
+// and returns the prompt's tokens; it fails when the tokenizer does not
+// tokenize body.
+func benchParsePair(b *testing.B, withTok, text request.Config, path, prefix string, body []byte) (tokens int) {
+	p, err := request.Parse(withTok, path, nil, body)
+	if err != nil || !p.TokenBlocks {
+		b.Fatalf("%s request not tokenized: %v", path, err)
+	}
+	b.Run(fmt.Sprintf("%dk-tokens/%stext", p.PromptTokens/1000, prefix), func(b *testing.B) {
+		for b.Loop() {
+			_, _ = request.Parse(text, path, nil, body)
+		}
+	})
+	b.Run(fmt.Sprintf("%dk-tokens/%stokenizer", p.PromptTokens/1000, prefix), func(b *testing.B) {
+		for b.Loop() {
+			_, _ = request.Parse(withTok, path, nil, body)
+		}
+	})
+	return p.PromptTokens
+}
+
 // BenchmarkParse measures request.Parse of a chat request with the
 // model's tokenizer (blocks hashed over its token ids) against the
 // pseudo-tokenizer: the work added to every request of a model that has
 // one. "next turn" parses one turn longer than the conversation before it,
 // whose messages the tokenizer's cache already holds.
 func BenchmarkParse(b *testing.B) {
-	set, err := LoadAll([]Config{{Models: []string{"qwen"}, Path: qwentok.Dir(b)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	withTok := request.DefaultConfig()
-	withTok.PromptBlocks = true
-	withTok.Tokenizer = set.For
-	text := withTok
-	text.Tokenizer = nil
+	withTok, text := parseConfigs(b)
 	for _, turns := range []int{8, 64} {
 		body := agentBody(turns)
-		p, err := request.Parse(withTok, "/v1/chat/completions", nil, body)
-		if err != nil || !p.TokenBlocks {
-			b.Fatalf("agent conversation not tokenized: %v", err)
-		}
-		b.Run(fmt.Sprintf("%dk-tokens/tools/text", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(text, "/v1/chat/completions", nil, body)
-			}
-		})
-		b.Run(fmt.Sprintf("%dk-tokens/tools/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(withTok, "/v1/chat/completions", nil, body)
-			}
-		})
+		benchParsePair(b, withTok, text, "/v1/chat/completions", "tools/", body)
 	}
 	for _, turns := range []int{8, 64} {
 		body := chatBody(turns)
-		p, err := request.Parse(withTok, "/v1/chat/completions", nil, body)
-		if err != nil || !p.TokenBlocks {
-			b.Fatalf("not tokenized: %v", err)
-		}
-		b.Run(fmt.Sprintf("%dk-tokens/text", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(text, "/v1/chat/completions", nil, body)
-			}
-		})
-		b.Run(fmt.Sprintf("%dk-tokens/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(withTok, "/v1/chat/completions", nil, body)
-			}
-		})
+		tokens := benchParsePair(b, withTok, text, "/v1/chat/completions", "", body)
 		// Every message new every time: nothing of it is cached.
-		b.Run(fmt.Sprintf("%dk-tokens/tokenizer-cold", p.PromptTokens/1000), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%dk-tokens/tokenizer-cold", tokens/1000), func(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
@@ -150,30 +153,9 @@ func responsesBody(turns int) []byte {
 // request with the model's tokenizer (turned into its chat, rendered and
 // tokenized) against the pseudo-tokenizer.
 func BenchmarkParseResponses(b *testing.B) {
-	set, err := LoadAll([]Config{{Models: []string{"qwen"}, Path: qwentok.Dir(b)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	withTok := request.DefaultConfig()
-	withTok.PromptBlocks = true
-	withTok.Tokenizer = set.For
-	text := withTok
-	text.Tokenizer = nil
+	withTok, text := parseConfigs(b)
 	for _, turns := range []int{8, 64} {
 		body := responsesBody(turns)
-		p, err := request.Parse(withTok, "/v1/responses", nil, body)
-		if err != nil || !p.TokenBlocks {
-			b.Fatalf("Responses request not tokenized: %v", err)
-		}
-		b.Run(fmt.Sprintf("%dk-tokens/text", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(text, "/v1/responses", nil, body)
-			}
-		})
-		b.Run(fmt.Sprintf("%dk-tokens/tokenizer", p.PromptTokens/1000), func(b *testing.B) {
-			for b.Loop() {
-				_, _ = request.Parse(withTok, "/v1/responses", nil, body)
-			}
-		})
+		benchParsePair(b, withTok, text, "/v1/responses", "", body)
 	}
 }
