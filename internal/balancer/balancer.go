@@ -46,6 +46,9 @@ type Reservation struct {
 	// shape is the policy's estimate in parts, for its prefill model to
 	// learn from the first token (limits.go).
 	shape policy.PrefillShape
+	// cachedSeen: the replica's report of the prompt's cached tokens was
+	// handed to the policy (Cached).
+	cachedSeen bool
 }
 
 // Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).

@@ -44,3 +44,32 @@ func TestFirstTokensTeachCostsPrefillModel(t *testing.T) {
 		t.Errorf("last decision's detail %q: want the learned scale", d)
 	}
 }
+
+// TestCachedTokensTeachCostTheRecomputedShare: the cached tokens a replica
+// reports for a request sent beside the prefill of its own prefix reach
+// cost once per request, which learns from them the share of such a hit the
+// replica computes again (the decision log's recomputed_share).
+func TestCachedTokensTeachCostTheRecomputedShare(t *testing.T) {
+	b := costFleet(t, 1)
+	b.SetExplain(true)
+	first, err := b.Select(costProfile("x", 100, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Select(costProfile("x", 100, 2), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := second.Explanation.Detail; first.Replica != second.Replica || !strings.Contains(d, "unscheduled_hit=1600 recomputed_share=0.000") {
+		t.Fatalf("second decision's detail %q: want the first's prefix as an unscheduled hit", d)
+	}
+	b.Cached(second, 0) // it computed all of the prefix again
+	b.Cached(second, 0) // once per request
+	third, err := b.Select(costProfile("x", 100, 3), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := third.Explanation.Detail; !strings.Contains(d, "recomputed_share=0.031") {
+		t.Fatalf("third decision's detail %q: want the share learned from one report (1/32)", d)
+	}
+}

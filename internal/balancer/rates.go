@@ -293,6 +293,25 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 	b.donePending(res)
 }
 
+// Cached records the prompt tokens res's replica reported the request
+// found in its prefix cache (vLLM's usage.prompt_tokens_details.cached_tokens,
+// the simulator's first-token event), for a policy that learns from them
+// (policy.CacheObserver). Once per reservation; safe after Release.
+func (b *Balancer) Cached(res *Reservation, tokens int) {
+	if res == nil || res.rep == nil || tokens < 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if res.cachedSeen || res.rep.removed {
+		return
+	}
+	res.cachedSeen = true
+	if o, ok := res.policy.(policy.CacheObserver); ok && any(res.policy) == any(b.policy) {
+		o.ObserveCached(res.rep.name, res.shape, tokens)
+	}
+}
+
 // SetExplain asks the policy to describe every candidate in each decision's
 // Explanation.Detail (an allocation per decision: turn it on when decisions
 // are logged at debug level or recorded).

@@ -497,6 +497,7 @@ func (r *run) onEvent(ev engine.Event) {
 			f.cached = ev.CachedTokens
 			r.acc.indexHit(f.res.Explanation.CachedTokens, ev.CachedTokens)
 			r.acc.pred.add(f.res.Explanation, (at - f.sent).Seconds())
+			r.bals[f.core].Cached(f.res, ev.CachedTokens)
 		}
 		r.bals[f.core].FirstToken(f.res, ev.At)
 	case engine.Finished, engine.Aborted:

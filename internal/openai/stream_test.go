@@ -91,7 +91,7 @@ func TestUsageReaderLine(t *testing.T) {
 				`data: {"model":"m","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":96}}}` + "\r",
 				`data: [DONE]`,
 			},
-			model: "m", usage: TokenCounts{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2}, token: true,
+			model: "m", usage: TokenCounts{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2, CachedReported: true}, token: true,
 			usageOnly: []bool{false, false, true, false},
 		},
 		{
@@ -219,7 +219,7 @@ func TestUsageReaderBody(t *testing.T) {
 		usage       TokenCounts
 	}{
 		{"completion", "m", []string{`{"model":"m","choices":[{"message":{"content":"hi"}}],`, `"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`}, TokenCounts{PromptTokens: 7, CompletionTokens: 3}},
-		{"cached tokens", "m", []string{`{"model":"m","usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":5}}}`}, TokenCounts{PromptTokens: 7, CachedTokens: 5, CompletionTokens: 3}},
+		{"cached tokens", "m", []string{`{"model":"m","usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":5}}}`}, TokenCounts{PromptTokens: 7, CachedTokens: 5, CompletionTokens: 3, CachedReported: true}},
 		{"a malformed total is not read", "m", []string{`{"model":"m","usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":"x"}}`}, TokenCounts{PromptTokens: 7, CompletionTokens: 3}},
 		{"no usage", "m", []string{`{"model":"m"}`}, TokenCounts{}},
 		{"invalid", "", []string{`{"model":`}, TokenCounts{}},

@@ -29,6 +29,10 @@ func NewUsage(prompt, completion, cached int) *Usage {
 // TokenCounts is the token usage a response reported, as it is counted.
 type TokenCounts struct {
 	PromptTokens, CachedTokens, CompletionTokens int64
+	// CachedReported is set when the usage said how many prompt tokens
+	// were cached (vLLM's prompt_tokens_details, sent only with
+	// --enable-prompt-tokens-details), even 0: without it a 0 says nothing.
+	CachedReported bool
 }
 
 // readUsage is what is read of a usage object: only the counted fields,
@@ -61,7 +65,7 @@ func (u *readUsage) counts() TokenCounts {
 		return c
 	}
 	if d := u.PromptTokensDetails; d != nil {
-		c.CachedTokens = d.CachedTokens
+		c.CachedTokens, c.CachedReported = d.CachedTokens, true
 	}
 	return c
 }

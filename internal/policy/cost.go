@@ -283,6 +283,8 @@ type Cost struct {
 	shapes     []PrefillShape // each candidate's TTFT in the parts its prefill model weighs
 	prefill    prefillFit     // the replicas' prefill model (cost_prefill.go)
 	report     reportFit      // the reported estimate's correction (cost_report.go)
+	inflight   inflightFit    // prefixes pending a first token, the share recomputed (cost_inflight.go)
+	unsched    []float64      // each candidate's unscheduled hit, tokens
 	burst      int            // the decision's place in its session's burst (burstBucket)
 	arrivals   []costArrivals // by replica id
 	meanPrompt float64        // running mean of routed prefill tokens: prices a foreign queue

@@ -32,6 +32,12 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 			d.byQueue = false
 		}
 	}
+	// The unscheduled hit is priced only while every candidate's KV
+	// cache is under recomputeKVGate used (cost_inflight.go).
+	kvMax := 0.0
+	for i := range n {
+		kvMax = max(kvMax, cands[i].KVCacheUsage)
+	}
 	fastest := -1
 	for j := range n {
 		i := d.start + j
@@ -42,7 +48,15 @@ func (p *Cost) estimateAll(d *costDecision, cands []Candidate) int {
 		id := p.candID[i]
 		arr := &p.arrivals[id]
 		var est float64
-		p.ttfts[i], est, p.delayed[i], p.evictions[i], p.shapes[i] = p.estimate(c, id, p.aheads[i], p.prefills[i], reuse, arr.meanGap, n, d.byQueue)
+		var scored, reported float64 // tokens of the unscheduled hit priced as computed
+		if kvMax < recomputeKVGate {
+			scored, reported = p.inflight.recompute(id, p.unsched[i])
+		}
+		p.ttfts[i], est, p.delayed[i], p.evictions[i], p.shapes[i] = p.estimate(c, id, p.aheads[i], p.prefills[i]+scored, reuse, arr.meanGap, n, d.byQueue)
+		if reported != scored {
+			_, _, _, _, p.shapes[i] = p.estimate(c, id, p.aheads[i], p.prefills[i]+reported, reuse, arr.meanGap, n, d.byQueue)
+		}
+		p.shapes[i].Hit, p.shapes[i].Unscheduled = float64(d.tokens)-p.prefills[i], p.unsched[i]
 		arr.note(d.nowNS)
 		p.copyShares[i] = 0
 		// A copy of a prefix other requests share is computed once and

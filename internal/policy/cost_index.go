@@ -44,6 +44,10 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 		}
 		cached = max(0, min(cached, d.tokens-1)) // a full hit still computes its last token
 		p.prefills[i] = float64(d.tokens - cached)
+		p.unsched[i] = 0
+		if len(d.blocks) > 0 {
+			p.unsched[i] = p.inflight.unscheduled(id, d.blocks, p.depth[id], float64(cached))
+		}
 		p.aheads[i] = c.PendingPrefill + c.OthersWaiting*p.meanPrompt
 	}
 }
@@ -59,6 +63,7 @@ func (p *Cost) learn(d *costDecision, best int) (recorded uint64) {
 		recorded = recordedToken(p.index.Touch(id, d.blocks), int(p.depth[id]))
 		p.expectPrecise(d, best)
 		p.noteRouted(d, best)
+		p.inflight.routed(id, d.blocks, p.depth[id], d.nowNS)
 	}
 	if d.session != "" && p.cfg.Sessions > 0 {
 		p.rememberSession(d, best)
@@ -126,10 +131,11 @@ func (p *Cost) mapCandidates(cands []Candidate) {
 		p.aheads = make([]float64, len(cands))
 		p.copyShares = make([]float64, len(cands))
 		p.shapes = make([]PrefillShape, len(cands))
+		p.unsched = make([]float64, len(cands))
 	}
 	p.estimates, p.ttfts, p.prefills = p.estimates[:len(cands)], p.ttfts[:len(cands)], p.prefills[:len(cands)]
 	p.delayed, p.evictions, p.aheads = p.delayed[:len(cands)], p.evictions[:len(cands)], p.aheads[:len(cands)]
-	p.copyShares, p.shapes = p.copyShares[:len(cands)], p.shapes[:len(cands)]
+	p.copyShares, p.shapes, p.unsched = p.copyShares[:len(cands)], p.shapes[:len(cands)], p.unsched[:len(cands)]
 }
 
 // id returns the replica's index id, giving a new name the next one.
@@ -165,6 +171,9 @@ func recordedTouch(v uint64) (t kvindex.Touched, held int) {
 // does hold.
 func (p *Cost) Refused(replica string, blocks []uint64, recorded uint64) {
 	id, ok := p.ids[replica]
+	if ok {
+		p.inflight.started(id, blocks)
+	}
 	if !ok || recorded&(1<<31) == 0 || len(blocks) == 0 {
 		return
 	}
@@ -180,6 +189,7 @@ func (p *Cost) Started(replica string, blocks []uint64) uint64 {
 	if !ok || len(blocks) == 0 {
 		return 0
 	}
+	p.inflight.started(id, blocks)
 	return uint64(p.index.Pin(id, blocks[:min(len(blocks), maxIndexBlocks)]))
 }
 
@@ -193,6 +203,7 @@ func (p *Cost) RemoveReplica(name string) {
 		p.index.RemoveReplica(id)
 		p.prefill.forget(id)
 		p.report.forget(id)
+		p.inflight.forget(id)
 	}
 }
 
@@ -228,6 +239,7 @@ func (p *Cost) Finished(replica string, blocks []uint64, now time.Time) {
 	if !ok || len(blocks) == 0 {
 		return
 	}
+	p.inflight.started(id, blocks) // ended without a first token (Started drops the others)
 	p.index.Touch(id, blocks[:min(len(blocks), maxIndexBlocks)])
 }
 

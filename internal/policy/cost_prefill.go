@@ -51,6 +51,10 @@ type PrefillShape struct {
 	// report's correction of it (cost_report.go).
 	Modelled float64
 	Class    int
+	// Hit is the prompt tokens the decision expected cached, Unscheduled
+	// the part of them from the first block a request in flight there was
+	// still to compute (cost_inflight.go).
+	Hit, Unscheduled float64
 }
 
 // FirstTokenObserver is implemented by a policy that learns from the time

@@ -178,5 +178,5 @@ func (f *reportFit) forget(id int32) {
 // decision just priced reports: its modelled time, corrected for its
 // class.
 func (p *Cost) reported(i int) float64 {
-	return p.ttfts[i] * p.report.factor(p.candID[i], p.shapes[i].Class)
+	return p.shapes[i].Modelled * p.report.factor(p.candID[i], p.shapes[i].Class)
 }

@@ -33,6 +33,10 @@ type Trace struct {
 	// to a streamed request that did not ask for usage (askUsage): the
 	// wrapper must then remove the usage chunk from what the client sees.
 	UsageAsked bool
+	// Res is the last attempt's reservation: the observer hands the
+	// engine's report of the prompt's cached tokens back to the balancer
+	// with it (balancer.Cached).
+	Res *balancer.Reservation
 }
 
 type traceKey struct{}
@@ -73,7 +77,7 @@ func noteDecision(t *Trace, res *balancer.Reservation, prof *request.Profile, at
 	if t == nil {
 		return
 	}
-	t.Model, t.Replica, t.Reason, t.Attempts = prof.Model, res.Replica, res.Reason, attempt
+	t.Model, t.Replica, t.Reason, t.Attempts, t.Res = prof.Model, res.Replica, res.Reason, attempt, res
 	if prof.TokenBlocks {
 		t.ModelTokens = prof.PromptTokens
 	}

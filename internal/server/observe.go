@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/balancer"
 	"github.com/llmlb/llmlb/internal/openai"
 	"github.com/llmlb/llmlb/internal/proxy"
 )
@@ -29,6 +31,7 @@ const HeaderRequestID = "X-Request-Id"
 type observed struct {
 	next      http.Handler
 	metrics   *admin.Metrics
+	bal       *balancer.Balancer // told the cached tokens the engine reported (nil: not told)
 	log       *slog.Logger
 	now       func() time.Time
 	accessLog bool
@@ -88,6 +91,9 @@ func (o *observed) record(ow *observingWriter, r *http.Request, start time.Time)
 	relayed := tr.Replica != "" && ow.status < 300 && ow.status >= 200
 	if relayed {
 		o.metrics.Completion(model, tr.Reason, ttft, end.Sub(start), ow.read.Usage)
+		if u := ow.read.Usage; o.bal != nil && tr.Res != nil && u.CachedReported {
+			o.bal.Cached(tr.Res, int(min(u.CachedTokens, math.MaxInt32)))
+		}
 		if engine := ow.read.Usage.PromptTokens; tr.ModelTokens > 0 && engine > 0 {
 			o.metrics.TokenizerCheck(model, int64(tr.ModelTokens) == engine)
 			if int64(tr.ModelTokens) != engine && o.log.Enabled(context.Background(), slog.LevelDebug) {

@@ -61,7 +61,7 @@ func TestObservingWriterStream(t *testing.T) {
 	if w.read.Model != "m" {
 		t.Errorf("model %q", w.read.Model)
 	}
-	if want := (openai.TokenCounts{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2}); w.read.Usage != want {
+	if want := (openai.TokenCounts{PromptTokens: 120, CachedTokens: 96, CompletionTokens: 2, CachedReported: true}); w.read.Usage != want {
 		t.Errorf("usage %+v, want %+v", w.read.Usage, want)
 	}
 	if got := rec.Body.String(); got != strings.Join(writes, "") {

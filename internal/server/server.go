@@ -195,7 +195,7 @@ func New(cfg config.Config, logger *slog.Logger, opts ...Option) (*Server, error
 	}
 	s.metrics.RegisterQueue(gate)
 	s.metrics.RegisterKVEvents(s.kv.feed)
-	s.handler = &withHealth{next: &observed{next: s.proxy, metrics: s.metrics, log: logger, now: o.now, accessLog: cfg.Log.Access},
+	s.handler = &withHealth{next: &observed{next: s.proxy, metrics: s.metrics, bal: bal, log: logger, now: o.now, accessLog: cfg.Log.Access},
 		bal: bal, now: o.now, draining: &s.draining}
 	// Shared state (docs/SHARED_STATE.md): the core publishes its affinity
 	// changes to Redis and applies its peers'; Run runs the client.
