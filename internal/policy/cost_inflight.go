@@ -123,8 +123,11 @@ func (f *inflightFit) routed(id int32, blocks []uint64, depth int32, nowNS int64
 	f.pending[id] = append(q, pendingPrefix{first: blocks[depth], last: blocks[len(blocks)-1], at: depth, n: int32(len(blocks)), nowNS: nowNS})
 }
 
-// started drops the pending request of replica id with these blocks (its
-// first token came, or it ended without one).
+// started drops the pending request of replica id with these blocks: its
+// first token came, or it ended without one. Another request with the same
+// blocks (the same prompt but for its last, partial block) has none pending
+// (it expected all of them cached), and its first token says they are
+// computed too.
 func (f *inflightFit) started(id int32, blocks []uint64) {
 	if id < 0 || int(id) >= len(f.pending) || len(blocks) == 0 {
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/llmlb/llmlb/internal/testutil/syncbuf"
 
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/config"
 	"github.com/llmlb/llmlb/internal/openai"
 )
 
@@ -335,11 +336,14 @@ func TestUsageAskedAndStripped(t *testing.T) {
 // startInFrontOf runs a server in front of one upstream (an httptest server
 // standing in for a replica, scraped as idle) until the test ends, and
 // waits until it knows the upstream's model.
-func startInFrontOf(t *testing.T, upstream string, logger *slog.Logger) *env {
+func startInFrontOf(t *testing.T, upstream string, logger *slog.Logger, tweaks ...func(*config.Config)) *env {
 	t.Helper()
 	fake, setIdle := idleFleet()
 	cfg := testConfig(upstream)
 	setIdle(&cfg)
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
 	srv, err := New(cfg, logger, WithFetcher(fake))
 	if err != nil {
 		t.Fatal(err)
@@ -357,4 +361,74 @@ func startInFrontOf(t *testing.T, upstream string, logger *slog.Logger) *env {
 		return len(rs) == 1 && len(rs[0].Models) == 1
 	})
 	return e
+}
+
+// TestCachedTokensReachCost: the cached tokens a replica reports in a
+// response's usage reach policy cost, which learns from them the share of
+// an in-flight prefix's hit the replica computes again: a request sent
+// while the one whose prefix it shares waits for its first token, and
+// reported to have found nothing cached, moves the replica's share (the
+// decision log's recomputed_share) from 0 to 1/32.
+func TestCachedTokensReachCost(t *testing.T) {
+	gotFirst, releaseFirst := make(chan struct{}), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte("first question")) {
+			close(gotFirst)
+			<-releaseFirst
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"`+model+`","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":600,"completion_tokens":1,"total_tokens":601,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	}))
+	defer upstream.Close()
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := startInFrontOf(t, upstream.URL, logger, func(c *config.Config) { c.Routing.Policy, c.Log.Access = "cost", true })
+
+	shared := strings.Repeat("You are a careful assistant who reads the whole document. ", 40)
+	first := make(chan int, 1)
+	go func() {
+		code, _, _ := e.chat(chatBody(shared+strings.Repeat(" first question", 20), 4), nil)
+		first <- code
+	}()
+	<-gotFirst
+	if code, _, out := e.chat(chatBody(shared+strings.Repeat(" second question", 20), 4), nil); code != http.StatusOK {
+		t.Fatalf("second request: %d %s", code, out)
+	}
+	// The client may have the answer before the observer has read its
+	// usage: its access line comes after.
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(logs.String(), `"msg":"access"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no access line for the second request:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, _, out := e.chat(chatBody(shared+strings.Repeat(" third question", 20), 4), nil); code != http.StatusOK {
+		t.Fatalf("third request: %d %s", code, out)
+	}
+	close(releaseFirst)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("first request: %d", code)
+	}
+	var details []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var r struct {
+			Msg    string `json:"msg"`
+			Detail string `json:"candidates_detail"`
+		}
+		if json.Unmarshal([]byte(line), &r) == nil && r.Msg == "route" {
+			details = append(details, r.Detail)
+		}
+	}
+	if len(details) != 3 {
+		t.Fatalf("%d route lines, want 3:\n%s", len(details), logs.String())
+	}
+	if !strings.Contains(details[1], "recomputed_share=0.000") {
+		t.Errorf("second decision %q: want the first's prefix as an unscheduled hit", details[1])
+	}
+	if !strings.Contains(details[2], "recomputed_share=0.031") {
+		t.Errorf("third decision %q: want the share learned from the second's report (1/32)", details[2])
+	}
 }
