@@ -48,6 +48,10 @@ const (
 	// pendingTTL drops a request from the pending ones after this long
 	// without a first token: one cancelled before it is never Started.
 	pendingTTL = int64(300e9)
+	// maxPending bounds the requests followed per replica, which every
+	// decision reads for every candidate: past it a request is not
+	// followed (the earlier ones are those being computed).
+	maxPending = 1024
 )
 
 // CacheObserver is implemented by a policy that learns from the prompt
@@ -119,6 +123,10 @@ func (f *inflightFit) routed(id int32, blocks []uint64, depth int32, nowNS int64
 		if nowNS-e.nowNS < pendingTTL {
 			q = append(q, e)
 		}
+	}
+	if len(q) >= maxPending {
+		f.pending[id] = q
+		return
 	}
 	f.pending[id] = append(q, pendingPrefix{first: blocks[depth], last: blocks[len(blocks)-1], at: depth, n: int32(len(blocks)), nowNS: nowNS})
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -84,5 +85,18 @@ func TestCostPendingPrefixLeavesWithTheRequest(t *testing.T) {
 	p.ForgetCache("a")
 	if p.inflight.share[id] != 0 {
 		t.Fatalf("share %v after a restart, want 0", p.inflight.share[id])
+	}
+}
+
+// Past maxPending requests without a first token, a replica's later ones
+// are not followed: every decision reads the list for every candidate.
+func TestCostPendingPrefixesAreBounded(t *testing.T) {
+	p := newCost(t, nil)
+	cands := costCands(1)
+	for i := range maxPending + 10 {
+		p.Choose(costPrompt(fmt.Sprintf("ctx%d", i), 4, 1, ""), cands, t0)
+	}
+	if n := len(p.inflight.pending[p.ids["a"]]); n != maxPending {
+		t.Fatalf("%d requests followed, want %d", n, maxPending)
 	}
 }
