@@ -96,6 +96,9 @@ type UsageReader struct {
 	line    []byte
 	body    bytes.Buffer
 	tooLong bool
+	// comp is Finish's decode target: a local would escape to the heap
+	// (decodeTop takes its targets as interfaces).
+	comp completion
 }
 
 // Stream reads a piece of an event stream: lines split across pieces are
@@ -179,8 +182,9 @@ func (r *UsageReader) Finish() {
 	if r.tooLong || r.body.Len() == 0 {
 		return
 	}
-	var c completion
-	if decodeCompletion(r.body.Bytes(), &c) {
+	c := &r.comp
+	*c = completion{}
+	if decodeCompletion(r.body.Bytes(), c) {
 		r.Model = c.Model
 		if c.Usage != nil {
 			r.Usage = c.Usage.counts()

@@ -616,11 +616,12 @@ func (p *Proxy) attemptsFailed(w http.ResponseWriter, last *attempt, tried int) 
 // keep its locals off the stack while a request is proxied (see prepare).
 func (p *Proxy) pick(ctx context.Context, tr *Trace, prof *request.Profile, h *held, n int, tried []string) (*balancer.Reservation, error) {
 	var res *balancer.Reservation
+	now := p.now() // one reading for the choice and its record
 	if n == 0 && h != nil && h.res != nil {
 		res = h.res
 	} else {
 		var err error
-		if res, err = p.bal.Select(prof, p.now(), tried...); err != nil {
+		if res, err = p.bal.Select(prof, now, tried...); err != nil {
 			return nil, err
 		}
 		if h != nil {
@@ -630,7 +631,7 @@ func (p *Proxy) pick(ctx context.Context, tr *Trace, prof *request.Profile, h *h
 	p.logDecision(ctx, res, prof, n)
 	noteDecision(tr, res, prof, n+1)
 	if p.decisions != nil {
-		p.decisions(p.now(), res, prof, n+1)
+		p.decisions(now, res, prof, n+1)
 	}
 	return res, nil
 }
