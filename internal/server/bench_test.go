@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admin"
+	"github.com/llmlb/llmlb/internal/admission"
 	"github.com/llmlb/llmlb/internal/balancer"
+	"github.com/llmlb/llmlb/internal/flowcontrol"
 	"github.com/llmlb/llmlb/internal/proxy"
 	"github.com/llmlb/llmlb/internal/request"
 	"github.com/llmlb/llmlb/internal/testutil/canned"
@@ -24,7 +26,8 @@ const cannedBody = `{"id":"x","object":"chat.completion","model":"m","choices":[
 
 // BenchmarkServeHandler is the proxy listener's own work per request, as
 // serve wires it (request id, the observer's usage and latency metrics,
-// the proxy with its metrics and the dashboard's records), without sockets: the JSON request of
+// flow control's gate at its defaults, the proxy with its metrics and the
+// dashboard's records), without sockets: the JSON request of
 // scripts/proxybench.sh answered by an in-memory replica.
 func BenchmarkServeHandler(b *testing.B) {
 	bal, err := balancer.New(balancer.DefaultConfig())
@@ -39,6 +42,7 @@ func BenchmarkServeHandler(b *testing.B) {
 	dash := ui.New(ui.Options{Balancer: bal, Now: time.Now})
 	p, err := proxy.New(proxy.Options{Balancer: bal, Request: request.DefaultConfig(), Proxy: proxy.Config{RouteHeaders: true},
 		Transport: canned.Transport{Body: cannedBody}, Metrics: recorders{m, dash},
+		Gate: admission.New(bal, flowcontrol.DefaultConfig()),
 		Decisions: func(at time.Time, res *balancer.Reservation, prof *request.Profile, attempt int) {
 			dash.Decision(at, res, prof, attempt)
 			m.Decision(at, res, prof, attempt)
