@@ -47,7 +47,8 @@ type held struct {
 	waited time.Duration
 }
 
-// admit runs flow control for a request about to be routed. It returns
+// admit runs flow control for the request st about to be routed (its
+// admission.Request and held are st's own fields). It returns
 // false when it answered the client itself (a refusal, a bad priority, a
 // timeout, a shutdown, a client gone while waiting). Otherwise the request
 // goes on; h is nil without flow control (no gate, not an inference
@@ -55,13 +56,18 @@ type held struct {
 // wait waits here, on its ticket's channel, the client's context or the
 // proxy's shutdown: nothing is sent to any replica and no header is written
 // meanwhile.
-func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) (h *held, ok bool) {
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, st *routed) (h *held, ok bool) {
+	body, prof := &st.out, &st.prof
 	if p.gate == nil || r.Method != http.MethodPost || !request.Routed(r.URL.Path) {
 		return nil, true
 	}
 	ctx := r.Context()
 	tenant, key := p.tenantOf(r.Header)
-	prio, err := p.flowCfg.Priority(prof.Model, tenant, key, r.Header.Get(HeaderPriority))
+	var prioText string
+	if v := r.Header[priorityKey]; len(v) > 0 {
+		prioText = v[0]
+	}
+	prio, err := p.flowCfg.Priority(prof.Model, tenant, key, prioText)
 	if err != nil {
 		p.answer(w, http.StatusBadRequest, openai.TypeInvalidRequest, openai.CodeInvalidPriority,
 			HeaderPriority+" must be an integer (higher goes first; below 0 is sheddable)")
@@ -71,7 +77,8 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		body.b = openai.WithPriority(body.b, -prio) // vLLM serves lower values first
 	}
 	ch := make(chan admission.Ticket, 1)
-	req := &admission.Request{ID: p.ids.Add(1), Profile: prof, Priority: prio, Tenant: tenant,
+	req := &st.areq
+	*req = admission.Request{ID: p.ids.Add(1), Profile: prof, Priority: prio, Tenant: tenant,
 		Bytes: int64(len(body.b)), Payload: ch}
 	// Counted before Admit, so that a Release that finds no waiter has
 	// nothing to pump.
@@ -86,7 +93,8 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 	}
 	switch d.Outcome {
 	case flowcontrol.Dispatch:
-		return &held{req: req}, true
+		st.held = held{req: req}
+		return &st.held, true
 	case flowcontrol.Refused:
 		noteFlow(traceOf(w, ctx), prof, d.Reason.Code(), 0, false)
 		p.refuse(w, prof, tenant, prio, d)
@@ -135,7 +143,8 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, body *outBody, pro
 		return nil, false
 	}
 	t.Res.Explanation.Queued = t.Waited
-	return &held{req: req, res: t.Res, waited: t.Waited}, true
+	st.held = held{req: req, res: t.Res, waited: t.Waited}
+	return &st.held, true
 }
 
 // wait parks a queued request until its ticket comes, its client goes away

@@ -47,6 +47,10 @@ var (
 	replicaKey   = http.CanonicalHeaderKey(HeaderReplica)
 	routeKey     = http.CanonicalHeaderKey(HeaderRoute)
 	queueWaitKey = http.CanonicalHeaderKey(HeaderQueueWait)
+	// priorityKey is read on every request flow control admits:
+	// Header.Get would canonicalize HeaderPriority, one allocation each
+	// time.
+	priorityKey = http.CanonicalHeaderKey(HeaderPriority)
 )
 
 // Defaults used when the corresponding Config field is zero.
@@ -330,7 +334,7 @@ func NewTransport(cfg Config) *http.Transport {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if st := p.prepare(w, r); st != nil {
-		p.route(w, r, &st.out, &st.prof)
+		p.route(w, r, st)
 	}
 }
 
@@ -394,10 +398,13 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request) *routed {
 }
 
 // routed is a request on its way to a replica: its profile and the body
-// the attempts send.
+// the attempts send, and flow control's records of it (admit), all in one
+// allocation.
 type routed struct {
 	prof request.Profile
 	out  outBody
+	areq admission.Request
+	held held
 }
 
 // readBody reads the whole request body under the size limit; over it the
@@ -559,8 +566,9 @@ func (p *Proxy) answerWith(w http.ResponseWriter, a openai.Answer) {
 // given to the client as the replica sent it when no other is left.
 // Flow control comes first (admit): a request that waited and was
 // dispatched late makes its first attempt on the replica reserved for it.
-func (p *Proxy) route(w http.ResponseWriter, r *http.Request, body *outBody, prof *request.Profile) {
-	h, ok := p.admit(w, r, body, prof)
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *routed) {
+	body, prof := &st.out, &st.prof
+	h, ok := p.admit(w, r, st)
 	if !ok {
 		return
 	}
