@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlb/llmlb/internal/admission"
@@ -76,10 +77,11 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, st *routed) (h *he
 	if p.flowCfg.EnginePriority {
 		body.b = openai.WithPriority(body.b, -prio) // vLLM serves lower values first
 	}
-	ch := make(chan admission.Ticket, 1)
+	wt := &st.wait
+	wt.ch = make(chan struct{}, 1)
 	req := &st.areq
 	*req = admission.Request{ID: p.ids.Add(1), Profile: prof, Priority: prio, Tenant: tenant,
-		Bytes: int64(len(body.b)), Payload: ch}
+		Bytes: int64(len(body.b)), Payload: wt}
 	// Counted before Admit, so that a Release that finds no waiter has
 	// nothing to pump.
 	p.waiters.Add(1)
@@ -104,7 +106,7 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, st *routed) (h *he
 	// Held behind requests that may not take the replicas' reserve, it
 	// may take it now (balancer.SaturationConfig.ReserveShare).
 	p.Pump()
-	t, dispatched := p.wait(ctx, req, ch)
+	t, dispatched := p.wait(ctx, req, wt)
 	p.waiters.Add(-1)
 	noteFlow(traceOf(w, ctx), prof, "", t.Waited, true)
 	if dispatched {
@@ -151,9 +153,10 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, st *routed) (h *he
 // or the proxy shuts down. dispatched reports a ticket of a late dispatch
 // (the request then owes a Done), as opposed to a queue timeout, a
 // shutdown, or a client gone while it waited (Err is then set).
-func (p *Proxy) wait(ctx context.Context, req *admission.Request, ch chan admission.Ticket) (t admission.Ticket, dispatched bool) {
+func (p *Proxy) wait(ctx context.Context, req *admission.Request, wt *waiter) (t admission.Ticket, dispatched bool) {
 	select {
-	case t = <-ch:
+	case <-wt.ch:
+		t = wt.t
 		return t, !errors.Is(t.Err, errQueueTimeout) && !errors.Is(t.Err, errShuttingDown)
 	case <-ctx.Done():
 	case <-p.stopping:
@@ -166,7 +169,8 @@ func (p *Proxy) wait(ctx context.Context, req *admission.Request, ch chan admiss
 		return admission.Ticket{Request: req, Err: err, Waited: p.now().Sub(req.Enqueued())}, false
 	}
 	// Taken out of the queue meanwhile: its ticket is on its way.
-	t = <-ch
+	<-wt.ch
+	t = wt.t
 	return t, !errors.Is(t.Err, errQueueTimeout) && !errors.Is(t.Err, errShuttingDown)
 }
 
@@ -251,12 +255,24 @@ func (p *Proxy) Shutdown() {
 	}
 }
 
-// deliver hands a ticket to its waiting request. The channel has room for
-// the one ticket a request ever gets, so this never blocks.
+// waiter is how a request in flow control's queue gets its ticket: deliver
+// keeps the ticket and signals ch, which has room for the one signal a
+// request ever gets. It lives in the request's routed allocation, and a
+// channel of empty signals is one allocation where a channel of tickets
+// (pointers in its buffer) was two.
+type waiter struct {
+	ch   chan struct{}
+	sent atomic.Bool // t is kept: a second ticket is not expected
+	t    admission.Ticket
+}
+
+// deliver hands a ticket to its waiting request; it never blocks.
 func (p *Proxy) deliver(t admission.Ticket) {
-	ch, _ := t.Request.Payload.(chan admission.Ticket)
-	select {
-	case ch <- t:
+	wt, _ := t.Request.Payload.(*waiter)
+	switch {
+	case wt != nil && wt.sent.CompareAndSwap(false, true):
+		wt.t = t
+		wt.ch <- struct{}{}
 	default: // not expected: no waiter would ever read it
 		if t.Res != nil {
 			p.bal.Release(t.Res, balancer.OutcomeCanceled, p.now())

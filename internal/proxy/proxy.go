@@ -405,6 +405,7 @@ type routed struct {
 	out  outBody
 	areq admission.Request
 	held held
+	wait waiter
 }
 
 // readBody reads the whole request body under the size limit; over it the
