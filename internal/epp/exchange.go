@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -649,12 +650,20 @@ func (x *exchange) finish() {
 		o = balancer.OutcomeRejected
 	}
 	x.release(o, x.status)
-	if x.status >= 200 && x.status < 300 && x.s.completion != nil {
+	if x.status < 200 || x.status >= 300 {
+		return
+	}
+	x.usage.Finish()
+	// The prompt tokens the engine found cached teach policy cost how
+	// much of a prefix still being prefilled it computes again.
+	if u := x.usage.Usage; u.CachedReported {
+		x.s.bal.Cached(x.res, int(min(u.CachedTokens, math.MaxInt32)))
+	}
+	if x.s.completion != nil {
 		ttft := time.Duration(-1)
 		if !x.ttftAt.IsZero() {
 			ttft = x.ttftAt.Sub(x.start)
 		}
-		x.usage.Finish()
 		model := x.prof.Model
 		if model == "" {
 			model = x.usage.Model
