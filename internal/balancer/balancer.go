@@ -656,6 +656,9 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 		// Turned away before it ran: the replica never computed the prompt.
 		b.policy.Refused(r.name, res.blocks, res.recorded)
 	}
+	if f, ok := b.policy.(policy.PendingFollower); ok && !started && o == OutcomeCanceled && mine && len(res.blocks) > 0 {
+		f.Canceled(r.name, res.blocks)
+	}
 	var tr []health.Transition
 	switch o {
 	case OutcomeOK:

@@ -73,3 +73,24 @@ func TestCachedTokensTeachCostTheRecomputedShare(t *testing.T) {
 		t.Fatalf("third decision's detail %q: want the share learned from one report (1/32)", d)
 	}
 }
+
+// TestCanceledRequestLeavesThePendingPrefixes: a request whose client goes
+// away before its first token is no longer followed as computing its
+// prefix (else a client cancelling at once would fill the list with
+// prefixes nothing computes until they age out).
+func TestCanceledRequestLeavesThePendingPrefixes(t *testing.T) {
+	b := costFleet(t, 1)
+	b.SetExplain(true)
+	first, err := b.Select(costProfile("x", 100, 0), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release(first, OutcomeCanceled, t0)
+	second, err := b.Select(costProfile("x", 100, 2), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := second.Explanation.Detail; strings.Contains(d, "unscheduled_hit=1600") {
+		t.Fatalf("second decision's detail %q: the cancelled request's prefix is still pending", d)
+	}
+}

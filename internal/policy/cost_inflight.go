@@ -46,7 +46,8 @@ const (
 	// fleet thrash: P99 11.6 and 4.7 s).
 	recomputeKVGate = 0.3
 	// pendingTTL drops a request from the pending ones after this long
-	// without a first token: one cancelled before it is never Started.
+	// without a first token: the backstop for one whose end the policy is
+	// never told of (its replica removed and added back meanwhile, say).
 	pendingTTL = int64(300e9)
 	// maxPending bounds the requests followed per replica, which every
 	// decision reads for every candidate: past it a request is not
@@ -59,6 +60,23 @@ const (
 // balancer calls it, under its lock, with the Choice's Shape.
 type CacheObserver interface {
 	ObserveCached(replica string, s PrefillShape, cached int)
+}
+
+// PendingFollower is implemented by a policy that follows requests pending
+// a first token: the balancer tells it of one released without a first
+// token as cancelled (its client went away), which neither Refused nor
+// Finished reports.
+type PendingFollower interface {
+	Canceled(replica string, blocks []uint64)
+}
+
+// Canceled drops a request released without a first token as cancelled
+// from replica's pending ones: left there until pendingTTL, a client that
+// cancels at once could fill the list with prefixes nothing computes.
+func (p *Cost) Canceled(replica string, blocks []uint64) {
+	if id, ok := p.ids[replica]; ok {
+		p.inflight.started(id, blocks)
+	}
 }
 
 // pendingPrefix is a request routed to a replica that has not had its
