@@ -226,6 +226,7 @@ type replica struct {
 	// requests' first tokens since do not turn into phantom ones.
 	othersWaiting    float64
 	prefillBusyUntil time.Time
+	pace             prefillPace // how fast it has got through our prompts (rates.go)
 	rates            learnedRates
 
 	cap   capacity  // running-slot limit and occupancy (capacity.go)

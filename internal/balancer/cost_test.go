@@ -379,3 +379,48 @@ func TestOthersWaitingIsFixedAtTheScrape(t *testing.T) {
 		t.Fatalf("others waiting per decision (-want +got):\n%s", diff)
 	}
 }
+
+// A replica that gets through prompts faster than the drain rate has its
+// pending prefill's bound restarted at each first token; one slower keeps
+// the bound it had.
+func TestPendingPrefillBoundRestartsOnAFastReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gap  time.Duration // between first tokens
+		want float64       // pending 1 s after the requests were sent
+	}{
+		// Five first tokens 100 ms apart: 16,000 tokens/s, above the
+		// 8,723 drain rate (TestCostPendingPrefillUntilFirstToken). At
+		// 0.5 s 8,000 tokens are owed, drained from then: 8,000 - 0.5 s
+		// x 8,723 = 3,638 left at 1 s.
+		{"fast", 100 * time.Millisecond, 3638},
+		// 200 ms apart: 8,000 tokens/s. The bound stays where the ten
+		// requests put it, 16,000 tokens from t0: 16,000 - 8,723 = 7,277
+		// left at 1 s.
+		{"slow", 200 * time.Millisecond, 7277},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := costFleet(t, 1)
+			var sent []*Reservation
+			for i := range 10 {
+				res, err := b.Select(costProfile(fmt.Sprint("p", i), 100, 0), t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Explanation.PrefillTokens != 1600 {
+					t.Fatalf("prefill = %d, want 1600", res.Explanation.PrefillTokens)
+				}
+				sent = append(sent, res)
+			}
+			for i, res := range sent[:5] {
+				b.FirstToken(res, t0.Add(time.Duration(i+1)*tc.gap))
+			}
+			b.mu.Lock()
+			got := b.pending(sent[0].rep, t0.Add(time.Second))
+			b.mu.Unlock()
+			if got < tc.want-5 || got > tc.want+5 {
+				t.Fatalf("pending at 1 s = %.0f, want about %.0f", got, tc.want)
+			}
+		})
+	}
+}

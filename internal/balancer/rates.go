@@ -290,7 +290,79 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 	if !res.released {
 		b.observeFirstToken(res, now)
 	}
+	owed := !res.firstToken && res.prefill > 0
 	b.donePending(res)
+	if owed {
+		b.restartPrefillBound(res, now)
+	}
+}
+
+// The pending prefill's time bound (pendingAt) runs from when the work was
+// sent, at the drain rate. A replica that gets through prompts faster than
+// that (short prompts on a serial engine take a step each, which the drain
+// rate charges only per batch_tokens chunk) falls ever further ahead of its
+// bound while it stays busy, so the bound never retires anything and the
+// prompt being computed counts in full until its first token: on longshort
+// (8 replicas at 1.5x) short prompts were sent behind a 97K-token prompt
+// 0.2 s from done as if it had just started. So at each first token on a
+// replica whose measured pace is above the drain rate, the bound restarts:
+// what it still owes, from now, at the drain rate. Restarted on every
+// replica, the overloaded conversation trace lost: a replica waiting for
+// KV memory is slower than its drain rate, and crediting it that rate
+// sent it more (docs/benchmarks/LAB-2026.md, "The pending prefill's bound
+// restarted").
+//
+// prefillPace is that measured pace: the prompt tokens computed over the
+// seconds they took, each first token's tokens against the time since the
+// later of the replica's previous first token and the request's dispatch,
+// both sums decayed so that about the latest paceMemory first tokens count.
+type prefillPace struct {
+	last            time.Time // the latest first token
+	tokens, seconds float64
+	samples         int
+}
+
+// Pace bounds.
+const (
+	// paceMemory is about how many first tokens the pace remembers.
+	paceMemory = 16
+	// minPaceSamples is the first tokens a pace needs before it counts.
+	minPaceSamples = 4
+)
+
+// add folds in a first token at now of a request dispatched at sent that
+// made the replica compute tokens, and returns the pace in tokens per
+// second (0 until minPaceSamples).
+func (p *prefillPace) add(sent, now time.Time, tokens float64) float64 {
+	start := sent
+	if p.last.After(start) {
+		start = p.last
+	}
+	if dt := now.Sub(start).Seconds(); dt > 0 {
+		keep := 1 - 1.0/paceMemory
+		p.tokens = p.tokens*keep + tokens
+		p.seconds = p.seconds*keep + dt
+		p.samples++
+	}
+	if now.After(p.last) {
+		p.last = now
+	}
+	if p.samples < minPaceSamples || p.seconds <= 0 {
+		return 0
+	}
+	return p.tokens / p.seconds
+}
+
+// restartPrefillBound measures res's replica's pace at res's first token
+// and, where it is above the drain rate, restarts the replica's pending
+// prefill bound from now.
+func (b *Balancer) restartPrefillBound(res *Reservation, now time.Time) {
+	r := res.rep
+	drain := b.drainRate(r)
+	if r.pace.add(res.at, now, res.prefill) <= drain {
+		return
+	}
+	r.prefillBusyUntil = now.Add(time.Duration(r.pendingPrefill / drain * float64(time.Second)))
 }
 
 // Cached records the prompt tokens res's replica reported the request
