@@ -154,3 +154,93 @@ func BenchmarkSelectReleaseCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSelectReleaseCostPending measures one Select + Release with
+// policy cost on parallel-prefill replicas (a learned recomputed share
+// above recomputeSure) whose lists of prefixes pending a first token are
+// empty or full (maxPending, 1024 a replica): every decision reads each
+// candidate's list. Every replica holds a 16-block system prompt, so every
+// candidate has a hit and reads its list; each holds 256 conversations of
+// 64 blocks; 9 in 10 requests continue one with 4 new blocks, 1 in 10
+// starts a new one. The lists are filled with the same requests, routed
+// each to one replica and never given a first token; the empty runs route
+// the same ones and cancel them, so the two differ only in the lists.
+func BenchmarkSelectReleaseCostPending(b *testing.B) {
+	const system, promptBlocks, convsPer, kvTokens = 16, 64, 256, 100_000 * tokenize.BlockSize
+	for _, n := range []int{4, 32} {
+		for _, pending := range []int{0, 1024} {
+			b.Run(fmt.Sprintf("replicas=%d/pending=%d", n, pending), func(b *testing.B) {
+				cost, err := policy.NewCost(policy.DefaultCostConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				bal, err := NewWithPolicy(DefaultConfig(), cost)
+				if err != nil {
+					b.Fatal(err)
+				}
+				names := make([]string, n)
+				for i := range names {
+					names[i] = fmt.Sprintf("replica-%04d", i)
+					if err := bal.AddReplica(ReplicaSpec{Name: names[i], URL: "http://" + names[i]}, t0); err != nil {
+						b.Fatal(err)
+					}
+					bal.ObserveScrape(names[i], Snapshot{KVCacheTokens: kvTokens}, nil, t0)
+				}
+				keys := func(c int, extra int) []uint64 {
+					k := make([]uint64, promptBlocks, promptBlocks+extra)
+					for i := range k {
+						k[i] = uint64(c)<<20 | uint64(i)
+						if i < system {
+							k[i] = 1<<40 | uint64(i) // the system prompt
+						}
+					}
+					return k
+				}
+				for c := range n * convsPer {
+					cost.Record(names[c%n], tokenize.FromBlockKeys(promptBlocks*tokenize.BlockSize, keys(c, 0)).Blocks, kvTokens)
+				}
+				for _, name := range names { // parallel prefill: a share learned
+					for range 8 {
+						cost.ObserveCached(name, policy.PrefillShape{Hit: 1000, Unscheduled: 1000}, 0)
+					}
+				}
+				rng := rand.New(rand.NewPCG(3, 3))
+				profiles := make([]Profile, 4096)
+				for i := range profiles {
+					k := keys(rng.IntN(n*convsPer), 4)
+					if i%10 == 0 { // a new conversation
+						for j := system; j < len(k); j++ {
+							k[j] |= 1 << 62
+						}
+					} else { // a held one's next turn
+						for j := range 4 {
+							k = append(k, uint64(i)<<32|1<<63|uint64(j))
+						}
+					}
+					profiles[i] = Profile{PromptTokens: len(k) * tokenize.BlockSize, OutputTokens: 200,
+						PromptBlocks: tokenize.FromBlockKeys(len(k)*tokenize.BlockSize, k).Blocks}
+				}
+				for r, name := range names { // fill the lists
+					one := []policy.Candidate{{Name: name, Live: true, KVCacheTokens: kvTokens}}
+					for k := range 1024 {
+						q := profiles[(r*1024+k)%len(profiles)]
+						cost.Choose(&q, one, t0)
+						if pending == 0 {
+							cost.Canceled(name, q.PromptBlocks)
+						}
+					}
+				}
+				now := t0.Add(time.Second)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					res, err := bal.Select(&profiles[i%len(profiles)], now)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bal.Release(res, OutcomeOK, now)
+				}
+			})
+		}
+	}
+}
