@@ -33,6 +33,13 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 		}
 		p.fresh = float64(max(0, d.tokens-int(held)*tokenize.BlockSize))
 	}
+	if len(d.blocks) > 0 { // the pending prefixes on the prompt's path, once for all
+		bound := int32(0)
+		for _, id := range p.candID {
+			bound = max(bound, p.depth[id])
+		}
+		p.inflight.scan(d.blocks, bound)
+	}
 	for i := range cands {
 		c := &cands[i]
 		id := p.candID[i]
@@ -46,7 +53,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 		p.prefills[i] = float64(d.tokens - cached)
 		p.unsched[i] = 0
 		if len(d.blocks) > 0 {
-			p.unsched[i] = p.inflight.unscheduled(id, d.blocks, p.depth[id], float64(cached))
+			p.unsched[i] = p.inflight.unscheduled(id, p.depth[id], float64(cached))
 		}
 		p.aheads[i] = c.PendingPrefill + c.OthersWaiting*p.meanPrompt
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
 )
@@ -49,9 +50,10 @@ const (
 	// without a first token: the backstop for one whose end the policy is
 	// never told of (its replica removed and added back meanwhile, say).
 	pendingTTL = int64(300e9)
-	// maxPending bounds the requests followed per replica, which every
-	// decision reads for every candidate: past it a request is not
-	// followed (the earlier ones are those being computed).
+	// maxPending bounds the requests followed per replica (their memory,
+	// and the TTL sweep's walk when one expires; a decision's lookup does
+	// not depend on it): past it a request is not followed (the earlier
+	// ones are those being computed).
 	maxPending = 1024
 )
 
@@ -92,30 +94,53 @@ type pendingPrefix struct {
 
 // inflightFit is, by replica id, the requests pending a first token and
 // the learned share of an unscheduled hit the replica computes again.
+//
+// Every decision asks it for every candidate, so nothing a decision does
+// walks a list: pending keeps each replica's requests in the order that
+// decides which of two alike started drops (swap removal), byLast finds
+// that one, firsts finds a prompt's pending prefixes by its block hashes,
+// and oldest lets routed skip the TTL sweep while nothing can have expired.
+// All three are kept in step with pending (checkConsistent in the tests).
 type inflightFit struct {
 	pending [][]pendingPrefix
 	share   []float64
+	byLast  []map[lastKey]lastAt // by replica: the first entry of each prompt
+	oldest  []int64              // by replica: at most its earliest entry's nowNS
+	firsts  pendingFirsts
 }
+
+// lastKey is what started finds a request by: its last block and length.
+type lastKey struct {
+	last uint64
+	n    int32
+}
+
+// lastAt is the position in its replica's list of the first entry with a
+// lastKey, and how many entries have it (two only when one was routed
+// while the index had evicted the other's blocks).
+type lastAt struct{ pos, count int32 }
 
 // unscheduled is the tokens of cached (the candidate's expected hit, of
 // the prompt's blocks up to depth) from the first block a request in
 // flight on replica id computes and has not had its first token for. The
 // chained block hashes make a pending request's first computed block
-// stand for the whole prefix before it.
-func (f *inflightFit) unscheduled(id int32, blocks []uint64, depth int32, cached float64) float64 {
+// stand for the whole prefix before it. It reads the decision's scan.
+func (f *inflightFit) unscheduled(id int32, depth int32, cached float64) float64 {
 	if id < 0 || int(id) >= len(f.pending) || cached <= 0 {
 		return 0
 	}
-	from := depth
-	for _, e := range f.pending[id] {
-		if e.at < from && int(e.at) < len(blocks) && blocks[e.at] == e.first {
-			from = e.at
-		}
-	}
-	if from >= depth {
+	from, ok := f.firsts.match(id)
+	if !ok || from >= depth {
 		return 0
 	}
 	return max(0, cached-float64(from)*tokenize.BlockSize)
+}
+
+// scan finds, for every replica, the shallowest of the prompt's first
+// bound blocks a request pending there computes first (unscheduled reads
+// it): bound at least every candidate's depth, once per decision.
+func (f *inflightFit) scan(blocks []uint64, bound int32) {
+	f.firsts.scan(blocks, int(min(bound, int32(len(blocks)))))
 }
 
 // recompute is the tokens of an unscheduled hit on replica id priced as
@@ -136,35 +161,92 @@ func (f *inflightFit) routed(id int32, blocks []uint64, depth int32, nowNS int64
 		return
 	}
 	f.grow(id)
+	if len(f.pending[id]) > 0 && nowNS-f.oldest[id] >= pendingTTL {
+		f.expire(id, nowNS)
+	}
+	q := f.pending[id]
+	if len(q) >= maxPending {
+		return
+	}
+	if len(q) == 0 || nowNS < f.oldest[id] {
+		f.oldest[id] = nowNS
+	}
+	e := pendingPrefix{first: blocks[depth], last: blocks[len(blocks)-1], at: depth, n: int32(len(blocks)), nowNS: nowNS}
+	if f.byLast[id] == nil {
+		f.byLast[id] = make(map[lastKey]lastAt)
+	}
+	k := lastKey{e.last, e.n}
+	if la, ok := f.byLast[id][k]; ok {
+		f.byLast[id][k] = lastAt{la.pos, la.count + 1}
+	} else {
+		f.byLast[id][k] = lastAt{int32(len(q)), 1}
+	}
+	f.firsts.add(id, e.first, e.at)
+	f.pending[id] = append(q, e)
+}
+
+// expire drops replica id's requests pending longer than pendingTTL,
+// keeping the others' order, and sets oldest to the earliest left.
+func (f *inflightFit) expire(id int32, nowNS int64) {
 	q := f.pending[id][:0]
+	oldest := nowNS
 	for _, e := range f.pending[id] {
 		if nowNS-e.nowNS < pendingTTL {
 			q = append(q, e)
+			oldest = min(oldest, e.nowNS)
+		} else {
+			f.firsts.remove(id, e.first, e.at)
 		}
 	}
-	if len(q) >= maxPending {
-		f.pending[id] = q
-		return
+	f.pending[id], f.oldest[id] = q, oldest
+	m := f.byLast[id]
+	clear(m)
+	for k, e := range q {
+		key := lastKey{e.last, e.n}
+		if la, ok := m[key]; ok {
+			m[key] = lastAt{la.pos, la.count + 1}
+		} else {
+			m[key] = lastAt{int32(k), 1}
+		}
 	}
-	f.pending[id] = append(q, pendingPrefix{first: blocks[depth], last: blocks[len(blocks)-1], at: depth, n: int32(len(blocks)), nowNS: nowNS})
 }
 
 // started drops the pending request of replica id with these blocks: its
 // first token came, or it ended without one. Another request with the same
 // blocks (the same prompt but for its last, partial block) has none pending
 // (it expected all of them cached), and its first token says they are
-// computed too.
+// computed too. Of two alike it drops the first in the list, which the
+// swap below reorders.
 func (f *inflightFit) started(id int32, blocks []uint64) {
 	if id < 0 || int(id) >= len(f.pending) || len(blocks) == 0 {
 		return
 	}
 	blocks = blocks[:min(len(blocks), maxIndexBlocks)]
+	key := lastKey{blocks[len(blocks)-1], int32(len(blocks))}
+	m := f.byLast[id]
+	la, ok := m[key]
+	if !ok {
+		return
+	}
 	q := f.pending[id]
-	for k, e := range q {
-		if e.n == int32(len(blocks)) && e.last == blocks[len(blocks)-1] {
-			q[k] = q[len(q)-1]
-			f.pending[id] = q[:len(q)-1]
-			return
+	k, end := la.pos, int32(len(q)-1)
+	f.firsts.remove(id, q[k].first, q[k].at)
+	q[k] = q[end]
+	q = q[:end]
+	f.pending[id] = q
+	if la.count == 1 {
+		delete(m, key)
+	} else { // another alike: the first of them now
+		pos := int32(0)
+		for pos < end && (q[pos].n != key.n || q[pos].last != key.last) {
+			pos++
+		}
+		m[key] = lastAt{pos, la.count - 1}
+	}
+	if k < end { // q[k] came from the end: its prompt's first may be earlier now
+		if moved := (lastKey{q[k].last, q[k].n}); moved != key {
+			lm := m[moved]
+			m[moved] = lastAt{min(lm.pos, k), lm.count}
 		}
 	}
 }
@@ -185,6 +267,10 @@ func (f *inflightFit) observe(id int32, hit, unscheduled float64, cached int) {
 // replica may run with other engine flags).
 func (f *inflightFit) forget(id int32) {
 	if id >= 0 && int(id) < len(f.share) {
+		for _, e := range f.pending[id] {
+			f.firsts.remove(id, e.first, e.at)
+		}
+		clear(f.byLast[id])
 		f.pending[id], f.share[id] = f.pending[id][:0], 0
 	}
 }
@@ -202,7 +288,137 @@ func (f *inflightFit) grow(id int32) {
 	for len(f.share) <= int(id) {
 		f.pending = append(f.pending, nil)
 		f.share = append(f.share, 0)
+		f.byLast = append(f.byLast, nil)
+		f.oldest = append(f.oldest, 0)
 	}
+}
+
+// pendingFirsts is every replica's pending requests by their first
+// computed block: a hash table from the block's hash to a chain of
+// (replica, position, count) nodes, and which block positions any request
+// starts at. A decision looks up only the prompt's blocks at those
+// positions, once for all candidates, whatever the lists' lengths.
+type pendingFirsts struct {
+	heads map[uint64]int32 // block hash -> its first node
+	nodes []firstNode      // the chains, free ones threaded through next
+	free  int32            // the first free node, or noNode
+	atN   []int32          // by block position: the requests starting there
+	atSet []uint64         // a bit per position with atN > 0
+	from  []int32          // by replica: the latest scan's shallowest match
+	seen  []uint32         // by replica: the scan that set from
+	stamp uint32           // the latest scan
+}
+
+// noNode ends a chain of firstNodes.
+const noNode = int32(-1)
+
+// firstNode is the requests pending on replica rep that compute the
+// prompt from block at on, whose hash keys its chain.
+type firstNode struct{ rep, at, count, next int32 }
+
+// add notes a request pending on rep that computes from block at (hash h).
+func (t *pendingFirsts) add(rep int32, h uint64, at int32) {
+	if t.heads == nil {
+		t.heads, t.free = make(map[uint64]int32), noNode
+		t.atN, t.atSet = make([]int32, maxIndexBlocks), make([]uint64, maxIndexBlocks/64)
+	}
+	for len(t.from) <= int(rep) {
+		t.from, t.seen = append(t.from, 0), append(t.seen, 0)
+	}
+	for int(at) >= len(t.atN) { // a prompt past maxIndexBlocks: Choose cuts them
+		t.atN, t.atSet = append(t.atN, make([]int32, 64)...), append(t.atSet, 0)
+	}
+	t.atN[at]++
+	t.atSet[at/64] |= 1 << (at % 64)
+	head, ok := t.heads[h]
+	if !ok {
+		head = noNode
+	}
+	for n := head; n != noNode; n = t.nodes[n].next {
+		if t.nodes[n].rep == rep && t.nodes[n].at == at {
+			t.nodes[n].count++
+			return
+		}
+	}
+	n := t.free
+	if n == noNode {
+		n = int32(len(t.nodes))
+		t.nodes = append(t.nodes, firstNode{})
+	} else {
+		t.free = t.nodes[n].next
+	}
+	t.nodes[n] = firstNode{rep: rep, at: at, count: 1, next: head}
+	t.heads[h] = n
+}
+
+// remove undoes one add.
+func (t *pendingFirsts) remove(rep int32, h uint64, at int32) {
+	head, ok := t.heads[h]
+	if !ok {
+		return
+	}
+	prev := noNode
+	for n := head; n != noNode; prev, n = n, t.nodes[n].next {
+		nd := &t.nodes[n]
+		if nd.rep != rep || nd.at != at {
+			continue
+		}
+		if t.atN[at]--; t.atN[at] == 0 {
+			t.atSet[at/64] &^= 1 << (at % 64)
+		}
+		if nd.count--; nd.count > 0 {
+			return
+		}
+		switch {
+		case prev != noNode:
+			t.nodes[prev].next = nd.next
+		case nd.next != noNode:
+			t.heads[h] = nd.next
+		default:
+			delete(t.heads, h)
+		}
+		nd.next, t.free = t.free, n
+		return
+	}
+}
+
+// scan notes, for every replica with a request pending that computes one
+// of the prompt's first bound blocks first, the shallowest such block.
+func (t *pendingFirsts) scan(blocks []uint64, bound int) {
+	if t.stamp++; t.stamp == 0 { // wrapped: no stale mark may match
+		clear(t.seen)
+		t.stamp = 1
+	}
+	if len(t.heads) == 0 {
+		return
+	}
+	bound = min(bound, len(t.atN)) // no request starts past it
+	for w := 0; w*64 < bound; w++ {
+		word := t.atSet[w]
+		if rest := bound - w*64; rest < 64 {
+			word &= 1<<rest - 1
+		}
+		for ; word != 0; word &= word - 1 {
+			at := int32(w*64 + bits.TrailingZeros64(word))
+			head, ok := t.heads[blocks[at]]
+			if !ok {
+				continue
+			}
+			for n := head; n != noNode; n = t.nodes[n].next {
+				if nd := &t.nodes[n]; nd.at == at && t.seen[nd.rep] != t.stamp {
+					t.seen[nd.rep], t.from[nd.rep] = t.stamp, at
+				}
+			}
+		}
+	}
+}
+
+// match is the latest scan's shallowest block for replica rep, if any.
+func (t *pendingFirsts) match(rep int32) (int32, bool) {
+	if int(rep) >= len(t.seen) || t.seen[rep] != t.stamp {
+		return 0, false
+	}
+	return t.from[rep], true
 }
 
 // ObserveCached learns, from the prompt tokens replica reported a request

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/llmlb/llmlb/internal/tokenize"
@@ -98,5 +100,189 @@ func TestCostPendingPrefixesAreBounded(t *testing.T) {
 	}
 	if n := len(p.inflight.pending[p.ids["a"]]); n != maxPending {
 		t.Fatalf("%d requests followed, want %d", n, maxPending)
+	}
+}
+
+// listFit is inflightFit as it was before its indexes: every lookup walks
+// the replica's list. The indexed one must agree with it on every answer
+// and keep the very same lists.
+type listFit struct{ pending [][]pendingPrefix }
+
+func (f *listFit) unscheduled(id int32, blocks []uint64, depth int32, cached float64) float64 {
+	if id < 0 || int(id) >= len(f.pending) || cached <= 0 {
+		return 0
+	}
+	from := depth
+	for _, e := range f.pending[id] {
+		if e.at < from && int(e.at) < len(blocks) && blocks[e.at] == e.first {
+			from = e.at
+		}
+	}
+	if from >= depth {
+		return 0
+	}
+	return max(0, cached-float64(from)*tokenize.BlockSize)
+}
+
+func (f *listFit) routed(id int32, blocks []uint64, depth int32, nowNS int64) {
+	if id < 0 || depth < 0 || int(depth) >= len(blocks) {
+		return
+	}
+	for len(f.pending) <= int(id) {
+		f.pending = append(f.pending, nil)
+	}
+	q := f.pending[id][:0]
+	for _, e := range f.pending[id] {
+		if nowNS-e.nowNS < pendingTTL {
+			q = append(q, e)
+		}
+	}
+	if len(q) >= maxPending {
+		f.pending[id] = q
+		return
+	}
+	f.pending[id] = append(q, pendingPrefix{first: blocks[depth], last: blocks[len(blocks)-1], at: depth, n: int32(len(blocks)), nowNS: nowNS})
+}
+
+func (f *listFit) started(id int32, blocks []uint64) {
+	if id < 0 || int(id) >= len(f.pending) || len(blocks) == 0 {
+		return
+	}
+	q := f.pending[id]
+	for k, e := range q {
+		if e.n == int32(len(blocks)) && e.last == blocks[len(blocks)-1] {
+			q[k] = q[len(q)-1]
+			f.pending[id] = q[:len(q)-1]
+			return
+		}
+	}
+}
+
+// checkConsistent reports where the indexes disagree with the lists.
+func (f *inflightFit) checkConsistent() error {
+	type node struct{ rep, at int32 }
+	want, wantAt := map[uint64]map[node]int32{}, make([]int32, maxIndexBlocks)
+	for id, q := range f.pending {
+		byLast := map[lastKey]lastAt{}
+		for k, e := range q {
+			key := lastKey{e.last, e.n}
+			la, ok := byLast[key]
+			if !ok {
+				la.pos = int32(k)
+			}
+			la.count++
+			byLast[key] = la
+			if want[e.first] == nil {
+				want[e.first] = map[node]int32{}
+			}
+			want[e.first][node{int32(id), e.at}]++
+			wantAt[e.at]++
+			if e.nowNS < f.oldest[id] {
+				return fmt.Errorf("replica %d: entry %d routed at %d, before oldest %d", id, k, e.nowNS, f.oldest[id])
+			}
+		}
+		if len(byLast) != len(f.byLast[id]) {
+			return fmt.Errorf("replica %d: %d prompts by last block, want %d", id, len(f.byLast[id]), len(byLast))
+		}
+		for key, la := range byLast {
+			if f.byLast[id][key] != la {
+				return fmt.Errorf("replica %d: prompt %v at %v, want %v", id, key, f.byLast[id][key], la)
+			}
+		}
+	}
+	t := &f.firsts
+	if len(t.heads) != len(want) {
+		return fmt.Errorf("%d first blocks indexed, want %d", len(t.heads), len(want))
+	}
+	for h, nodes := range want {
+		got := map[node]int32{}
+		for n := t.heads[h]; n != noNode; n = t.nodes[n].next {
+			got[node{t.nodes[n].rep, t.nodes[n].at}] += t.nodes[n].count
+		}
+		if fmt.Sprint(got) != fmt.Sprint(nodes) {
+			return fmt.Errorf("first block %x: %v, want %v", h, got, nodes)
+		}
+	}
+	for at, n := range wantAt {
+		if t.atN != nil && (t.atN[at] != n || (t.atSet[at/64]>>(at%64)&1 == 1) != (n > 0)) {
+			return fmt.Errorf("position %d: %d requests (bit %d), want %d", at, t.atN[at], t.atSet[at/64]>>(at%64)&1, n)
+		}
+	}
+	return nil
+}
+
+// The indexes answer what the list walk did, keep the same lists through
+// routing past the bound and the TTL, first tokens, cancels and removals
+// (two alike requests included: a small alphabet of blocks), and stay
+// consistent with the lists.
+func TestCostPendingIndexAgreesWithTheListWalk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var got inflightFit
+	var want listFit
+	prompt := func() []uint64 {
+		b := make([]uint64, 1+rng.IntN(80))
+		for i := range b {
+			b[i] = uint64(rng.IntN(3))<<8 | uint64(i) // few distinct blocks a position
+		}
+		return b
+	}
+	var routed [][]uint64
+	nowNS, full := int64(0), 0
+	for step := range 60_000 {
+		id := int32(rng.IntN(3))
+		starts, rare := 300, 2 // per 1000: the lists stay short, alike requests meet
+		if step/10_000%2 == 1 {
+			starts, rare = 10, 0 // the lists fill to the bound
+		}
+		switch op := rng.IntN(1000); {
+		case op < 600:
+			b := prompt()
+			depth := int32(rng.IntN(len(b) + 1))
+			got.routed(id, b, depth, nowNS)
+			want.routed(id, b, depth, nowNS)
+			routed = append(routed, b)
+			nowNS += rng.Int64N(int64(100e6))
+		case op < 600+starts && len(routed) > 0:
+			b := routed[rng.IntN(len(routed))]
+			if rng.IntN(2) == 0 {
+				b = routed[len(routed)-1-rng.IntN(min(len(routed), 20))] // a recent one
+			}
+			got.started(id, b)
+			want.started(id, b)
+		case op < 600+starts+rare:
+			got.forget(id)
+			if int(id) < len(want.pending) {
+				want.pending[id] = want.pending[id][:0]
+			}
+		case op < 600+starts+2*rare:
+			nowNS += rng.Int64N(2 * pendingTTL)
+		default:
+			b := prompt()
+			bound := int32(rng.IntN(len(b) + 5))
+			got.scan(b, bound)
+			for r := range int32(4) {
+				depth := int32(rng.IntN(int(bound) + 1))
+				cached := float64(depth) * tokenize.BlockSize
+				if g, w := got.unscheduled(r, depth, cached), want.unscheduled(r, b, depth, cached); g != w {
+					t.Fatalf("step %d: replica %d unscheduled %v, want %v", step, r, g, w)
+				}
+			}
+		}
+		for r := range want.pending {
+			if !slices.Equal(got.pending[r], want.pending[r]) {
+				t.Fatalf("step %d: replica %d pending\n%v\nwant\n%v", step, r, got.pending[r], want.pending[r])
+			}
+		}
+		if step%97 == 0 {
+			if err := got.checkConsistent(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+		if int(id) < len(got.pending) {
+			full = max(full, len(got.pending[id]))
+		}
+	}
+	if full < maxPending {
+		t.Errorf("the longest list reached %d, want the bound %d", full, maxPending)
 	}
 }
