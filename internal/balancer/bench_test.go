@@ -158,18 +158,21 @@ func BenchmarkSelectReleaseCost(b *testing.B) {
 // BenchmarkSelectReleaseCostPending measures one Select + Release with
 // policy cost on parallel-prefill replicas (a learned recomputed share
 // above recomputeSure) whose lists of prefixes pending a first token are
-// empty or full (maxPending, 1024 a replica): every decision reads each
-// candidate's list. Every replica holds a 16-block system prompt, so every
-// candidate has a hit and reads its list; each holds 256 conversations of
-// 64 blocks; 9 in 10 requests continue one with 4 new blocks, 1 in 10
-// starts a new one. The lists are filled with the same requests, routed
-// each to one replica and never given a first token; the empty runs route
-// the same ones and cancel them, so the two differ only in the lists.
+// empty or full (maxPending, 1024 a replica). Every replica holds a
+// 16-block system prompt, so every candidate has a hit and looks for
+// pending prefixes of the prompt; each holds 256 conversations of 64
+// blocks; 9 in 10 requests continue one with 4 new blocks, 1 in 10 starts
+// a new one. The lists are filled by requests routed each to one replica
+// and never given a first token: lists=full with the benchmark's own
+// requests (decisions find them pending, and spread), lists=other with
+// requests that share only the system prompt with them. lists=empty
+// routes those and cancels them: its decisions and index are those of
+// lists=other, so the two differ by what the lookup itself costs.
 func BenchmarkSelectReleaseCostPending(b *testing.B) {
 	const system, promptBlocks, convsPer, kvTokens = 16, 64, 256, 100_000 * tokenize.BlockSize
 	for _, n := range []int{4, 32} {
-		for _, pending := range []int{0, 1024} {
-			b.Run(fmt.Sprintf("replicas=%d/pending=%d", n, pending), func(b *testing.B) {
+		for _, lists := range []string{"empty", "other", "full"} {
+			b.Run(fmt.Sprintf("replicas=%d/lists=%s", n, lists), func(b *testing.B) {
 				cost, err := policy.NewCost(policy.DefaultCostConfig())
 				if err != nil {
 					b.Fatal(err)
@@ -224,13 +227,27 @@ func BenchmarkSelectReleaseCostPending(b *testing.B) {
 					one := []policy.Candidate{{Name: name, Live: true, KVCacheTokens: kvTokens}}
 					for k := range 1024 {
 						q := profiles[(r*1024+k)%len(profiles)]
+						if lists != "full" {
+							k := keys(r*1024+k, 0)
+							for j := system; j < len(k); j++ {
+								k[j] |= 1 << 61
+							}
+							q.PromptBlocks = tokenize.FromBlockKeys(len(k)*tokenize.BlockSize, k).Blocks
+						}
 						cost.Choose(&q, one, t0)
-						if pending == 0 {
+						if lists == "empty" {
 							cost.Canceled(name, q.PromptBlocks)
 						}
 					}
 				}
 				now := t0.Add(time.Second)
+				for i := range 2 * len(profiles) { // the index's table grows to its size
+					res, err := bal.Select(&profiles[i%len(profiles)], now)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bal.Release(res, OutcomeOK, now)
+				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
