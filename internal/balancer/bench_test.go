@@ -76,22 +76,7 @@ func BenchmarkSelectReleaseCost(b *testing.B) {
 	const perReplica, promptBlocks = 100_000, 64
 	for _, n := range []int{4, 1000} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			cost, err := policy.NewCost(policy.DefaultCostConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			bal, err := NewWithPolicy(DefaultConfig(), cost)
-			if err != nil {
-				b.Fatal(err)
-			}
-			names := make([]string, n)
-			for i := range names {
-				names[i] = fmt.Sprintf("replica-%04d", i)
-				if err := bal.AddReplica(ReplicaSpec{Name: names[i], URL: "http://" + names[i]}, t0); err != nil {
-					b.Fatal(err)
-				}
-				bal.ObserveScrape(names[i], Snapshot{KVCacheTokens: perReplica * tokenize.BlockSize}, nil, t0)
-			}
+			cost, bal, names := benchCostFleet(b, n, perReplica*tokenize.BlockSize)
 			// Conversation c is promptBlocks blocks; the replicas of group
 			// r % 10 hold the group's convs conversations, 100K blocks.
 			convs := perReplica / promptBlocks
@@ -168,27 +153,13 @@ func BenchmarkSelectReleaseCost(b *testing.B) {
 // requests that share only the system prompt with them. lists=empty
 // routes those and cancels them: its decisions and index are those of
 // lists=other, so the two differ by what the lookup itself costs.
+// Results: docs/benchmarks/LAB-2026.md "The pending prefixes' lookup".
 func BenchmarkSelectReleaseCostPending(b *testing.B) {
 	const system, promptBlocks, convsPer, kvTokens = 16, 64, 256, 100_000 * tokenize.BlockSize
 	for _, n := range []int{4, 32} {
 		for _, lists := range []string{"empty", "other", "full"} {
 			b.Run(fmt.Sprintf("replicas=%d/lists=%s", n, lists), func(b *testing.B) {
-				cost, err := policy.NewCost(policy.DefaultCostConfig())
-				if err != nil {
-					b.Fatal(err)
-				}
-				bal, err := NewWithPolicy(DefaultConfig(), cost)
-				if err != nil {
-					b.Fatal(err)
-				}
-				names := make([]string, n)
-				for i := range names {
-					names[i] = fmt.Sprintf("replica-%04d", i)
-					if err := bal.AddReplica(ReplicaSpec{Name: names[i], URL: "http://" + names[i]}, t0); err != nil {
-						b.Fatal(err)
-					}
-					bal.ObserveScrape(names[i], Snapshot{KVCacheTokens: kvTokens}, nil, t0)
-				}
+				cost, bal, names := benchCostFleet(b, n, kvTokens)
 				keys := func(c int, extra int) []uint64 {
 					k := make([]uint64, promptBlocks, promptBlocks+extra)
 					for i := range k {
@@ -242,22 +213,45 @@ func BenchmarkSelectReleaseCostPending(b *testing.B) {
 				}
 				now := t0.Add(time.Second)
 				for i := range 2 * len(profiles) { // the index's table grows to its size
-					res, err := bal.Select(&profiles[i%len(profiles)], now)
-					if err != nil {
-						b.Fatal(err)
-					}
-					bal.Release(res, OutcomeOK, now)
+					selectRelease(b, bal, &profiles[i%len(profiles)], now)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
-					res, err := bal.Select(&profiles[i%len(profiles)], now)
-					if err != nil {
-						b.Fatal(err)
-					}
-					bal.Release(res, OutcomeOK, now)
+					selectRelease(b, bal, &profiles[i%len(profiles)], now)
 				}
 			})
 		}
 	}
+}
+
+// benchCostFleet is a balancer with policy cost over n replicas named
+// replica-0000..., each scraped with kvTokens of KV cache.
+func benchCostFleet(b *testing.B, n, kvTokens int) (*policy.Cost, *Balancer, []string) {
+	cost, err := policy.NewCost(policy.DefaultCostConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	bal, err := NewWithPolicy(DefaultConfig(), cost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("replica-%04d", i)
+		if err := bal.AddReplica(ReplicaSpec{Name: names[i], URL: "http://" + names[i]}, t0); err != nil {
+			b.Fatal(err)
+		}
+		bal.ObserveScrape(names[i], Snapshot{KVCacheTokens: float64(kvTokens)}, nil, t0)
+	}
+	return cost, bal, names
+}
+
+// selectRelease routes p and releases it as served.
+func selectRelease(b *testing.B, bal *Balancer, p *Profile, now time.Time) {
+	res, err := bal.Select(p, now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bal.Release(res, OutcomeOK, now)
 }
