@@ -38,7 +38,7 @@ func (p *Cost) candidates(d *costDecision, cands []Candidate) {
 		for _, id := range p.candID {
 			bound = max(bound, p.depth[id])
 		}
-		p.inflight.scan(d.blocks, bound)
+		p.inflight.scan(p.candID, d.blocks, bound)
 	}
 	for i := range cands {
 		c := &cands[i]

@@ -95,19 +95,29 @@ type pendingPrefix struct {
 // inflightFit is, by replica id, the requests pending a first token and
 // the learned share of an unscheduled hit the replica computes again.
 //
-// Every decision asks it for every candidate, so nothing a decision does
-// walks a list: pending keeps each replica's requests in the order that
+// Every decision asks it for every candidate, so no decision need walk
+// the lists: pending keeps each replica's requests in the order that
 // decides which of two alike started drops (swap removal), byLast finds
 // that one, firsts finds a prompt's pending prefixes by its block hashes,
 // and oldest lets routed skip the TTL sweep while nothing can have expired.
 // All three are kept in step with pending (checkConsistent in the tests).
+// Where the candidates' lists are short against the prompt positions
+// firsts would look up, a decision walks them instead (walkPerLookup):
+// the same answer, for less.
 type inflightFit struct {
 	pending [][]pendingPrefix
 	share   []float64
 	byLast  []map[lastKey]lastAt // by replica: the first entry of each prompt
 	oldest  []int64              // by replica: at most its earliest entry's nowNS
 	firsts  pendingFirsts
+	walking bool     // the decision walks the lists (scan chose)
+	path    []uint64 // the prompt's blocks while walking
 }
+
+// walkPerLookup is the list entries a decision walks rather than look up
+// one prompt position in firsts: an entry costs about 1 ns, a lookup
+// about 10 (BenchmarkPendingLookup).
+const walkPerLookup = 8
 
 // lastKey is what started finds a request by: its last block and length.
 type lastKey struct {
@@ -129,18 +139,42 @@ func (f *inflightFit) unscheduled(id int32, depth int32, cached float64) float64
 	if id < 0 || int(id) >= len(f.pending) || cached <= 0 {
 		return 0
 	}
-	from, ok := f.firsts.match(id)
+	from, ok := depth, true
+	if f.walking {
+		for _, e := range f.pending[id] {
+			if e.at < from && int(e.at) < len(f.path) && f.path[e.at] == e.first {
+				from = e.at
+			}
+		}
+	} else {
+		from, ok = f.firsts.match(id)
+	}
 	if !ok || from >= depth {
 		return 0
 	}
 	return max(0, cached-float64(from)*tokenize.BlockSize)
 }
 
-// scan finds, for every replica, the shallowest of the prompt's first
-// bound blocks a request pending there computes first (unscheduled reads
-// it): bound at least every candidate's depth, once per decision.
-func (f *inflightFit) scan(blocks []uint64, bound int32) {
-	f.firsts.scan(blocks, int(min(bound, int32(len(blocks)))))
+// scan prepares unscheduled for a decision on the prompt's blocks among
+// candidates ids: bound is at least every candidate's depth. It walks
+// their lists if they hold at most walkPerLookup entries a position firsts
+// would look up; otherwise firsts finds, for every replica, the shallowest
+// of the prompt's first bound blocks a request pending there computes first.
+func (f *inflightFit) scan(ids []int32, blocks []uint64, bound int32) {
+	bound = min(bound, int32(len(blocks)))
+	listed := 0
+	for _, id := range ids {
+		if id >= 0 && int(id) < len(f.pending) {
+			listed += len(f.pending[id])
+		}
+	}
+	f.walking = listed <= walkPerLookup*f.firsts.starts(int(bound))
+	if f.walking {
+		f.path = blocks
+		return
+	}
+	f.path = nil
+	f.firsts.scan(blocks, int(bound))
 }
 
 // recompute is the tokens of an unscheduled hit on replica id priced as
@@ -411,6 +445,19 @@ func (t *pendingFirsts) scan(blocks []uint64, bound int) {
 			}
 		}
 	}
+}
+
+// starts is the block positions below bound some request starts at.
+func (t *pendingFirsts) starts(bound int) int {
+	n := 0
+	for w := 0; w < len(t.atSet) && w*64 < bound; w++ {
+		word := t.atSet[w]
+		if rest := bound - w*64; rest < 64 {
+			word &= 1<<rest - 1
+		}
+		n += bits.OnesCount64(word)
+	}
+	return n
 }
 
 // match is the latest scan's shallowest block for replica rep, if any.

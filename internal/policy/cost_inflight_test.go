@@ -211,10 +211,11 @@ func (f *inflightFit) checkConsistent() error {
 	return nil
 }
 
-// The indexes answer what the list walk did, keep the same lists through
-// routing past the bound and the TTL, first tokens, cancels and removals
-// (two alike requests included: a small alphabet of blocks), and stay
-// consistent with the lists.
+// The indexes answer what the list walk did (firsts, the walk and scan's
+// choice of the two each), keep the same lists through routing past the
+// bound and the TTL, first tokens, cancels and removals (two alike
+// requests included: a small alphabet of blocks), and stay consistent
+// with the lists.
 func TestCostPendingIndexAgreesWithTheListWalk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var got inflightFit
@@ -259,12 +260,24 @@ func TestCostPendingIndexAgreesWithTheListWalk(t *testing.T) {
 		default:
 			b := prompt()
 			bound := int32(rng.IntN(len(b) + 5))
-			got.scan(b, bound)
-			for r := range int32(4) {
-				depth := int32(rng.IntN(int(bound) + 1))
-				cached := float64(depth) * tokenize.BlockSize
-				if g, w := got.unscheduled(r, depth, cached), want.unscheduled(r, b, depth, cached); g != w {
-					t.Fatalf("step %d: replica %d unscheduled %v, want %v", step, r, g, w)
+			depths := make([]int32, 4)
+			for r := range depths {
+				depths[r] = int32(rng.IntN(int(bound) + 1))
+			}
+			for _, how := range []string{"chosen", "index", "walk"} {
+				got.scan([]int32{0, 1, 2, 3}, b, bound)
+				switch how {
+				case "index":
+					got.walking = false
+					got.firsts.scan(b, min(int(bound), len(b)))
+				case "walk":
+					got.walking, got.path = true, b
+				}
+				for r, depth := range depths {
+					cached := float64(depth) * tokenize.BlockSize
+					if g, w := got.unscheduled(int32(r), depth, cached), want.unscheduled(int32(r), b, depth, cached); g != w {
+						t.Fatalf("step %d: replica %d unscheduled %v (%s), want %v", step, r, g, how, w)
+					}
 				}
 			}
 		}
@@ -284,5 +297,70 @@ func TestCostPendingIndexAgreesWithTheListWalk(t *testing.T) {
 	}
 	if full < maxPending {
 		t.Errorf("the longest list reached %d, want the bound %d", full, maxPending)
+	}
+}
+
+// BenchmarkPendingLookup measures one decision's lookup of the pending
+// prefixes for every candidate (each holding the whole prompt), the lists
+// full and none of their requests on the prompt's path: lookup=list is
+// the former walk of every list (listFit), lookup=index firsts alone and
+// lookup=chosen what scan chooses. Requests start at positions spread over
+// the prompt (the index's worst case: a lookup per position) or all at one.
+func BenchmarkPendingLookup(b *testing.B) {
+	for _, n := range []int{4, 32} {
+		for _, blocks := range []int{64, 1024} {
+			for _, starts := range []string{"spread", "one"} {
+				rng := rand.New(rand.NewPCG(5, 5))
+				var got inflightFit
+				var want listFit
+				prompt := make([]uint64, blocks)
+				for i := range prompt {
+					prompt[i] = rng.Uint64()
+				}
+				ids := make([]int32, n)
+				for id := range int32(n) {
+					ids[id] = id
+					for range maxPending {
+						other := make([]uint64, blocks)
+						for i := range other {
+							other[i] = rng.Uint64()
+						}
+						depth := int32(blocks / 2)
+						if starts == "spread" {
+							depth = int32(rng.IntN(blocks))
+						}
+						got.routed(id, other, depth, 0)
+						want.routed(id, other, depth, 0)
+					}
+				}
+				cached := float64(blocks * tokenize.BlockSize)
+				for _, lookup := range []string{"list", "index", "chosen"} {
+					name := fmt.Sprintf("replicas=%d/blocks=%d/starts=%s/lookup=%s", n, blocks, starts, lookup)
+					b.Run(name, func(b *testing.B) {
+						sum := 0.0
+						for b.Loop() {
+							switch lookup {
+							case "list":
+								for _, id := range ids {
+									sum += want.unscheduled(id, prompt, int32(blocks), cached)
+								}
+								continue
+							case "index":
+								got.walking = false
+								got.firsts.scan(prompt, blocks)
+							default:
+								got.scan(ids, prompt, int32(blocks))
+							}
+							for _, id := range ids {
+								sum += got.unscheduled(id, int32(blocks), cached)
+							}
+						}
+						if sum != 0 {
+							b.Fatal("a pending prefix on the prompt's path")
+						}
+					})
+				}
+			}
+		}
 	}
 }
