@@ -317,18 +317,16 @@ func BenchmarkPendingLookup(b *testing.B) {
 				for i := range prompt {
 					prompt[i] = rng.Uint64()
 				}
-				ids := make([]int32, n)
+				ids, other := make([]int32, n), make([]uint64, blocks)
 				for id := range int32(n) {
 					ids[id] = id
 					for range maxPending {
-						other := make([]uint64, blocks)
-						for i := range other {
-							other[i] = rng.Uint64()
-						}
 						depth := int32(blocks / 2)
 						if starts == "spread" {
 							depth = int32(rng.IntN(blocks))
 						}
+						// routed reads the blocks at depth and the last
+						other[depth], other[blocks-1] = rng.Uint64(), rng.Uint64()
 						got.routed(id, other, depth, 0)
 						want.routed(id, other, depth, 0)
 					}
