@@ -91,7 +91,7 @@ func TestCostPendingPrefixLeavesWithTheRequest(t *testing.T) {
 }
 
 // Past maxPending requests without a first token, a replica's later ones
-// are not followed: every decision reads the list for every candidate.
+// are not followed: the lists, their indexes and the TTL sweep stay bounded.
 func TestCostPendingPrefixesAreBounded(t *testing.T) {
 	p := newCost(t, nil)
 	cands := costCands(1)
