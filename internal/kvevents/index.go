@@ -430,7 +430,7 @@ func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
 			}
 		}
 	}
-	r.risk.routed(blocks, now)
+	r.risk.routed(blocks, now, x.budget/4)
 	until := now.Add(PendingTTL)
 	for _, h := range blocks {
 		if _, ok := r.blocks[h]; ok {

@@ -16,11 +16,20 @@ import "time"
 // a clock that counts the uses of its GPU keys (stored, or freed by a
 // request that finished: Touch, the prompt's last block first as vLLM
 // frees them), each key's last use, which keys requests routed there and
-// not finished are using (they are not evictable, and they are scheduled
-// before any request routed later), and how old the keys it evicts are at
-// eviction (their mean age, lately). A key not in use, of age a, is judged
-// gone after n more blocks are allocated there once a plus the clock's
-// advance over n stores passes its expected life by riskMargin.
+// not finished are using, and how old the keys it evicts are at eviction
+// (their mean age, lately). A key not in use, of age a, is judged gone
+// after n more blocks are allocated there once a plus the clock's advance
+// over n stores passes its expected life by riskMargin. A key a request
+// queued there found held is safe: that request is scheduled before any
+// routed later and takes it out of the eviction order. A key a request
+// routed there computes is held by that request until it finishes (vLLM
+// evicts only free blocks), so it is freed no earlier than now: its age
+// counts from now, not from its store, and only a queue ahead that turns
+// the cache over on its own puts it at risk. Aged from their store, the
+// blocks of running requests were 25 of the 35 judged at risk on the
+// Mooncake conversation trace (1x speed, three rotation starts), and 15 of
+// the 17 of those whose fate could be told were still held after the
+// blocks queued ahead had been stored.
 
 // riskMinSamples is how many evictions a replica must have made before
 // its keys are judged at risk: until its cache has filled, nothing is
@@ -60,10 +69,11 @@ type lruRisk struct {
 }
 
 // busyMark is how many requests routed to the replica use a key and are
-// not reported finished, and until when the latest counts (BusyTTL).
+// not reported finished, those that found it held (n) and those that
+// compute it, and until when the latest counts (BusyTTL).
 type busyMark struct {
-	n     int32
-	until int64
+	n, computing int32
+	until        int64
 }
 
 // stored records that key k entered the GPU cache: used now.
@@ -118,13 +128,33 @@ func (l *lruRisk) heldRun(blocks []uint64) int {
 	return n
 }
 
-// routed records that a prompt was routed there at now: its request uses
-// the leading blocks the replica holds until it finishes.
-func (l *lruRisk) routed(blocks []uint64, now time.Time) {
+// routed records that a prompt was routed there at now: its request holds
+// every block of it from when it is scheduled until it finishes (Touch),
+// those the replica holds now (it shares them) and those it computes. At
+// most limit keys are marked; marks past BusyTTL make room first.
+func (l *lruRisk) routed(blocks []uint64, now time.Time, limit int) {
+	ns := now.UnixNano()
+	if len(l.busy)+len(blocks) > limit {
+		for h, b := range l.busy {
+			if b.until <= ns {
+				delete(l.busy, h)
+			}
+		}
+	}
 	until := now.Add(BusyTTL).UnixNano()
-	for _, h := range blocks[:l.heldRun(blocks)] {
-		b := l.busy[h]
-		l.busy[h] = busyMark{n: b.n + 1, until: until}
+	held := l.heldRun(blocks)
+	for i, h := range blocks {
+		b, ok := l.busy[h]
+		if !ok && len(l.busy) >= limit {
+			return
+		}
+		b.until = until
+		if i < held {
+			b.n++
+		} else {
+			b.computing++
+		}
+		l.busy[h] = b
 	}
 }
 
@@ -143,10 +173,23 @@ func (x *Index) Touch(rep string, blocks []uint64) {
 	n := l.heldRun(blocks)
 	for i, h := range blocks[:n] {
 		l.use[h] = l.clock + uint32(n-i)
-		if b := l.busy[h]; b.n > 1 {
-			l.busy[h] = busyMark{n: b.n - 1, until: b.until}
+	}
+	for _, h := range blocks {
+		b, ok := l.busy[h]
+		if !ok {
+			continue
+		}
+		// The request that computed a key was routed before those that
+		// found it held, and is the likelier to finish first.
+		if b.computing > 0 {
+			b.computing--
 		} else {
+			b.n--
+		}
+		if b.n <= 0 && b.computing <= 0 {
 			delete(l.busy, h)
+		} else {
+			l.busy[h] = b
 		}
 	}
 	l.clock += uint32(n)
@@ -157,10 +200,10 @@ func (x *Index) Touch(rep string, blocks []uint64) {
 // Match found them on replica rep) are expected still in its GPU cache,
 // at now, once allocs more blocks have been allocated there: the prefills
 // queued ahead of a request evict about that many before it starts. A
-// block used by a request routed there and not finished is safe, and so
-// is one routed there and not yet reported (Expect): the request that
-// computes it holds it. Until the replica has evicted enough to tell how
-// long a block stays, every block is.
+// block a request queued there found held is safe, and so is one routed
+// there and not yet reported (Expect); one a request there computed and
+// has not finished is as old as a block freed now. Until the replica has
+// evicted enough to tell how long a block stays, every block is.
 func (x *Index) Survivors(rep string, blocks []uint64, depth, allocs int, now time.Time) int {
 	depth = min(depth, len(blocks))
 	if allocs <= 0 || depth <= 0 {
@@ -176,10 +219,18 @@ func (x *Index) Survivors(rep string, blocks []uint64, depth, allocs int, now ti
 	ahead := float64(allocs) * l.ticks / l.stores
 	ns := now.UnixNano()
 	for i, h := range blocks[:depth] {
-		if l.busy[h].until > ns {
-			continue
+		u, ok := l.use[h]
+		if !ok {
+			continue // routed there, not yet reported: its request holds it
 		}
-		if u, ok := l.use[h]; ok && float64(l.clock-u)+ahead >= l.life*riskMargin {
+		age := float64(l.clock - u)
+		if b := l.busy[h]; b.until > ns {
+			if b.n > 0 {
+				continue // a request queued ahead shares it
+			}
+			age = 0 // in use: freed no earlier than now
+		}
+		if age+ahead >= l.life*riskMargin {
 			return i
 		}
 	}

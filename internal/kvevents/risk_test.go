@@ -120,3 +120,55 @@ func TestSurvivorsForgetsClearedKeys(t *testing.T) {
 		t.Fatalf("after a clear and 10 stores: %d keys ordered, %d in use; want 10, 0", n, b)
 	}
 }
+
+// TestSurvivorsCountsComputedKeysInUse: a key a request routed to the
+// replica computes is held by that request until it finishes, so it cannot
+// be evicted before then: its age counts from now, not from when it was
+// stored (a long prompt's first blocks are stored long before its last,
+// and a running request holds them however old). It is at risk only when
+// the prefills queued ahead alone turn the cache over. A key computed
+// behind the balancer's back, with no request known to hold it, ages from
+// its store.
+func TestSurvivorsCountsComputedKeysInUse(t *testing.T) {
+	// Keys 201..210 stored at clock 151..160, then 90 more stores each
+	// evicting one of keys 51..140 (about 110 stores old): at clock 250
+	// key 201 is 99 stores old, key 210 90; a key is gone at about 125.
+	setup := func(route bool) *Index {
+		x := riskIndex(t)
+		if route {
+			x.Expect("a", keys(201, 210), t0) // none held: it computes them
+		}
+		x.Apply("a", Batch{Events: []Event{stored("GPU", keys(201, 210)...)}}, t0)
+		for k := uint64(1); k <= 90; k++ {
+			x.Apply("a", Batch{Events: []Event{stored("GPU", 1000+k), removed("GPU", 50+k)}}, t0)
+		}
+		return x
+	}
+	cases := []struct {
+		name     string
+		route    bool // a request routed there computes the keys
+		finished bool // and it finished (Touch)
+		shared   bool // a later request found them held (Expect again)
+		allocs   int
+		want     int
+	}{
+		{"computed and in use, behind a short queue", true, false, false, 30, 10},
+		{"computed and in use, behind a queue that turns the cache over", true, false, false, 130, 0},
+		{"computed behind the balancer's back ages from its store", false, false, false, 30, 0},
+		{"computed, finished: freed now, the freshest", true, true, false, 30, 10},
+		{"computed, finished, behind a long queue", true, true, false, 130, 0},
+		{"shared by a request queued ahead: safe behind any queue", true, false, true, 1000, 10},
+	}
+	for _, c := range cases {
+		x := setup(c.route)
+		if c.finished {
+			x.Touch("a", keys(201, 210))
+		}
+		if c.shared {
+			x.Expect("a", keys(201, 210), t0)
+		}
+		if got := x.Survivors("a", keys(201, 210), 10, c.allocs, t0.Add(time.Second)); got != c.want {
+			t.Errorf("%s: %d survive behind %d blocks, want %d", c.name, got, c.allocs, c.want)
+		}
+	}
+}
