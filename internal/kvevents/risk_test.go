@@ -172,3 +172,26 @@ func TestSurvivorsCountsComputedKeysInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyMarksBounded: the keys marked in use are held to a quarter of
+// the budget, as pending blocks are; marks past BusyTTL make room.
+func TestBusyMarksBounded(t *testing.T) {
+	x := NewIndex(40) // at most 10 marks
+	x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
+	steps := []struct {
+		name   string
+		blocks []uint64
+		at     time.Time
+		want   int
+	}{
+		{"a prompt of 8 blocks", keys(101, 108), t0, 8},
+		{"another of 8: two more fit", keys(201, 208), t0.Add(time.Second), 10},
+		{"after BusyTTL the old marks make room", keys(301, 308), t0.Add(BusyTTL + 2*time.Second), 8},
+	}
+	for _, s := range steps {
+		x.Expect("a", s.blocks, s.at)
+		if got := len(x.reps["a"].risk.busy); got != s.want {
+			t.Errorf("%s: %d keys marked, want %d", s.name, got, s.want)
+		}
+	}
+}
