@@ -49,6 +49,9 @@ type Reservation struct {
 	// cachedSeen: the replica's report of the prompt's cached tokens was
 	// handed to the policy (Cached).
 	cachedSeen bool
+	// sent is its place in its replica's dispatch order among requests
+	// with prefill (prefillPace).
+	sent uint64
 }
 
 // Weight returns the reservation's load weight (docs/ROUTING.md "Effective load" units).

@@ -380,24 +380,28 @@ func TestOthersWaitingIsFixedAtTheScrape(t *testing.T) {
 	}
 }
 
-// A replica that gets through prompts faster than the drain rate has its
-// pending prefill's bound restarted at each first token; one slower keeps
-// the bound it had.
+// A replica that gets through prompts faster than the drain rate, in the
+// order they were sent, has its pending prefill's bound restarted at each
+// first token; one slower, or whose later prompts overtake earlier ones (an
+// engine sharing its steps among prefills), keeps the bound it had.
 func TestPendingPrefillBoundRestartsOnAFastReplica(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		gap  time.Duration // between first tokens
-		want float64       // pending 1 s after the requests were sent
+		name  string
+		gap   time.Duration // between first tokens
+		order []int         // of the first five sent, by first token
+		want  float64       // pending 1 s after the requests were sent
 	}{
 		// Five first tokens 100 ms apart: 16,000 tokens/s, above the
 		// 8,723 drain rate (TestCostPendingPrefillUntilFirstToken). At
 		// 0.5 s 8,000 tokens are owed, drained from then: 8,000 - 0.5 s
 		// x 8,723 = 3,638 left at 1 s.
-		{"fast", 100 * time.Millisecond, 3638},
+		{"fast", 100 * time.Millisecond, []int{0, 1, 2, 3, 4}, 3638},
 		// 200 ms apart: 8,000 tokens/s. The bound stays where the ten
 		// requests put it, 16,000 tokens from t0: 16,000 - 8,723 = 7,277
 		// left at 1 s.
-		{"slow", 200 * time.Millisecond, 7277},
+		{"slow", 200 * time.Millisecond, []int{0, 1, 2, 3, 4}, 7277},
+		// As fast, but the second sent came first: out of order.
+		{"overtaken", 100 * time.Millisecond, []int{1, 0, 2, 3, 4}, 7277},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := costFleet(t, 1)
@@ -412,8 +416,8 @@ func TestPendingPrefillBoundRestartsOnAFastReplica(t *testing.T) {
 				}
 				sent = append(sent, res)
 			}
-			for i, res := range sent[:5] {
-				b.FirstToken(res, t0.Add(time.Duration(i+1)*tc.gap))
+			for i, k := range tc.order {
+				b.FirstToken(sent[k], t0.Add(time.Duration(i+1)*tc.gap))
 			}
 			b.mu.Lock()
 			got := b.pending(sent[0].rep, t0.Add(time.Second))

@@ -238,6 +238,8 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 	r.pendingPrefill += tokens
 	r.heldPrefill += tokens
 	r.pendingRequests++
+	r.pace.sent++
+	res.sent = r.pace.sent
 	start := r.prefillBusyUntil
 	if start.Before(now) {
 		start = now
@@ -299,27 +301,38 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 
 // The pending prefill's time bound (pendingAt) runs from when the work was
 // sent, at the drain rate. A replica that gets through prompts faster than
-// that (short prompts on a serial engine take a step each, which the drain
-// rate charges only per batch_tokens chunk) falls ever further ahead of its
-// bound while it stays busy, so the bound never retires anything and the
-// prompt being computed counts in full until its first token: on longshort
-// (8 replicas at 1.5x) short prompts were sent behind a 97K-token prompt
-// 0.2 s from done as if it had just started. So at each first token on a
-// replica whose measured pace is above the drain rate, the bound restarts:
-// what it still owes, from now, at the drain rate. Restarted on every
-// replica, the overloaded conversation trace lost: a replica waiting for
-// KV memory is slower than its drain rate, and crediting it that rate
-// sent it more (docs/benchmarks/LAB-2026.md, "The pending prefill's bound
+// that (vLLM packs several queued prompts into a step's token budget, which
+// the drain rate does not count) falls ever further ahead of its bound while
+// it stays busy, so the bound never retires anything and the prompt being
+// computed counts in full until its first token: on longshort (8 replicas at
+// 1.5x) short prompts were sent behind a 97K-token prompt 0.2 s from done as
+// if it had just started. So at each first token on a replica whose measured
+// pace is above the drain rate, the bound restarts: what it still owes, from
+// now, at the drain rate. Not on every replica: the overloaded conversation
+// trace lost where a replica waiting for KV memory, slower than its drain
+// rate, was credited that rate. And only while the replica's first tokens
+// come in the order its requests were sent, as an engine that computes one
+// prompt at a time gives them: where prefills share the steps, short prompts
+// overtake long ones, the owed prefill is being computed all at once, and the
+// restart raised the P99 on such engines (64 slots, 16 partial prefills:
+// 0.57 -> 0.77 s; docs/benchmarks/LAB-2026.md, "The pending prefill's bound
 // restarted").
 //
 // prefillPace is that measured pace: the prompt tokens computed over the
 // seconds they took, each first token's tokens against the time since the
 // later of the replica's previous first token and the request's dispatch,
-// both sums decayed so that about the latest paceMemory first tokens count.
+// both sums decayed so that about the latest paceMemory first tokens count;
+// and the share of first tokens that came after a later request's.
 type prefillPace struct {
 	last            time.Time // the latest first token
 	tokens, seconds float64
 	samples         int
+	// sent numbers the replica's requests with prefill in dispatch order
+	// (Reservation.sent); firstSent is the highest that had its first token.
+	sent, firstSent uint64
+	// overtaken is the running share of first tokens that came after a
+	// later-sent request's, over about paceMemory.
+	overtaken float64
 }
 
 // Pace bounds.
@@ -328,6 +341,10 @@ const (
 	paceMemory = 16
 	// minPaceSamples is the first tokens a pace needs before it counts.
 	minPaceSamples = 4
+	// maxOvertaken is the overtaken share at or above which the bound is
+	// not restarted: one overtaken first token keeps it so for about the
+	// next 28.
+	maxOvertaken = 0.01
 )
 
 // add folds in a first token at now of a request dispatched at sent that
@@ -353,13 +370,23 @@ func (p *prefillPace) add(sent, now time.Time, tokens float64) float64 {
 	return p.tokens / p.seconds
 }
 
-// restartPrefillBound measures res's replica's pace at res's first token
-// and, where it is above the drain rate, restarts the replica's pending
-// prefill bound from now.
+// restartPrefillBound measures res's replica's pace and order at res's
+// first token and, where the pace is above the drain rate and no first
+// token came out of order lately, restarts the replica's pending prefill
+// bound from now.
 func (b *Balancer) restartPrefillBound(res *Reservation, now time.Time) {
 	r := res.rep
 	drain := b.drainRate(r)
+	overtaken := 0.0
+	if res.sent < r.pace.firstSent {
+		overtaken = 1
+	}
+	r.pace.firstSent = max(r.pace.firstSent, res.sent)
+	r.pace.overtaken += (overtaken - r.pace.overtaken) / paceMemory
 	if r.pace.add(res.at, now, res.prefill) <= drain {
+		return
+	}
+	if r.pace.overtaken >= maxOvertaken {
 		return
 	}
 	r.prefillBusyUntil = now.Add(time.Duration(r.pendingPrefill / drain * float64(time.Second)))
