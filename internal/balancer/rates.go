@@ -301,9 +301,7 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 
 // The pending prefill's time bound (pendingAt) runs from when the work was
 // sent, at the drain rate. A replica that gets through prompts faster than
-// that (vLLM packs several queued prompts into a step's token budget, which
-// the drain rate does not count) falls ever further ahead of its bound while
-// it stays busy, so the bound never retires anything and the prompt being
+// that rate says falls ever further ahead of its bound while it stays busy, so the bound never retires anything and the prompt being
 // computed counts in full until its first token: on longshort (8 replicas at
 // 1.5x) short prompts were sent behind a 97K-token prompt 0.2 s from done as
 // if it had just started. So at each first token on a replica whose measured
@@ -321,8 +319,10 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 // prefillPace is that measured pace: the prompt tokens computed over the
 // seconds they took, each first token's tokens against the time since the
 // later of the replica's previous first token and the request's dispatch,
-// both sums decayed so that about the latest paceMemory first tokens count;
-// and the share of first tokens that came after a later request's.
+// both sums decayed so that about the latest paceMemory first tokens count
+// (a first token at the same instant as the previous one is left out, which
+// errs toward the bound as it was); and the share of first tokens that came
+// after a later request's.
 type prefillPace struct {
 	last            time.Time // the latest first token
 	tokens, seconds float64
