@@ -23,6 +23,11 @@
 # Workload runs (wl-WORKLOAD-NxS): the bundled workloads on 4 and 8 replicas
 # at 1.5x, 2x and 3x (--speed S: a workload's default rate already scales
 # with --replicas).
+#
+# ROTATIONS=N (default 1) also runs cost and cost+fc at rotation_start 1 to
+# N-1 in the trace and workload runs: one run is one order in which equal
+# estimates are met, and a saturated replay moves by 10-20% with it. The
+# tables then add the criteria counted on the medians over the N starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/llmlb-overload}
@@ -30,6 +35,13 @@ mkdir -p "$OUT"
 go build -o "$OUT/llmlb" ./cmd/llmlb
 B="$OUT/llmlb"
 ALL=rr,least-request,sticky,prefix-tree,llm-d,llmlb,llmlb-warm,cost,cost+fc
+ROTATIONS=${ROTATIONS:-1}
+ROT=""     # ,cost:rotation_start=1,cost+fc:rotation_start=1,...
+ROTFC=""   # the same for cost+fc alone
+for ((k = 1; k < ROTATIONS; k++)); do
+  ROT+=",cost:rotation_start=$k,cost+fc:rotation_start=$k"
+  ROTFC+=",cost+fc:rotation_start=$k"
+done
 
 runs=()   # NAME|ARGS
 traces() {
@@ -42,8 +54,8 @@ traces() {
           az) f=traces/azure_llm_inference_2023_code.csv; ts=$((2 * n)) ;;
         esac
         args="--trace $f --trace-speed $ts --replicas $n --speed $s"
-        runs+=("$t-${n}x$s|$args --policies $ALL")
-        runs+=("$t-${n}x$s-mr64|$args --policies cost+fc --max-running 64")
+        runs+=("$t-${n}x$s|$args --policies $ALL$ROT")
+        runs+=("$t-${n}x$s-mr64|$args --policies cost+fc$ROTFC --max-running 64")
       done
     done
   done
@@ -59,7 +71,7 @@ workloads() {
   for w in chat agentic mixed oneshot longshort; do
     for n in 4 8; do
       for s in 1.5 2 3; do
-        runs+=("wl-$w-${n}x$s|--workload $w --replicas $n --speed $s --policies $ALL")
+        runs+=("wl-$w-${n}x$s|--workload $w --replicas $n --speed $s --policies $ALL$ROT")
       done
     done
   done

@@ -58,6 +58,39 @@ func result(rep *bench.Report, policy string) (bench.Result, bool) {
 	return bench.Result{}, false
 }
 
+// isCost reports whether policy is cost or cost+fc, with or without
+// parameters (cost:rotation_start=1): not one of the others.
+func isCost(policy string) bool {
+	name, _, _ := strings.Cut(policy, ":")
+	return name == "cost" || name == "cost+fc"
+}
+
+// rotated returns the medians of policy's TTFT p50 and P99 over its runs at
+// every rotation start in rep (the policy itself and policy:rotation_start=N,
+// as ROTATIONS in scripts/overload.sh adds them), and how many there are.
+func rotated(rep *bench.Report, policy string) (p50, p99 float64, n int) {
+	var a, b []float64
+	for _, r := range rep.Results {
+		if r.Policy == policy || strings.HasPrefix(r.Policy, policy+":rotation_start=") {
+			a, b = append(a, r.TTFT.P50), append(b, r.TTFT.P99)
+		}
+	}
+	return median(a), median(b), len(a)
+}
+
+// median of xs (0 for none); sorts xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return (xs[m-1] + xs[m]) / 2
+}
+
 // sec formats seconds: 850 ms, 4.21 s, 125 s.
 func sec(s float64) string {
 	switch {
@@ -136,6 +169,8 @@ func traceTable(reps map[string]*bench.Report) {
 	fmt.Println("| run | cost p50 / P99 | cost+fc p50 / P99, refused | best other P99 | fc P99 / best other | fc p50 / cost p50 | learned limit p50 (min-max), saturated | cost+fc, max_running 64: p50 / P99, refused |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	var met, goal, p50met, runsN, mrMet, mrP50met, mrN [2]int // traces, workloads
+	var rotMet, rotGoal, rotP50met, rotN [2]int               // the same over rotation starts
+	rotStarts := 0
 	for _, tr := range runs {
 		k := 0
 		if tr.workload {
@@ -149,7 +184,7 @@ func traceTable(reps map[string]*bench.Report) {
 		}
 		best, bestName := 0.0, ""
 		for _, r := range rep.Results {
-			if r.Policy == "cost" || r.Policy == "cost+fc" {
+			if isCost(r.Policy) {
 				continue
 			}
 			if bestName == "" || r.TTFT.P99 < best {
@@ -170,6 +205,20 @@ func traceTable(reps map[string]*bench.Report) {
 			}
 		}
 		p99r, p50r := fc.TTFT.P99/best, fc.TTFT.P50/cost.TTFT.P50
+		if c50, _, n := rotated(rep, "cost"); n > 1 && tr.speed > 1 {
+			f50, f99, _ := rotated(rep, "cost+fc")
+			rotN[k]++
+			rotStarts = n
+			if f99 <= best {
+				rotMet[k]++
+			}
+			if f99 <= 0.8*best {
+				rotGoal[k]++
+			}
+			if f50 <= 1.05*c50 {
+				rotP50met[k]++
+			}
+		}
 		if tr.speed > 1 { // the overload runs
 			runsN[k]++
 			if p99r <= 1 {
@@ -197,6 +246,10 @@ func traceTable(reps map[string]*bench.Report) {
 			fmt.Printf("; with max_running 64: %d and %d of %d", mrMet[k], mrP50met[k], mrN[k])
 		}
 		fmt.Println()
+		if rotN[k] > 0 {
+			fmt.Printf("%s overload runs, medians over %d rotation starts of cost and cost+fc: P99 <= the best other's on %d of %d (<= 0.8x on %d), p50 <= 1.05x cost's on %d of %d\n",
+				what, rotStarts, rotMet[k], rotN[k], rotGoal[k], rotP50met[k], rotN[k])
+		}
 	}
 	fmt.Println()
 	for _, name := range []string{"conv-4x2", "az-4x2"} {
