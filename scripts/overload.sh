@@ -25,7 +25,7 @@
 # with --replicas).
 #
 # ROTATIONS=N (default 1) also runs cost and cost+fc at rotation_start 1 to
-# N-1 in the trace and workload runs: one run is one order in which equal
+# N-1 in the trace and workload runs (not the max_running 64 ones): one run is one order in which equal
 # estimates are met, and a saturated replay moves by 10-20% with it. The
 # tables then add the criteria counted on the medians over the N starts.
 set -euo pipefail
@@ -36,11 +36,9 @@ go build -o "$OUT/llmlb" ./cmd/llmlb
 B="$OUT/llmlb"
 ALL=rr,least-request,sticky,prefix-tree,llm-d,llmlb,llmlb-warm,cost,cost+fc
 ROTATIONS=${ROTATIONS:-1}
-ROT=""     # ,cost:rotation_start=1,cost+fc:rotation_start=1,...
-ROTFC=""   # the same for cost+fc alone
+ROT=""   # ,cost:rotation_start=1,cost+fc:rotation_start=1,...
 for ((k = 1; k < ROTATIONS; k++)); do
   ROT+=",cost:rotation_start=$k,cost+fc:rotation_start=$k"
-  ROTFC+=",cost+fc:rotation_start=$k"
 done
 
 runs=()   # NAME|ARGS
@@ -55,7 +53,7 @@ traces() {
         esac
         args="--trace $f --trace-speed $ts --replicas $n --speed $s"
         runs+=("$t-${n}x$s|$args --policies $ALL$ROT")
-        runs+=("$t-${n}x$s-mr64|$args --policies cost+fc$ROTFC --max-running 64")
+        runs+=("$t-${n}x$s-mr64|$args --policies cost+fc --max-running 64")
       done
     done
   done
