@@ -46,7 +46,10 @@ type Index struct {
 type repBlocks struct {
 	blocks  map[uint64]media
 	pending map[uint64]time.Time // blocks routed there, not yet reported: until when to count them
-	last    time.Time            // when its last batch was applied
+	// pendingSwept is when pending's expired blocks were last swept out
+	// (at most once per sweepEvery).
+	pendingSwept time.Time
+	last         time.Time // when its last batch was applied
 	// awaiting is when blocks were first routed there (Expect) after its
 	// last batch: an engine given new blocks reports them within a step,
 	// so a long wait means its publisher is gone. Zero: none awaited.
@@ -423,7 +426,8 @@ func (x *Index) Expect(rep string, blocks []uint64, now time.Time) {
 	if r == nil {
 		return
 	}
-	if len(r.pending)+len(blocks) > x.budget/4 {
+	if len(r.pending)+len(blocks) > x.budget/4 && now.Sub(r.pendingSwept) >= sweepEvery {
+		r.pendingSwept = now
 		for h, until := range r.pending {
 			if !now.Before(until) {
 				delete(r.pending, h)

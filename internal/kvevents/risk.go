@@ -53,6 +53,10 @@ const riskMargin = 1.25
 // a request there when the request is never reported finished (Touch).
 const BusyTTL = time.Minute
 
+// sweepEvery is how often, at most, a replica's expired marks (busy, and
+// the blocks routed there not yet reported) are swept out to make room.
+const sweepEvery = time.Second
+
 // lruRisk is one replica's eviction order.
 type lruRisk struct {
 	// clock counts the uses of GPU keys; it wraps, ages are differences.
@@ -63,6 +67,7 @@ type lruRisk struct {
 	// have been; ticks and stores count the clock's advance and the
 	// stores in it lately, so that n blocks to allocate are n*ticks/stores
 	// ticks.
+	swept         int64 // Unix nanoseconds of the last sweep of busy
 	life          float64
 	samples       int
 	ticks, stores float64
@@ -131,10 +136,15 @@ func (l *lruRisk) heldRun(blocks []uint64) int {
 // routed records that a prompt was routed there at now: its request holds
 // every block of it from when it is scheduled until it finishes (Touch),
 // those the replica holds now (it shares them) and those it computes. At
-// most limit keys are marked; marks past BusyTTL make room first.
+// most limit keys are marked; marks past BusyTTL make room first, swept at
+// most once per sweepEvery (at the cap, a sweep per request walked every
+// mark under the index's lock: a client that sends long prompts and
+// cancels them, which leaves their marks for BusyTTL, could make every
+// decision walk a quarter of the budget).
 func (l *lruRisk) routed(blocks []uint64, now time.Time, limit int) {
 	ns := now.UnixNano()
-	if len(l.busy)+len(blocks) > limit {
+	if len(l.busy)+len(blocks) > limit && ns-l.swept >= int64(sweepEvery) {
+		l.swept = ns
 		for h, b := range l.busy {
 			if b.until <= ns {
 				delete(l.busy, h)

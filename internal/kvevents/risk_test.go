@@ -195,3 +195,27 @@ func TestBusyMarksBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyMarksSweptAtMostOncePerInterval: at the cap, expired marks are
+// swept out at most once per sweepEvery, not on every routed prompt.
+func TestBusyMarksSweptAtMostOncePerInterval(t *testing.T) {
+	x := NewIndex(40) // at most 10 marks
+	x.Apply("a", Batch{Events: []Event{stored("GPU", 1)}}, t0)
+	marked := func(k uint64) bool { _, ok := x.reps["a"].risk.busy[k]; return ok }
+	x.Expect("a", keys(101, 108), t0)                  // until t0 + BusyTTL
+	x.Expect("a", keys(201, 202), t0.Add(time.Second)) // until a second later
+	swept := t0.Add(BusyTTL + 500*time.Millisecond)
+	x.Expect("a", keys(301, 308), swept) // sweeps out 101-108
+	if !marked(301) || marked(101) || !marked(201) {
+		t.Fatal("the first sweep at the cap did not make room for the new prompt")
+	}
+	// 201-202 expire, but the last sweep was under a second ago.
+	x.Expect("a", keys(401, 402), swept.Add(800*time.Millisecond))
+	if marked(401) || !marked(201) {
+		t.Fatal("swept again within sweepEvery")
+	}
+	x.Expect("a", keys(501, 502), swept.Add(sweepEvery))
+	if !marked(501) || marked(201) {
+		t.Fatal("not swept once sweepEvery had passed")
+	}
+}
