@@ -74,10 +74,14 @@ type PendingFollower interface {
 
 // Canceled drops a request released without a first token as cancelled
 // from replica's pending ones: left there until pendingTTL, a client that
-// cancels at once could fill the list with prefixes nothing computes.
+// cancels at once could fill the list with prefixes nothing computes. The
+// event-fed index hears that its blocks are free, as for a finished
+// request (the engine aborts it): its marks would otherwise hold them as
+// in use for a minute.
 func (p *Cost) Canceled(replica string, blocks []uint64) {
 	if id, ok := p.ids[replica]; ok {
 		p.inflight.started(id, blocks)
+		p.touchPrecise(replica, blocks)
 	}
 }
 

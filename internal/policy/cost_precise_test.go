@@ -153,3 +153,33 @@ func TestCostPreciseDiscountsBlocksAtRisk(t *testing.T) {
 		t.Fatalf("touched %v, want a's 40 blocks only", f.touched)
 	}
 }
+
+// touchSpy is a fakePrecise that records which blocks were reported free.
+type touchSpy struct {
+	fakePrecise
+	touched map[string]int
+}
+
+func (s *touchSpy) Survivors(_ string, _ []uint64, depth, _ int, _ time.Time) int { return depth }
+
+func (s *touchSpy) Touch(rep string, blocks []uint64) { s.touched[rep] += len(blocks) }
+
+// A request cancelled before its first token frees its blocks in the
+// event-fed index, as a finished one does; a replica that does not publish
+// is not told.
+func TestCostCanceledRequestFreesItsPreciseBlocks(t *testing.T) {
+	p := newCost(t, nil)
+	spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
+	p.SetPreciseIndex(spy)
+	cands := costCands(2)
+	prompt := costPrompt("ctx", 20, 2, "s1")
+	p.Choose(prompt, cands, t0)
+	p.Canceled("a", prompt.PromptBlocks)
+	p.Canceled("b", prompt.PromptBlocks)
+	if got := spy.touched["a"]; got != len(prompt.PromptBlocks) {
+		t.Fatalf("publishing replica: %d blocks freed, want %d", got, len(prompt.PromptBlocks))
+	}
+	if got := spy.touched["b"]; got != 0 {
+		t.Fatalf("non-publishing replica: %d blocks freed, want 0", got)
+	}
+}
