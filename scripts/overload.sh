@@ -28,6 +28,11 @@
 # N-1 in the trace and workload runs (not the max_running 64 ones): one run is one order in which equal
 # estimates are met, and a saturated replay moves by 10-20% with it. The
 # tables then add the criteria counted on the medians over the N starts.
+#
+# REQUESTS=1 also writes each run's request log beside it (NAME.csv, about
+# 1 MB per 1,000 requests and policy): `go run ./scripts/pairedci
+# $OUT/NAME.csv` then says which of cost+fc's differences that run shows
+# and which are ties (docs/BENCH.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/llmlb-overload}
@@ -100,8 +105,10 @@ for r in "${runs[@]}"; do
   name=${r%%|*}; args=${r#*|}
   if [ -s "$OUT/$name.json" ]; then continue; fi
   start=$(date +%s)
+  req=()
+  if [ "${REQUESTS:-0}" = 1 ]; then req=(--requests "$OUT/$name.csv"); fi
   # shellcheck disable=SC2086
-  "$B" bench --quiet --json $args > "$OUT/$name.json.tmp"
+  "$B" bench --quiet --json "${req[@]}" $args > "$OUT/$name.json.tmp"
   mv "$OUT/$name.json.tmp" "$OUT/$name.json"
   echo "[$i/${#runs[@]}] $name: $(( $(date +%s) - start )) s" >&2
 done
