@@ -74,6 +74,25 @@ type SaturationConfig struct {
 	// policy prices them: policy cost (the default) says what each request
 	// leaves to compute; under policies that do not, it never engages.
 	PrefillBacklog time.Duration
+	// KVCommit makes a replica full while the KV this balancer's requests
+	// there hold or will hold reaches this share of the replica's KV
+	// capacity (vLLM's vllm:cache_config_info, num_gpu_blocks x
+	// block_size): the prompt tokens they computed or will compute there,
+	// less their cache hits, plus half the mean output each
+	// (saturation.kv_commit; 0 means the default, 1; a negative value
+	// turns it off). vLLM admits a waiting request only when its blocks
+	// fit, first come first served, so a request sent past that point
+	// waits in the engine for memory that only running requests' ends
+	// free, behind every request sent before it, whatever its priority,
+	// while it could wait in the balancer's queue, in order, and go to
+	// whichever replica frees memory first. The scraped signal (requests
+	// waiting with the cache kv_full_usage used) sees that a scrape
+	// late, and counts requests where long prompts need far more memory
+	// than short ones free. Only this balancer's own requests are counted
+	// (peers' and direct clients' prompts are not known), as the policy
+	// prices them: under policies other than cost, and for replicas that
+	// do not export their capacity, it never engages.
+	KVCommit float64
 }
 
 // DefaultSaturationConfig returns the defaults: limits learned, no
@@ -97,6 +116,9 @@ func (c SaturationConfig) Validate() error {
 	}
 	if c.PrefillBacklog > maxPrefillBacklog {
 		errs = append(errs, fmt.Errorf("saturation.prefill_backlog: must be at most %v (0 = %v, negative = off), got %v", maxPrefillBacklog, defaultPrefillBacklog, c.PrefillBacklog))
+	}
+	if c.KVCommit > maxKVCommit {
+		errs = append(errs, fmt.Errorf("saturation.kv_commit: must be at most %g (a share of each replica's KV capacity; 0 = %g, negative = off), got %g", maxKVCommit, defaultKVCommit, c.KVCommit))
 	}
 	if c.Headroom < 0 || c.Headroom > maxHeadroom {
 		errs = append(errs, fmt.Errorf("saturation.headroom: must be 0-%d (requests waiting in a replica's own queue), got %d", maxHeadroom, c.Headroom))
@@ -167,6 +189,28 @@ const defaultPrefillBacklog = 5 * time.Second
 // maxPrefillBacklog bounds SaturationConfig.PrefillBacklog: longer backlogs
 // are waits no client keeps its connection open for.
 const maxPrefillBacklog = 10 * time.Minute
+
+// defaultKVCommit is SaturationConfig.KVCommit's default: the whole
+// capacity. Measured against 0.9 for the requests flow control does not
+// favour only (a reserve of memory, as of slots): no better for the
+// favoured class on the overloaded conversation trace (docs/FLOW_CONTROL.md).
+const defaultKVCommit = 1.0
+
+// maxKVCommit bounds SaturationConfig.KVCommit: past a few times the
+// capacity the engines' own queues hold minutes of work.
+const maxKVCommit = 4.0
+
+// kvCommit returns the configured SaturationConfig.KVCommit, the default
+// for 0, and 0 (off) for a negative value.
+func (c SaturationConfig) kvCommit() float64 {
+	switch {
+	case c.KVCommit < 0:
+		return 0
+	case c.KVCommit == 0:
+		return defaultKVCommit
+	}
+	return c.KVCommit
+}
 
 // prefillBacklog returns the configured SaturationConfig.PrefillBacklog,
 // 0 when it is off.
@@ -340,12 +384,14 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 }
 
 // full reports whether the replica holds as many requests as it can run
-// plus the headroom of its own queue. Three signals say so: the occupancy
+// plus the headroom of its own queue. Four signals say so: the occupancy
 // against the slot limit (configured or learned), the engine's own queue
 // of requests waiting for memory, which a replica bound by its KV cache
-// fills well below its slot limit, and that queue behind a prefill backlog
+// fills well below its slot limit, that queue behind a prefill backlog
 // (backlogged), which an engine computing long prompts one after another
-// fills with slots and memory to spare. For a request flow control does
+// fills with slots and memory to spare, and the KV the balancer's own
+// requests commit there (kvCommitted), which says a request sent now
+// would wait for memory before a scrape shows it. For a request flow control does
 // not favour (barred) the limit is less its reserve
 // (SaturationConfig.ReserveShare).
 func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
@@ -353,7 +399,7 @@ func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return true
 	}
-	if b.backlogged(r, now) {
+	if b.backlogged(r, now) || b.kvCommitted(r) {
 		return true
 	}
 	limit := b.provisionalLimit(r)
@@ -381,6 +427,20 @@ func (b *Balancer) backlogged(r *replica, now time.Time) bool {
 		return false
 	}
 	return b.pending(r, now)/b.prefillRate(r) > limit.Seconds()
+}
+
+// kvCommitted reports whether the KV this balancer's requests on the
+// replica hold or will hold reaches saturation.kv_commit of its capacity
+// (SaturationConfig.KVCommit): their prompt tokens computed or to compute
+// there, less cache hits (as the policy counts them: policy cost's
+// HeldPrefill), plus half the fleet's mean output for each.
+func (b *Balancer) kvCommitted(r *replica) bool {
+	share := b.cfg.Saturation.kvCommit()
+	if share <= 0 || r.snap.KVCacheTokens <= 0 || r.heldPrefill <= 0 {
+		return false
+	}
+	held := r.heldPrefill + float64(r.inFlight)*b.fleetPrefill.meanOutput()/2
+	return held >= share*r.snap.KVCacheTokens
 }
 
 // tentativeLimit is, for a replica whose limit is neither configured nor

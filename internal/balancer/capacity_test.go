@@ -418,6 +418,60 @@ func TestScrapeSoonIsBounded(t *testing.T) {
 	}
 }
 
+// TestSaturationFromCommittedKV: a replica is full while the KV the
+// balancer's own requests there hold or will hold (their prompts less cache
+// hits, plus half the mean output each) reaches saturation.kv_commit of the
+// KV capacity its scrape exports; not when it exports none, not with the
+// signal off, and no longer once the requests end.
+func TestSaturationFromCommittedKV(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		commit   float64
+		capacity float64 // KV tokens the scrape exports
+		full     bool
+	}{
+		{"default: 64K tokens held of 60K", 0, 60_000, true},
+		{"default: 64K tokens held of 100K", 0, 100_000, false},
+		{"capacity not exported", 0, 0, false},
+		{"off", -1, 60_000, false},
+		{"half of 100K", 0.5, 100_000, true},
+	} {
+		b := newFleet(t, 2, func(c *Config) {
+			c.Policy = "cost"
+			c.Saturation.KVCommit = tc.commit
+		})
+		var held []*Reservation
+		for _, key := range []string{"x", "y"} { // a 64,000-token prompt on each
+			res, err := b.Select(costProfile(key, 4000, 0), t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, res)
+		}
+		now := t0.Add(time.Second)
+		for _, name := range []string{"a", "b"} {
+			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: tc.capacity}, nil, now)
+		}
+		for _, r := range b.Replicas(now) {
+			if r.Full != tc.full {
+				t.Errorf("%s: replica %s full %v, want %v", tc.name, r.Name, r.Full, tc.full)
+			}
+		}
+		if got := b.Saturated("", now); got != tc.full {
+			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.full)
+		}
+		for _, res := range held {
+			b.Release(res, OutcomeOK, now)
+		}
+		if b.Saturated("", now) {
+			t.Errorf("%s: saturated once the requests ended", tc.name)
+		}
+	}
+	if err := (SaturationConfig{KVCommit: 5}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.kv_commit") {
+		t.Errorf("kv_commit 5: Validate() = %v, want an error naming saturation.kv_commit", err)
+	}
+}
+
 // TestSaturationFromAPrefillBacklog: a replica whose engine queues requests
 // with slots and memory to spare is full while the prefill the balancer
 // sent it and has not seen done takes longer than saturation.prefill_backlog
