@@ -663,6 +663,9 @@ func (b *Balancer) Release(res *Reservation, o Outcome, now time.Time) []Transit
 	if f, ok := b.policy.(policy.PendingFollower); ok && !started && o == OutcomeCanceled && mine && len(res.blocks) > 0 {
 		f.Canceled(r.name, res.blocks)
 	}
+	if f, ok := b.policy.(policy.AbortFollower); ok && started && o != OutcomeOK && mine && len(res.blocks) > 0 {
+		f.Aborted(r.name, res.blocks)
+	}
 	var tr []health.Transition
 	switch o {
 	case OutcomeOK:

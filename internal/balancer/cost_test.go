@@ -253,6 +253,41 @@ func TestRunningRequestsArePinnedFromFirstTokenToRelease(t *testing.T) {
 	}
 }
 
+// abortSpy records the AbortFollower calls.
+type abortSpy struct {
+	policyspy.Finishes
+	aborted []string
+}
+
+func (s *abortSpy) Aborted(replica string, blocks []uint64) {
+	s.aborted = append(s.aborted, fmt.Sprintf("%s:%d", replica, len(blocks)))
+}
+
+// TestReleaseTellsThePolicyWhatRanAndAborted: a request that had its first
+// token and ended other than well is reported aborted (the engine freed
+// its blocks), once; one that ended well, or never ran, is not. (Two
+// errors in a row would eject the replica, and a fallback choice is no
+// policy's: one of each.)
+func TestReleaseTellsThePolicyWhatRanAndAborted(t *testing.T) {
+	spy := &abortSpy{}
+	b := oneReplicaWith(t, spy)
+	for _, o := range []Outcome{OutcomeOK, OutcomeServerError, OutcomeTransportError, OutcomeCanceled} {
+		ran, err := b.Select(costProfile("x", 3, 0), t0)
+		if err != nil {
+			t.Fatalf("%v: %v", o, err)
+		}
+		b.FirstToken(ran, t0)
+		b.Release(ran, o, t0)
+		b.Release(ran, o, t0) // twice: once
+	}
+	// No first token: cancelled (PendingFollower), not aborted.
+	waited, _ := b.Select(costProfile("y", 2, 0), t0)
+	b.Release(waited, OutcomeCanceled, t0)
+	if diff := cmp.Diff([]string{"a:3", "a:3", "a:3"}, spy.aborted); diff != "" {
+		t.Fatalf("Aborted calls (-want +got):\n%s", diff)
+	}
+}
+
 // TestCostKeepsARunningPromptCached: a running request's blocks stay in the
 // replica's cache (vLLM does not evict them) while other prompts churn it,
 // so its session's next turn still finds them there.

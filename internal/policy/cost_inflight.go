@@ -72,6 +72,26 @@ type PendingFollower interface {
 	Canceled(replica string, blocks []uint64)
 }
 
+// AbortFollower is implemented by a policy that follows what the engines
+// free: the balancer tells it of a request that had its first token and
+// ended other than well (its client went away, its stream broke, its
+// replica failed): the engine aborted it and freed its blocks, which
+// Finished reports only for a request that ended well.
+type AbortFollower interface {
+	Aborted(replica string, blocks []uint64)
+}
+
+// Aborted tells the event-fed index that an aborted request's blocks are
+// free, as a finished one's: its marks would otherwise hold them as in use
+// for BusyTTL (a minute), a client that stops its streams early making
+// their prefixes look safe from eviction. The guess's index is left as it
+// was: its pin on the blocks ends at release whatever the outcome (Ended).
+func (p *Cost) Aborted(replica string, blocks []uint64) {
+	if _, ok := p.ids[replica]; ok {
+		p.touchPrecise(replica, blocks)
+	}
+}
+
 // Canceled drops a request released without a first token as cancelled
 // from replica's pending ones: left there until pendingTTL, a client that
 // cancels at once could fill the list with prefixes nothing computes. The

@@ -183,3 +183,22 @@ func TestCostCanceledRequestFreesItsPreciseBlocks(t *testing.T) {
 		t.Fatalf("non-publishing replica: %d blocks freed, want 0", got)
 	}
 }
+
+// TestCostAbortedRequestFreesItsPreciseBlocks: a request that ran and ended
+// other than well (its client gone mid-stream) frees its blocks in the
+// event-fed index of a publishing replica, as a finished one does.
+func TestCostAbortedRequestFreesItsPreciseBlocks(t *testing.T) {
+	p := newCost(t, nil)
+	spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
+	p.SetPreciseIndex(spy)
+	prompt := costPrompt("ctx", 20, 2, "s1")
+	p.Choose(prompt, costCands(2), t0)
+	p.Aborted("a", prompt.PromptBlocks)
+	p.Aborted("b", prompt.PromptBlocks)
+	if got := spy.touched["a"]; got != len(prompt.PromptBlocks) {
+		t.Fatalf("publishing replica: %d blocks freed, want %d", got, len(prompt.PromptBlocks))
+	}
+	if got := spy.touched["b"]; got != 0 {
+		t.Fatalf("non-publishing replica: %d blocks freed, want 0", got)
+	}
+}
