@@ -156,6 +156,13 @@ type ReplicaStatus struct {
 	MaxRunning float64 `json:"max_running"`
 	Occupancy  float64 `json:"occupancy"`
 	Full       bool    `json:"full"`
+	// FullBy is the signal that makes it full: memory (its queue waits for
+	// KV memory, as scraped), prefill_backlog, kv_commit (llmlb's requests
+	// commit its KV capacity) or slots; empty when not full. KVCommitted
+	// is the KV llmlb's requests there hold or will hold, in tokens, as
+	// kv_commit counts it against KVCacheTokens.
+	FullBy      string  `json:"full_by,omitempty"`
+	KVCommitted float64 `json:"kv_committed_tokens"`
 	// TentativeMaxRunning is the limit the requests flow control does not
 	// favour are held at while none is learned and requests of several
 	// priorities or tenants compete (0: none; docs/FLOW_CONTROL.md).
@@ -767,10 +774,11 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
-			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), Full: b.full(r, false, now),
+			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), FullBy: b.fullBy(r, false, now), KVCommitted: b.kvHeld(r),
 			TentativeMaxRunning: b.tentativeLimit(r),
 		})
 		st := &out[len(out)-1]
+		st.Full = st.FullBy != ""
 		st.TTFTPredictionError, st.TTFTPredictionRatio = r.ttft.summary()
 		st.TTFTPredictions = r.ttft.total
 		if !r.lastAt.IsZero() {

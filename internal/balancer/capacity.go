@@ -395,12 +395,30 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 // not favour (barred) the limit is less its reserve
 // (SaturationConfig.ReserveShare).
 func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
+	return b.fullBy(r, barred, now) != ""
+}
+
+// Why a replica is full (ReplicaStatus.FullBy): the signal that says so,
+// the first that does in full's order.
+const (
+	fullByMemory   = "memory"          // its own queue waits for memory (scraped)
+	fullByBacklog  = "prefill_backlog" // its own queue waits behind llmlb's prefill
+	fullByKVCommit = "kv_commit"       // llmlb's requests commit its KV capacity
+	fullBySlots    = "slots"           // its running-slot limit (less the reserve)
+)
+
+// fullBy is full with the signal that makes the replica full, "" when none
+// does.
+func (b *Balancer) fullBy(r *replica, barred bool, now time.Time) string {
 	headroom := float64(b.cfg.Saturation.Headroom)
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
-		return true
+		return fullByMemory
 	}
-	if b.backlogged(r, now) || b.kvCommitted(r) {
-		return true
+	if b.backlogged(r, now) {
+		return fullByBacklog
+	}
+	if b.kvCommitted(r) {
+		return fullByKVCommit
 	}
 	limit := b.provisionalLimit(r)
 	if t := b.tentativeLimit(r); barred && t > 0 && (limit <= 0 || t < limit) {
@@ -409,12 +427,15 @@ func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
 		limit++
 	}
 	if limit <= 0 {
-		return false
+		return ""
 	}
 	if barred {
 		limit -= b.cfg.Saturation.reserve(limit)
 	}
-	return r.occupancy() >= limit+headroom
+	if r.occupancy() >= limit+headroom {
+		return fullBySlots
+	}
+	return ""
 }
 
 // backlogged reports whether requests wait in the replica's own queue (as
@@ -439,8 +460,16 @@ func (b *Balancer) kvCommitted(r *replica) bool {
 	if share <= 0 || r.snap.KVCacheTokens <= 0 || r.heldPrefill <= 0 {
 		return false
 	}
-	held := r.heldPrefill + float64(r.inFlight)*b.fleetPrefill.meanOutput()/2
-	return held >= share*r.snap.KVCacheTokens
+	return b.kvHeld(r) >= share*r.snap.KVCacheTokens
+}
+
+// kvHeld is the KV this balancer's requests on the replica hold or will
+// hold, as kvCommitted counts it (ReplicaStatus.KVCommitted).
+func (b *Balancer) kvHeld(r *replica) float64 {
+	if r.heldPrefill <= 0 {
+		return 0
+	}
+	return r.heldPrefill + float64(r.inFlight)*b.fleetPrefill.meanOutput()/2
 }
 
 // tentativeLimit is, for a replica whose limit is neither configured nor

@@ -456,6 +456,12 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 			if r.Full != tc.full {
 				t.Errorf("%s: replica %s full %v, want %v", tc.name, r.Name, r.Full, tc.full)
 			}
+			if want := map[bool]string{true: "kv_commit"}[tc.full]; r.FullBy != want {
+				t.Errorf("%s: replica %s full by %q, want %q", tc.name, r.Name, r.FullBy, want)
+			}
+			if r.KVCommitted < 64_000 || r.KVCommitted > 65_000 {
+				t.Errorf("%s: replica %s KV committed %.0f tokens, want 64,000 and half a mean output", tc.name, r.Name, r.KVCommitted)
+			}
 		}
 		if got := b.Saturated("", now); got != tc.full {
 			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.full)
@@ -510,6 +516,9 @@ func TestSaturationFromAPrefillBacklog(t *testing.T) {
 			if r.Full != tc.full {
 				t.Errorf("%s: replica %s (%.0f tokens owed) full %v, want %v", tc.name, r.Name, r.PendingPrefill, r.Full, tc.full)
 			}
+			if want := map[bool]string{true: "prefill_backlog"}[tc.full]; r.FullBy != want {
+				t.Errorf("%s: replica %s full by %q, want %q", tc.name, r.Name, r.FullBy, want)
+			}
 		}
 		if got := b.Saturated("", now); got != tc.full {
 			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.full)
@@ -519,5 +528,23 @@ func TestSaturationFromAPrefillBacklog(t *testing.T) {
 		if err := (SaturationConfig{PrefillBacklog: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.prefill_backlog") {
 			t.Errorf("prefill_backlog %v: Validate() = %v, want an error naming saturation.prefill_backlog", bad, err)
 		}
+	}
+}
+
+// TestReplicaStatusSaysWhyItIsFull: the status names the signal that makes
+// a replica full: its slot limit, or its own queue waiting for memory.
+func TestReplicaStatusSaysWhyItIsFull(t *testing.T) {
+	b := newFleet(t, 1, func(c *Config) { c.Saturation.MaxRunning = 2 })
+	if st := b.Replicas(t0)[0]; st.Full || st.FullBy != "" {
+		t.Fatalf("idle replica: full %v by %q", st.Full, st.FullBy)
+	}
+	selectN(t, b, 2, t0)
+	if st := b.Replicas(t0)[0]; !st.Full || st.FullBy != "slots" {
+		t.Fatalf("at its slot limit: full %v by %q, want slots", st.Full, st.FullBy)
+	}
+	now := t0.Add(time.Second)
+	b.ObserveScrape("a", Snapshot{Running: 1, Waiting: 1, KVCacheUsage: 0.9}, nil, now)
+	if st := b.Replicas(now)[0]; !st.Full || st.FullBy != "memory" {
+		t.Fatalf("queueing for memory: full %v by %q, want memory", st.Full, st.FullBy)
 	}
 }
