@@ -51,6 +51,14 @@ function swatch(name) {
   return `<svg class="swatch" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true"><circle cx="5" cy="5" r="5" fill="${replicaColor(name)}"/></svg>`;
 }
 
+// FULL_BY says in words why flow control counts a replica full (full_by).
+const FULL_BY = {
+  memory: 'its own queue waits for KV memory',
+  prefill_backlog: 'its own queue waits behind more prefill than prefill_backlog',
+  kv_commit: "llmlb's requests commit its KV capacity",
+  slots: 'at its running-slot limit',
+};
+
 function stateBadge(state) {
   return `<span class="badge st-${esc(state)}">${SYMBOL[state] || ''} ${esc(state)}</span>`;
 }
@@ -140,7 +148,7 @@ function renderReplicas(s) {
     const color = replicaColor(r.name);
     return `<tr data-replica="${esc(r.name)}" data-state="${esc(r.state)}" class="row-${esc(r.state)}">
       <td>${swatch(r.name)}<span class="name">${esc(r.name)}</span><div class="url">${esc(r.url)}</div></td>
-      <td class="state">${stateBadge(r.state)}${r.draining ? '<span class="badge st-draining">draining</span>' : ''}</td>
+      <td class="state">${stateBadge(r.state)}${r.draining ? '<span class="badge st-draining">draining</span>' : ''}${r.full_by ? `<span class="badge st-full" title="full for flow control: new requests wait in llmlb (${esc(FULL_BY[r.full_by] || r.full_by)})">full: ${esc(r.full_by)}</span>` : ''}</td>
       <td>${fmtDur(r.state_seconds)}</td>
       <td>${cooldown}</td>
       <td class="num running">${r.running.toFixed(0)}</td>
