@@ -200,28 +200,26 @@ const defaultKVCommit = 1.0
 // capacity the engines' own queues hold minutes of work.
 const maxKVCommit = 4.0
 
-// kvCommit returns the configured SaturationConfig.KVCommit, the default
-// for 0, and 0 (off) for a negative value.
-func (c SaturationConfig) kvCommit() float64 {
-	switch {
-	case c.KVCommit < 0:
-		return 0
-	case c.KVCommit == 0:
-		return defaultKVCommit
-	}
-	return c.KVCommit
-}
+// kvCommit returns the configured SaturationConfig.KVCommit, 0 when it is
+// off.
+func (c SaturationConfig) kvCommit() float64 { return orDefault(c.KVCommit, defaultKVCommit) }
 
 // prefillBacklog returns the configured SaturationConfig.PrefillBacklog,
 // 0 when it is off.
 func (c SaturationConfig) prefillBacklog() time.Duration {
+	return orDefault(c.PrefillBacklog, defaultPrefillBacklog)
+}
+
+// orDefault is a setting where 0 means the default and a negative value
+// off: v, def for 0, and 0 for a negative v.
+func orDefault[T float64 | time.Duration](v, def T) T {
 	switch {
-	case c.PrefillBacklog < 0:
+	case v < 0:
 		return 0
-	case c.PrefillBacklog == 0:
-		return defaultPrefillBacklog
+	case v == 0:
+		return def
 	}
-	return c.PrefillBacklog
+	return v
 }
 
 // kvFullUsage returns the configured SaturationConfig.KVFullUsage.

@@ -164,41 +164,27 @@ func (s *touchSpy) Survivors(_ string, _ []uint64, depth, _ int, _ time.Time) in
 
 func (s *touchSpy) Touch(rep string, blocks []uint64) { s.touched[rep] += len(blocks) }
 
-// A request cancelled before its first token frees its blocks in the
-// event-fed index, as a finished one does; a replica that does not publish
-// is not told.
-func TestCostCanceledRequestFreesItsPreciseBlocks(t *testing.T) {
-	p := newCost(t, nil)
-	spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
-	p.SetPreciseIndex(spy)
-	cands := costCands(2)
-	prompt := costPrompt("ctx", 20, 2, "s1")
-	p.Choose(prompt, cands, t0)
-	p.Canceled("a", prompt.PromptBlocks)
-	p.Canceled("b", prompt.PromptBlocks)
-	if got := spy.touched["a"]; got != len(prompt.PromptBlocks) {
-		t.Fatalf("publishing replica: %d blocks freed, want %d", got, len(prompt.PromptBlocks))
-	}
-	if got := spy.touched["b"]; got != 0 {
-		t.Fatalf("non-publishing replica: %d blocks freed, want 0", got)
-	}
-}
-
-// TestCostAbortedRequestFreesItsPreciseBlocks: a request that ran and ended
-// other than well (its client gone mid-stream) frees its blocks in the
-// event-fed index of a publishing replica, as a finished one does.
-func TestCostAbortedRequestFreesItsPreciseBlocks(t *testing.T) {
-	p := newCost(t, nil)
-	spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
-	p.SetPreciseIndex(spy)
-	prompt := costPrompt("ctx", 20, 2, "s1")
-	p.Choose(prompt, costCands(2), t0)
-	p.Aborted("a", prompt.PromptBlocks)
-	p.Aborted("b", prompt.PromptBlocks)
-	if got := spy.touched["a"]; got != len(prompt.PromptBlocks) {
-		t.Fatalf("publishing replica: %d blocks freed, want %d", got, len(prompt.PromptBlocks))
-	}
-	if got := spy.touched["b"]; got != 0 {
-		t.Fatalf("non-publishing replica: %d blocks freed, want 0", got)
+// TestCostReleasedRequestFreesItsPreciseBlocks: a request released without
+// a first token as cancelled (Canceled), or one that ran and ended other
+// than well (Aborted), frees its blocks in the event-fed index of a
+// publishing replica, as a finished one does: the engine aborts it.
+func TestCostReleasedRequestFreesItsPreciseBlocks(t *testing.T) {
+	for name, release := range map[string]func(p *Cost, replica string, blocks []uint64){
+		"cancelled": (*Cost).Canceled,
+		"aborted":   (*Cost).Aborted,
+	} {
+		p := newCost(t, nil)
+		spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
+		p.SetPreciseIndex(spy)
+		prompt := costPrompt("ctx", 20, 2, "s1")
+		p.Choose(prompt, costCands(2), t0)
+		release(p, "a", prompt.PromptBlocks)
+		release(p, "b", prompt.PromptBlocks)
+		if got := spy.touched["a"]; got != len(prompt.PromptBlocks) {
+			t.Errorf("%s: publishing replica: %d blocks freed, want %d", name, got, len(prompt.PromptBlocks))
+		}
+		if got := spy.touched["b"]; got != 0 {
+			t.Errorf("%s: non-publishing replica: %d blocks freed, want 0", name, got)
+		}
 	}
 }
