@@ -389,8 +389,8 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 // (backlogged), which an engine computing long prompts one after another
 // fills with slots and memory to spare, and the KV the balancer's own
 // requests commit there (kvCommitted), which says a request sent now
-// would wait for memory before a scrape shows it. For a request flow control does
-// not favour (barred) the limit is less its reserve
+// would wait for memory before a scrape shows it. For a request flow
+// control does not favour (barred) the limit is less its reserve
 // (SaturationConfig.ReserveShare).
 func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
 	return b.fullBy(r, barred, now) != ""

@@ -94,6 +94,11 @@ type run struct {
 	blocks   [][][]sample // [block][policy] -> the policy's answers to the block's requests
 }
 
+// maxBlocks bounds the blocks a run is cut into (a day of 5 s blocks is
+// 17,280): a log with arrivals far apart needs a longer -block, not memory
+// for every empty block between them.
+const maxBlocks = 1 << 20
+
 // readRun reads a request log (bench.WriteRequestsCSV) into blocks of
 // blockSeconds of arrivals.
 func readRun(r io.Reader, blockSeconds float64) (*run, error) {
@@ -139,6 +144,9 @@ func readRun(r io.Reader, blockSeconds float64) (*run, error) {
 		}
 		if arrival < 0 || math.IsNaN(arrival) || math.IsInf(arrival, 0) {
 			return nil, fmt.Errorf("line %d: arrival %v", line, arrival)
+		}
+		if arrival/blockSeconds > maxBlocks {
+			return nil, fmt.Errorf("line %d: arrival %.0f s is past %d blocks of %g s: use a longer -block", line, arrival, maxBlocks, blockSeconds)
 		}
 		b := int(arrival / blockSeconds)
 		for len(run.blocks) <= b {

@@ -74,6 +74,7 @@ func TestBadLogs(t *testing.T) {
 	for name, log := range map[string]string{
 		"not a request log": "a,b\n1,2\n",
 		"one policy":        logOf(10, []string{"cost"}, func(string, int) float64 { return 1 }, func(string, int) int { return 0 }),
+		"arrival too far":   strings.Replace(logOf(3, []string{"a", "b"}, func(string, int) float64 { return 1 }, func(string, int) int { return 0 }), ",1,,1,0.000000,", ",1,,1,1e12,", 1),
 		"bad number":        strings.Replace(logOf(3, []string{"a", "b"}, func(string, int) float64 { return 1 }, func(string, int) int { return 0 }), "1.000000,1.0", "x,1.0", 1),
 	} {
 		if _, err := readRun(strings.NewReader(log), 5); err == nil {
