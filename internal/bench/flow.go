@@ -281,6 +281,6 @@ func spread(sorted []float64) Spread {
 	if len(sorted) == 0 {
 		return Spread{}
 	}
-	return Spread{Min: sorted[0], P10: percentile(sorted, 10), P50: percentile(sorted, 50),
-		P90: percentile(sorted, 90), Max: sorted[len(sorted)-1]}
+	return Spread{Min: sorted[0], P10: Percentile(sorted, 10), P50: Percentile(sorted, 50),
+		P90: Percentile(sorted, 90), Max: sorted[len(sorted)-1]}
 }

@@ -56,7 +56,7 @@ func (p *predictions) stats() *PredictionStats {
 		return nil
 	}
 	return &PredictionStats{
-		Samples: len(all), ErrorMedian: medianError(all), RatioMedian: median(all),
+		Samples: len(all), ErrorMedian: medianError(all), RatioMedian: Median(all),
 		IdleSamples: len(p.idle), IdleErrorMedian: medianError(p.idle),
 		LoadedSamples: len(p.loaded), LoadedErrorMedian: medianError(p.loaded),
 	}
@@ -68,11 +68,11 @@ func medianError(rs []float64) float64 {
 	for i, r := range rs {
 		errs[i] = math.Abs(r - 1)
 	}
-	return median(errs)
+	return Median(errs)
 }
 
-// median of xs (0 for none); xs is left as it was.
-func median(xs []float64) float64 {
+// Median of xs (0 for none); xs is left as it was.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}

@@ -325,8 +325,9 @@ func (r *run) result(end time.Duration, wall time.Duration) Result {
 	return res
 }
 
-// percentile is the nearest-rank percentile of sorted values (0 when empty).
-func percentile(sorted []float64, p float64) float64 {
+// Percentile is the nearest-rank percentile (0-100) of sorted values, the
+// one every figure of a Report uses (0 when empty).
+func Percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -337,9 +338,9 @@ func percentile(sorted []float64, p float64) float64 {
 
 func percentiles(sorted []float64) Percentiles {
 	return Percentiles{
-		P50: percentile(sorted, 50),
-		P90: percentile(sorted, 90),
-		P99: percentile(sorted, 99),
+		P50: Percentile(sorted, 50),
+		P90: Percentile(sorted, 90),
+		P99: Percentile(sorted, 99),
 	}
 }
 
@@ -370,7 +371,7 @@ func quantileCurve(sorted []float64) []Quantile {
 	}
 	out := make([]Quantile, len(quantileProbs))
 	for i, p := range quantileProbs {
-		out[i] = Quantile{P: p, Seconds: percentile(sorted, p*100)}
+		out[i] = Quantile{P: p, Seconds: Percentile(sorted, p*100)}
 	}
 	return out
 }
@@ -438,8 +439,8 @@ func (a *accumulator) flowStats(stillHeld int, sat *SaturationStats) *FlowStats 
 		for _, w := range a.waits {
 			sum += w
 		}
-		fs.QueueWait = Waits{Mean: sum / float64(len(a.waits)), P50: percentile(a.waits, 50),
-			P90: percentile(a.waits, 90), P99: percentile(a.waits, 99)}
+		fs.QueueWait = Waits{Mean: sum / float64(len(a.waits)), P50: Percentile(a.waits, 50),
+			P90: Percentile(a.waits, 90), P99: Percentile(a.waits, 99)}
 	}
 	if len(a.refusedFC) > 0 {
 		fs.Refused = a.refusedFC

@@ -24,8 +24,8 @@ func TestPercentile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.sorted, tt.p); got != tt.want {
-				t.Fatalf("percentile(%v) = %v, want %v", tt.p, got, tt.want)
+			if got := Percentile(tt.sorted, tt.p); got != tt.want {
+				t.Fatalf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
 			}
 		})
 	}

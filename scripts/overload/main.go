@@ -75,20 +75,7 @@ func rotated(rep *bench.Report, policy string) (p50, p99 float64, n int) {
 			a, b = append(a, r.TTFT.P50), append(b, r.TTFT.P99)
 		}
 	}
-	return median(a), median(b), len(a)
-}
-
-// median of xs (0 for none); sorts xs.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sort.Float64s(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return (xs[m-1] + xs[m]) / 2
+	return bench.Median(a), bench.Median(b), len(a)
 }
 
 // sec formats seconds: 850 ms, 4.21 s, 125 s.

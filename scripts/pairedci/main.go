@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmlb/llmlb/internal/bench"
 )
 
 func main() {
@@ -205,18 +207,11 @@ func (r *run) stats(p int, drawn []int, buf []float64) (s stats, ok bool, _ []fl
 		return stats{}, false, buf
 	}
 	slices.Sort(buf)
-	s = stats{p50: percentile(buf, 50), p99: percentile(buf, 99)}
+	s = stats{p50: bench.Percentile(buf, 50), p99: bench.Percentile(buf, 99)}
 	if prompt > 0 {
 		s.hit = float64(cached) / float64(prompt)
 	}
 	return s, true, buf
-}
-
-// percentile is the benchmark's own (internal/bench): the smallest value
-// with at least p% of the values at or below it.
-func percentile(sorted []float64, p float64) float64 {
-	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[max(0, min(k, len(sorted)-1))]
 }
 
 // estimate is a figure of the whole run with its bootstrap interval.
