@@ -301,8 +301,9 @@ func (b *Balancer) FirstToken(res *Reservation, now time.Time) {
 
 // The pending prefill's time bound (pendingAt) runs from when the work was
 // sent, at the drain rate. A replica that gets through prompts faster than
-// that rate says falls ever further ahead of its bound while it stays busy, so the bound never retires anything and the prompt being
-// computed counts in full until its first token: on longshort (8 replicas at
+// that rate says falls ever further ahead of its bound while it stays busy,
+// so the bound never retires anything and the prompt being computed counts
+// in full until its first token: on longshort (8 replicas at
 // 1.5x) short prompts were sent behind a 97K-token prompt 0.2 s from done as
 // if it had just started. So at each first token on a replica whose measured
 // pace is above the drain rate, the bound restarts: what it still owes, from
