@@ -159,8 +159,9 @@ type ReplicaStatus struct {
 	// FullBy is the signal that makes it full: memory (its queue waits for
 	// KV memory, as scraped), prefill_backlog, kv_commit (llmlb's requests
 	// commit its KV capacity) or slots; empty when not full. KVCommitted
-	// is the KV llmlb's requests there hold or will hold, in tokens, as
-	// kv_commit counts it against KVCacheTokens.
+	// is the KV llmlb's requests there hold or will hold, in tokens (this
+	// instance's and, with shared state, its peers'), as kv_commit counts
+	// it against KVCacheTokens.
 	FullBy      string  `json:"full_by,omitempty"`
 	KVCommitted float64 `json:"kv_committed_tokens"`
 	// TentativeMaxRunning is the limit the requests flow control does not
@@ -220,6 +221,7 @@ type replica struct {
 	// part of the effective load, never of this instance's reservations.
 	peerInFlight int
 	peerWeight   int64
+	peerHeld     float64 // their heldPrefill, as published
 	requests     uint64
 	traffic      window // requests routed, for the alerts
 
@@ -583,7 +585,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly,
 			KVCacheTokens: int(r.snap.KVCacheTokens), PrefillRate: rate, DecodeStep: step,
 			MeanOutput: meanOutput, MaxRunning: b.slotLimit(r),
 			PendingPrefill: b.pendingAt(r, now, step, rate), PendingRequests: r.pendingRequests, OthersWaiting: r.othersWaiting,
-			HeldPrefill: r.heldPrefill})
+			HeldPrefill: r.heldPrefill, PeerHeldPrefill: r.peerHeld})
 		b.candReps = append(b.candReps, r)
 	}
 	if servedBy == 0 && len(b.replicas) > 0 {

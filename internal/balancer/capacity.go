@@ -88,10 +88,11 @@ type SaturationConfig struct {
 	// whichever replica frees memory first. The scraped signal (requests
 	// waiting with the cache kv_full_usage used) sees that a scrape
 	// late, and counts requests where long prompts need far more memory
-	// than short ones free. Only this balancer's own requests are counted
-	// (peers' and direct clients' prompts are not known), as the policy
-	// prices them: under policies other than cost, and for replicas that
-	// do not export their capacity, it never engages.
+	// than short ones free. This balancer's own requests are counted, as
+	// the policy prices them, and with shared state its peers' as they
+	// publish them with their loads (ReplicaLoad.Held); direct clients'
+	// prompts are not known. Under policies other than cost, and for
+	// replicas that do not export their capacity, it never engages.
 	KVCommit float64
 }
 
@@ -449,25 +450,29 @@ func (b *Balancer) backlogged(r *replica, now time.Time) bool {
 }
 
 // kvCommitted reports whether the KV this balancer's requests on the
-// replica hold or will hold reaches saturation.kv_commit of its capacity
-// (SaturationConfig.KVCommit): their prompt tokens computed or to compute
-// there, less cache hits (as the policy counts them: policy cost's
-// HeldPrefill), plus half the fleet's mean output for each.
+// replica hold or will hold, with its peers' (kvHeld), reaches
+// saturation.kv_commit of its capacity (SaturationConfig.KVCommit): their
+// prompt tokens computed or to compute there, less cache hits (as the
+// policy counts them: policy cost's HeldPrefill), plus half the fleet's
+// mean output for each.
 func (b *Balancer) kvCommitted(r *replica) bool {
 	share := b.cfg.Saturation.kvCommit()
-	if share <= 0 || r.snap.KVCacheTokens <= 0 || r.heldPrefill <= 0 {
+	if share <= 0 || r.snap.KVCacheTokens <= 0 {
 		return false
 	}
-	return b.kvHeld(r) >= share*r.snap.KVCacheTokens
+	held := b.kvHeld(r)
+	return held > 0 && held >= share*r.snap.KVCacheTokens
 }
 
 // kvHeld is the KV this balancer's requests on the replica hold or will
-// hold, as kvCommitted counts it (ReplicaStatus.KVCommitted).
+// hold, and with shared state its peers' as they last published it, as
+// kvCommitted counts it (ReplicaStatus.KVCommitted).
 func (b *Balancer) kvHeld(r *replica) float64 {
-	if r.heldPrefill <= 0 {
+	held := r.heldPrefill + r.peerHeld
+	if held <= 0 {
 		return 0
 	}
-	return r.heldPrefill + float64(r.inFlight)*b.fleetPrefill.meanOutput()/2
+	return held + float64(r.inFlight+r.peerInFlight)*b.fleetPrefill.meanOutput()/2
 }
 
 // tentativeLimit is, for a replica whose limit is neither configured nor

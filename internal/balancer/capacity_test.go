@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -546,5 +547,72 @@ func TestReplicaStatusSaysWhyItIsFull(t *testing.T) {
 	b.ObserveScrape("a", Snapshot{Running: 1, Waiting: 1, KVCacheUsage: 0.9}, nil, now)
 	if st := b.Replicas(now)[0]; !st.Full || st.FullBy != "memory" {
 		t.Fatalf("queueing for memory: full %v by %q, want memory", st.Full, st.FullBy)
+	}
+}
+
+// TestCommittedKVSharedByPeers: with shared state, the KV another
+// instance's requests commit on a replica counts towards the committed-KV
+// signal as that instance published it (Load, SetPeerLoad), so that an
+// instance with no request of its own there sees the replica full; a
+// peer's load that expires stops counting, and hostile values count as
+// nothing or are bounded.
+func TestCommittedKVSharedByPeers(t *testing.T) {
+	cfg := func(c *Config) { c.Policy = "cost" }
+	sender, peer := newFleet(t, 2, cfg), newFleet(t, 2, cfg)
+	var held []*Reservation
+	for _, key := range []string{"x", "y"} { // a 64,000-token prompt on each
+		res, err := sender.Select(costProfile(key, 4000, 0), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, res)
+	}
+	now := t0.Add(time.Second)
+	for _, b := range []*Balancer{sender, peer} {
+		for _, name := range []string{"a", "b"} {
+			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: 60_000}, nil, now)
+		}
+	}
+	loads := sender.Load()
+	for _, l := range loads {
+		if l.Held != 64_000 {
+			t.Errorf("published load of %s holds %.0f tokens, want 64,000", l.Replica, l.Held)
+		}
+	}
+	if peer.Saturated("", now) {
+		t.Fatal("the peer saw the pool saturated before any load was shared")
+	}
+	expires := now.Add(2 * time.Second)
+	peer.SetPeerLoad("sender", loads, expires, now)
+	for _, r := range peer.Replicas(now) {
+		if r.FullBy != "kv_commit" || r.KVCommitted < 64_000 {
+			t.Errorf("peer: replica %s full by %q with %.0f tokens committed, want kv_commit and 64,000", r.Name, r.FullBy, r.KVCommitted)
+		}
+	}
+	if !peer.Saturated("", now) {
+		t.Error("the peer did not see the pool saturated by the sender's committed KV")
+	}
+	if peer.Saturated("", expires) {
+		t.Error("the sender's load still counted once it expired")
+	}
+	// The sender's load has expired: only the hostile peer's counts now.
+	later := expires.Add(time.Second)
+	for _, bad := range []float64{math.NaN(), math.Inf(-1), -5e6} {
+		peer.SetPeerLoad("hostile", []ReplicaLoad{{Replica: "a", InFlight: 1, Held: bad}}, later.Add(time.Second), later)
+		if r := peer.Replicas(later)[0]; r.FullBy != "" {
+			t.Errorf("a peer claiming %v tokens held made replica a full by %q", bad, r.FullBy)
+		}
+	}
+	peer.SetPeerLoad("hostile", []ReplicaLoad{{Replica: "a", InFlight: 1, Held: math.Inf(1)}}, later.Add(time.Second), later)
+	if r := peer.Replicas(later)[0]; r.Name != "a" || r.FullBy != "kv_commit" || math.IsInf(r.KVCommitted, 0) {
+		t.Errorf("a peer claiming infinite KV: replica a full by %q with %v committed, want kv_commit and a bounded count", r.FullBy, r.KVCommitted)
+	}
+	for _, res := range held {
+		sender.Release(res, OutcomeOK, now)
+	}
+	for _, l := range sender.Load() {
+		if l.Held != 0 {
+			t.Errorf("published load of %s holds %.0f tokens once its requests ended, want 0", l.Replica, l.Held)
+		}
 	}
 }

@@ -112,6 +112,11 @@ type ReplicaLoad struct {
 	URL      string  `json:"u,omitempty"`
 	InFlight int     `json:"n"`
 	Weight   float64 `json:"w"` // in-flight weight (docs/ROUTING.md "Effective load" units)
+	// Held is the prompt tokens those requests computed or will compute
+	// there, less their cache hits: the KV they hold or will hold (policy
+	// cost prices it; 0 under other policies). Peers add it to what
+	// they count as committed on the replica (SaturationConfig.KVCommit).
+	Held float64 `json:"h,omitempty"`
 }
 
 // Load returns this instance's own in-flight requests per replica (those
@@ -122,7 +127,7 @@ func (b *Balancer) Load() []ReplicaLoad {
 	out := make([]ReplicaLoad, 0, len(b.replicas))
 	for _, r := range b.replicas {
 		out = append(out, ReplicaLoad{Replica: r.name, URL: r.url, InFlight: r.inFlight,
-			Weight: float64(r.inFlightWeight) / microUnit})
+			Weight: float64(r.inFlightWeight) / microUnit, Held: r.heldPrefill})
 	}
 	return out
 }
@@ -167,7 +172,7 @@ func (b *Balancer) refreshPeers(now time.Time) {
 // sumPeers recomputes every replica's peer load from the live peers.
 func (b *Balancer) sumPeers(now time.Time) {
 	for _, r := range b.replicas {
-		r.peerInFlight, r.peerWeight = 0, 0
+		r.peerInFlight, r.peerWeight, r.peerHeld = 0, 0, 0
 	}
 	b.peersExpire = time.Time{}
 	for id, pl := range b.peers {
@@ -185,6 +190,9 @@ func (b *Balancer) sumPeers(now time.Time) {
 			}
 			r.peerInFlight += min(l.InFlight, maxPeerInFlight)
 			r.peerWeight += int64(min(max(l.Weight, 0), maxWeight) * microUnit)
+			if l.Held > 0 { // not NaN
+				r.peerHeld += min(l.Held, maxPeerHeld)
+			}
 		}
 	}
 }
@@ -192,6 +200,10 @@ func (b *Balancer) sumPeers(now time.Time) {
 // maxPeerInFlight bounds one peer's claim on one replica, so that a
 // corrupt message cannot overflow the sums.
 const maxPeerInFlight = 1 << 20
+
+// maxPeerHeld bounds one peer's claim of KV held on one replica, in
+// tokens: far above any engine's cache, far below overflowing a sum.
+const maxPeerHeld = 1 << 40
 
 // Bounds on what peers' load messages can make this instance hold and
 // recompute under its lock (a misbehaving or hostile writer to the shared

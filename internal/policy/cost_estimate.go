@@ -120,12 +120,13 @@ func (p *Cost) estimate(c *Candidate, id int32, ahead, prefill, reuse, meanGap f
 	// about one request's decode, mean-output x step. Without it a
 	// replica that has just taken long contexts looked as fast as any,
 	// and short prompts sent after them waited 12-15 s on the overloaded
-	// conversation trace runs (measured effect in BENCHMARKS.md). Only
-	// this balancer's prompts are known: peers' requests count for their
-	// output, direct clients' not at all. With KV events showing that it
-	// routes well under the blocks the fleet computes, its share is
-	// scaled to the fleet's (heldKV).
-	held := p.heldKV(c.HeldPrefill + float64(c.InFlight)*c.MeanOutput/2)
+	// conversation trace runs (measured effect in BENCHMARKS.md). This
+	// balancer's prompts are known, and with shared state its peers' as
+	// they last published them; direct clients' requests count not at
+	// all. Without shared state, with KV events showing that it routes
+	// well under the blocks the fleet computes, its share is scaled to
+	// the fleet's (heldKV).
+	held := p.heldKV(c.HeldPrefill+float64(c.InFlight)*c.MeanOutput/2) + c.PeerHeldPrefill
 	if excess := held + prefill - float64(p.index.Capacity(id)*tokenize.BlockSize); excess > 0 && held > 0 {
 		est += min(excess, prefill) / held * c.MeanOutput * c.DecodeStep
 	}

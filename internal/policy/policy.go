@@ -61,6 +61,10 @@ type Candidate struct {
 	// requests on the replica computed or will compute there (less their
 	// cache hits): the KV they hold, or will once admitted, until they end.
 	HeldPrefill float64
+	// PeerHeldPrefill is the same for the requests other balancers
+	// sharing state have in flight there, as they last published it (0
+	// without shared state).
+	PeerHeldPrefill float64
 }
 
 // Choice is a policy's answer: an index into the candidates, the reason for

@@ -306,3 +306,30 @@ func (o onlyDesc) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+func kvCommitted(b *balancer.Balancer, name string) float64 {
+	for _, r := range b.Replicas(time.Now()) {
+		if r.Name == name {
+			return r.KVCommitted
+		}
+	}
+	return -1
+}
+
+// TestRedisSharesCommittedKV: under policy cost, the KV one instance's
+// requests commit on a replica reaches its peers with its load, so that
+// their committed-KV signal counts it; it leaves when the request ends.
+func TestRedisSharesCommittedKV(t *testing.T) {
+	srv := redisserver.Start(t)
+	a, b := core(t, "cost"), core(t, "cost")
+	instance(t, srv.URL(), "A", a)
+	instance(t, srv.URL(), "B", b)
+
+	res, err := a.Select(&balancer.Profile{PromptTokens: 50_000}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B counts the KV of A's prompt", func() bool { return kvCommitted(b, res.Replica) >= 50_000 })
+	a.Release(res, balancer.OutcomeOK, time.Now())
+	eventually(t, "B sees A's prompt end", func() bool { return kvCommitted(b, res.Replica) == 0 })
+}
