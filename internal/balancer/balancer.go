@@ -222,8 +222,12 @@ type replica struct {
 	peerInFlight int
 	peerWeight   int64
 	peerHeld     float64 // their heldPrefill, as published
-	requests     uint64
-	traffic      window // requests routed, for the alerts
+	// othersKV is the KV the last scrape showed in use on the replica
+	// beyond what this balancer and its peers account for, when it also
+	// showed requests that are not theirs (othersKV).
+	othersKV float64
+	requests uint64
+	traffic  window // requests routed, for the alerts
 
 	draining, removed bool
 
@@ -714,6 +718,7 @@ func (b *Balancer) ObserveScrape(name string, snap Snapshot, err error, now time
 	r.snap = Snapshot{Running: sane(snap.Running), Waiting: sane(snap.Waiting), KVCacheUsage: sane(snap.KVCacheUsage),
 		Preemptions: sane(snap.Preemptions), KVCacheTokens: b.plausibleKV(r, sane(snap.KVCacheTokens))}
 	r.othersWaiting = max(0, r.snap.Waiting-float64(r.pendingRequests))
+	r.othersKV = b.othersKV(r)
 	r.cap.observe(r.snap, r.inFlight+r.peerInFlight, b.cfg.Saturation.kvFullUsage(), b.contested(now))
 	r.slots.observe(r.snap)
 	b.updateFleetSlots()

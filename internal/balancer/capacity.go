@@ -89,10 +89,11 @@ type SaturationConfig struct {
 	// waiting with the cache kv_full_usage used) sees that a scrape
 	// late, and counts requests where long prompts need far more memory
 	// than short ones free. This balancer's own requests are counted, as
-	// the policy prices them, and with shared state its peers' as they
-	// publish them with their loads (ReplicaLoad.Held); direct clients'
-	// prompts are not known. Under policies other than cost, and for
-	// replicas that do not export their capacity, it never engages.
+	// the policy prices them, with shared state its peers' as they
+	// publish them with their loads (ReplicaLoad.Held), and what a scrape
+	// shows other clients' requests hold (othersKV). Under policies other
+	// than cost, and for replicas that do not export their capacity, it
+	// never engages.
 	KVCommit float64
 }
 
@@ -465,9 +466,38 @@ func (b *Balancer) kvCommitted(r *replica) bool {
 }
 
 // kvHeld is the KV this balancer's requests on the replica hold or will
-// hold, and with shared state its peers' as they last published it, as
+// hold, with shared state its peers' as they last published it, and what
+// the last scrape showed other clients' requests hold (othersKV), as
 // kvCommitted counts it (ReplicaStatus.KVCommitted).
 func (b *Balancer) kvHeld(r *replica) float64 {
+	own := b.kvAccounted(r)
+	if own <= 0 {
+		return 0
+	}
+	return own + r.othersKV
+}
+
+// othersKV is, at a scrape, the KV in use on the replica that neither this
+// balancer nor its peers account for: the cache's used share times its
+// capacity, less what they count as held there (kvAccounted), when the
+// scrape shows more requests running and waiting than they have in
+// flight, so some are another instance's or a direct client's. Other
+// llmlb instances without shared state are the usual case: each accounts
+// for about 1/N of the prompts and would count the replica full late. It
+// stands until the next scrape; with none of this balancer's own requests
+// on the replica it is not counted (kvHeld), as the signal then never
+// engages. A lower bound: what this balancer counts includes prompts
+// still waiting in the engine's queue, which hold no KV yet.
+func (b *Balancer) othersKV(r *replica) float64 {
+	if r.snap.KVCacheTokens <= 0 || r.snap.Running+r.snap.Waiting-float64(r.inFlight+r.peerInFlight) < 1 {
+		return 0
+	}
+	return max(0, r.snap.KVCacheUsage*r.snap.KVCacheTokens-b.kvAccounted(r))
+}
+
+// kvAccounted is the KV this balancer's requests on the replica and its
+// peers' hold or will hold, as they count it.
+func (b *Balancer) kvAccounted(r *replica) float64 {
 	held := r.heldPrefill + r.peerHeld
 	if held <= 0 {
 		return 0

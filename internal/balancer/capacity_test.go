@@ -616,3 +616,40 @@ func TestCommittedKVSharedByPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestCommittedKVOfOtherClients: without shared state, a scrape that shows
+// requests which are not this balancer's, with the cache more used than its
+// own requests account for, adds the difference to the KV counted as
+// committed until the next scrape; without such requests, or with none of
+// its own there, it adds nothing.
+func TestCommittedKVOfOtherClients(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running float64 // scraped; one of them is the balancer's
+		usage   float64
+		full    bool
+	}{
+		{"others' requests fill the cache", 3, 1, true},
+		{"others' requests, room left", 3, 0.7, false},
+		{"no others: the usage is the balancer's own", 1, 1, false},
+	} {
+		b := newFleet(t, 1, func(c *Config) { c.Policy = "cost" })
+		res, err := b.Select(costProfile("x", 2000, 0), t0) // 32,000 tokens
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := t0.Add(time.Second)
+		b.ObserveScrape("a", Snapshot{Running: tc.running, KVCacheUsage: tc.usage, KVCacheTokens: 60_000}, nil, now)
+		r := b.Replicas(now)[0]
+		if got := r.FullBy == "kv_commit"; got != tc.full {
+			t.Errorf("%s: full by %q with %.0f tokens committed, want kv_commit %v", tc.name, r.FullBy, r.KVCommitted, tc.full)
+		}
+		if tc.full && (r.KVCommitted < 60_000 || r.KVCommitted > 61_000) {
+			t.Errorf("%s: %.0f tokens committed, want the cache's 60,000 and half a mean output", tc.name, r.KVCommitted)
+		}
+		b.Release(res, OutcomeOK, now)
+		if r := b.Replicas(now)[0]; r.KVCommitted != 0 || r.FullBy == "kv_commit" {
+			t.Errorf("%s: with none of its own requests there, %.0f tokens committed, full by %q", tc.name, r.KVCommitted, r.FullBy)
+		}
+	}
+}
