@@ -184,13 +184,32 @@ func (x *Index) Touch(rep string, blocks []uint64) {
 	for i, h := range blocks[:n] {
 		l.use[h] = l.clock + uint32(n-i)
 	}
+	l.unmark(blocks)
+	l.clock += uint32(n)
+	l.tick(n)
+}
+
+// Unmark records that a request routed to replica rep with the prompt's
+// blocks (Expect) was turned away before it ran: its marks of the blocks
+// as in use go, and their place in the eviction order stays, as the
+// engine never used them.
+func (x *Index) Unmark(rep string, blocks []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r := x.reps[rep]; r != nil {
+		r.risk.unmark(blocks)
+	}
+}
+
+// unmark drops one request's marks of the blocks as in use.
+func (l *lruRisk) unmark(blocks []uint64) {
 	for _, h := range blocks {
 		b, ok := l.busy[h]
 		if !ok {
 			continue
 		}
 		// The request that computed a key was routed before those that
-		// found it held, and is the likelier to finish first.
+		// found it held, and is the likelier to end first.
 		if b.computing > 0 {
 			b.computing--
 		} else {
@@ -202,8 +221,6 @@ func (x *Index) Touch(rep string, blocks []uint64) {
 			l.busy[h] = b
 		}
 	}
-	l.clock += uint32(n)
-	l.tick(n)
 }
 
 // Survivors returns how many of the first depth blocks of a prompt (as

@@ -107,6 +107,25 @@ func TestSurvivorsKeepsKeysInUse(t *testing.T) {
 	}
 }
 
+// TestUnmarkEndsARefusedRequestsUse: a request turned away before it ran
+// (Unmark) stops keeping its keys safe at once, and leaves them where they
+// were in the eviction order: still the old keys they were.
+func TestUnmarkEndsARefusedRequestsUse(t *testing.T) {
+	x := riskIndex(t)
+	old := keys(51, 60)
+	x.Expect("a", old, t0)
+	x.Expect("a", old, t0)
+	x.Unmark("a", old) // one of two refused
+	if got := x.Survivors("a", old, 10, 1000, t0.Add(time.Second)); got != 10 {
+		t.Fatalf("one of two requests refused: %d survive, want 10", got)
+	}
+	x.Unmark("a", old)
+	if got := x.Survivors("a", old, 10, 26, t0.Add(time.Second)); got != 0 {
+		t.Fatalf("both refused: %d survive 26 blocks, want 0 (the keys are as old as before: 99+26 > 125)", got)
+	}
+	x.Unmark("nobody", old) // a replica without entries: nothing to do
+}
+
 // TestSurvivorsForgetsClearedKeys: a cleared cache has nothing in use.
 func TestSurvivorsForgetsClearedKeys(t *testing.T) {
 	x := riskIndex(t)

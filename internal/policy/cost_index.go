@@ -175,11 +175,14 @@ func recordedTouch(v uint64) (t kvindex.Touched, held int) {
 // prompt (too long for the replica's context, say) stayed in the index as
 // if the replica had computed it, drew the prompt's next requests there
 // for a cache hit that was not, and had evicted as much of what the replica
-// does hold.
+// does hold. The event-fed index drops its marks of the blocks as in use
+// for the request (they would otherwise hold them safe from eviction for
+// kvevents.BusyTTL).
 func (p *Cost) Refused(replica string, blocks []uint64, recorded uint64) {
 	id, ok := p.ids[replica]
 	if ok {
 		p.inflight.started(id, blocks)
+		p.unmarkPrecise(replica, blocks)
 	}
 	if !ok || recorded&(1<<31) == 0 || len(blocks) == 0 {
 		return

@@ -48,6 +48,9 @@ type evictionRisk interface {
 	// replica: vLLM frees its blocks then, at the end of its eviction
 	// order.
 	Touch(replica string, blocks []uint64)
+	// Unmark records that a request routed there with the blocks was
+	// turned away before it ran: they are no longer in use for it.
+	Unmark(replica string, blocks []uint64)
 }
 
 // preciseDepths overwrites, for every candidate whose replica publishes,
@@ -87,6 +90,14 @@ func (p *Cost) preciseDepths(d *costDecision, cands []Candidate) {
 func (p *Cost) touchPrecise(replica string, blocks []uint64) {
 	if risk, ok := p.precise.(evictionRisk); ok && len(blocks) > 0 && p.precise.Publishes(replica) {
 		risk.Touch(replica, blocks[:min(len(blocks), maxIndexBlocks)])
+	}
+}
+
+// unmarkPrecise tells the event-fed index that a request routed to
+// replica with the blocks was turned away before it ran.
+func (p *Cost) unmarkPrecise(replica string, blocks []uint64) {
+	if risk, ok := p.precise.(evictionRisk); ok && len(blocks) > 0 && p.precise.Publishes(replica) {
+		risk.Unmark(replica, blocks[:min(len(blocks), maxIndexBlocks)])
 	}
 }
 

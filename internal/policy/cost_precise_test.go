@@ -110,6 +110,8 @@ func (f *riskyPrecise) Survivors(rep string, _ []uint64, depth, allocs int, _ ti
 
 func (f *riskyPrecise) Touch(rep string, blocks []uint64) { f.touched[rep] += len(blocks) }
 
+func (f *riskyPrecise) Unmark(string, []uint64) {}
+
 // TestCostPreciseDiscountsBlocksAtRisk: a publishing replica's cached
 // prefix counts only as far as it is expected to survive the prefill
 // queued ahead of the request there (its pending prefill, in blocks), and
@@ -164,6 +166,8 @@ func (s *touchSpy) Survivors(_ string, _ []uint64, depth, _ int, _ time.Time) in
 
 func (s *touchSpy) Touch(rep string, blocks []uint64) { s.touched[rep] += len(blocks) }
 
+func (s *touchSpy) Unmark(rep string, blocks []uint64) { s.touched["unmarked "+rep] += len(blocks) }
+
 // TestCostReleasedRequestFreesItsPreciseBlocks: a request released without
 // a first token as cancelled (Canceled), or one that ran and ended other
 // than well (Aborted), frees its blocks in the event-fed index of a
@@ -186,5 +190,25 @@ func TestCostReleasedRequestFreesItsPreciseBlocks(t *testing.T) {
 		if got := spy.touched["b"]; got != 0 {
 			t.Errorf("%s: non-publishing replica: %d blocks freed, want 0", name, got)
 		}
+	}
+}
+
+// TestCostRefusedRequestUnmarksItsPreciseBlocks: a request a publishing
+// replica turned away before it ran drops its marks of the blocks as in
+// use in the event-fed index, without touching them (the engine never
+// used them).
+func TestCostRefusedRequestUnmarksItsPreciseBlocks(t *testing.T) {
+	p := newCost(t, nil)
+	spy := &touchSpy{fakePrecise: fakePrecise{"a": {}}, touched: map[string]int{}}
+	p.SetPreciseIndex(spy)
+	prompt := costPrompt("ctx", 20, 2, "s1")
+	c := p.Choose(prompt, costCands(2), t0)
+	p.Refused("a", prompt.PromptBlocks, c.Recorded)
+	p.Refused("b", prompt.PromptBlocks, c.Recorded)
+	if got, want := spy.touched["unmarked a"], len(prompt.PromptBlocks); got != want {
+		t.Errorf("publishing replica: %d blocks unmarked, want %d", got, want)
+	}
+	if len(spy.touched) != 1 {
+		t.Errorf("blocks touched or unmarked elsewhere: %v", spy.touched)
 	}
 }
