@@ -484,9 +484,9 @@ func (b *Balancer) kvHeld(r *replica) float64 {
 // flight, so some are another instance's or a direct client's. Other
 // llmlb instances without shared state are the usual case: each accounts
 // for about 1/N of the prompts and would count the replica full late. It
-// stands until the next scrape; with none of this balancer's own requests
-// on the replica it is not counted (kvHeld), as the signal then never
-// engages. A lower bound: what this balancer counts includes prompts
+// stands until the next scrape; while neither this balancer nor its
+// peers count anything held there it is not counted (kvHeld): the signal
+// then never engages, as under policies that do not price prefill. A lower bound: what this balancer counts includes prompts
 // still waiting in the engine's queue, which hold no KV yet.
 func (b *Balancer) othersKV(r *replica) float64 {
 	if r.snap.KVCacheTokens <= 0 || r.snap.Running+r.snap.Waiting-float64(r.inFlight+r.peerInFlight) < 1 {
