@@ -84,14 +84,18 @@ func pinOf(b *balancer.Balancer, kind, key string) string {
 	return ""
 }
 
-func peerInFlight(b *balancer.Balancer, name string) int {
+// replica is the named replica's status in b now (one with PeerInFlight
+// and KVCommitted -1 if b does not know it).
+func replica(b *balancer.Balancer, name string) balancer.ReplicaStatus {
 	for _, r := range b.Replicas(time.Now()) {
 		if r.Name == name {
-			return r.PeerInFlight
+			return r
 		}
 	}
-	return -1
+	return balancer.ReplicaStatus{PeerInFlight: -1, KVCommitted: -1}
 }
+
+func peerInFlight(b *balancer.Balancer, name string) int { return replica(b, name).PeerInFlight }
 
 func TestRedisSharesPinsAndLoad(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -307,14 +311,7 @@ func (o onlyDesc) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func kvCommitted(b *balancer.Balancer, name string) float64 {
-	for _, r := range b.Replicas(time.Now()) {
-		if r.Name == name {
-			return r.KVCommitted
-		}
-	}
-	return -1
-}
+func kvCommitted(b *balancer.Balancer, name string) float64 { return replica(b, name).KVCommitted }
 
 // TestRedisSharesCommittedKV: under policy cost, the KV one instance's
 // requests commit on a replica reaches its peers with its load, so that
