@@ -27,6 +27,9 @@ func (p *Cost) detail(cands []Candidate, limit, tokens int) string {
 		fmt.Fprintf(&b, " prefill_scale=%.2f prefill_shared=%.2f prefill_size_exp=%.2f prefill_burst=%.2f", scale, shared,
 			p.prefill.sizeExp(p.candID[i]), p.prefill.burstFactor(p.candID[i], p.burst))
 		fmt.Fprintf(&b, " ttft_reported=%.3fs", p.reported(i))
+		if c.PeerHeldPrefill > 0 {
+			fmt.Fprintf(&b, " peer_kv_held=%.0f", c.PeerHeldPrefill)
+		}
 		if p.unsched[i] > 0 {
 			fmt.Fprintf(&b, " unscheduled_hit=%.0f recomputed_share=%.3f", p.unsched[i], p.inflight.shareOf(p.candID[i]))
 		}
