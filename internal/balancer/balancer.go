@@ -221,7 +221,9 @@ type replica struct {
 	// part of the effective load, never of this instance's reservations.
 	peerInFlight int
 	peerWeight   int64
-	peerHeld     float64 // their heldPrefill, as published
+	peerHeld     float64   // their heldPrefill, as published
+	sent         float64   // the send rate at sentAt (sendRate)
+	sentAt       time.Time // the latest prompt sent
 	// othersKV is the KV the last scrape showed in use on the replica
 	// beyond what this balancer and its peers account for, when it also
 	// showed requests that are not theirs (othersKV).
@@ -781,7 +783,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
-			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), FullBy: b.fullBy(r, false, now), KVCommitted: b.kvHeld(r),
+			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), FullBy: b.fullBy(r, false, now), KVCommitted: b.kvHeld(r, now),
 			TentativeMaxRunning: b.tentativeLimit(r),
 		})
 		st := &out[len(out)-1]

@@ -417,7 +417,7 @@ func (b *Balancer) fullBy(r *replica, barred bool, now time.Time) string {
 	if b.backlogged(r, now) {
 		return fullByBacklog
 	}
-	if b.kvCommitted(r) {
+	if b.kvCommitted(r, now) {
 		return fullByKVCommit
 	}
 	limit := b.provisionalLimit(r)
@@ -456,25 +456,26 @@ func (b *Balancer) backlogged(r *replica, now time.Time) bool {
 // prompt tokens computed or to compute there, less cache hits (as the
 // policy counts them: policy cost's HeldPrefill), plus half the fleet's
 // mean output for each.
-func (b *Balancer) kvCommitted(r *replica) bool {
+func (b *Balancer) kvCommitted(r *replica, now time.Time) bool {
 	share := b.cfg.Saturation.kvCommit()
 	if share <= 0 || r.snap.KVCacheTokens <= 0 {
 		return false
 	}
-	held := b.kvHeld(r)
+	held := b.kvHeld(r, now)
 	return held > 0 && held >= share*r.snap.KVCacheTokens
 }
 
 // kvHeld is the KV this balancer's requests on the replica hold or will
-// hold, with shared state its peers' as they last published it, and what
-// the last scrape showed other clients' requests hold (othersKV), as
-// kvCommitted counts it (ReplicaStatus.KVCommitted).
-func (b *Balancer) kvHeld(r *replica) float64 {
+// hold, with shared state its peers' as they last published it and what
+// they are taken to have sent since (peersUnseen), and what the last
+// scrape showed other clients' requests hold (othersKV), as kvCommitted
+// counts it (ReplicaStatus.KVCommitted).
+func (b *Balancer) kvHeld(r *replica, now time.Time) float64 {
 	own := b.kvAccounted(r)
 	if own <= 0 {
 		return 0
 	}
-	return own + r.othersKV
+	return own + r.othersKV + b.peersUnseen(r, now)
 }
 
 // othersKV is, at a scrape, the KV in use on the replica that neither this

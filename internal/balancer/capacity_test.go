@@ -653,3 +653,30 @@ func TestCommittedKVOfOtherClients(t *testing.T) {
 		}
 	}
 }
+
+// TestCommittedKVCountsPeersUnseenSends: with live peers, the KV counted
+// as committed on a replica adds, for each peer, what this instance sent
+// there at its recent rate for as long as that peer's load is old: the
+// peers are taken to send as much, and their sends are not seen yet.
+func TestCommittedKVCountsPeersUnseenSends(t *testing.T) {
+	b := newFleet(t, 1, func(c *Config) { c.Policy = "cost" })
+	b.ObserveScrape("a", Snapshot{Running: 0, KVCacheTokens: 1_000_000}, nil, t0)
+	committed := func(at time.Time) float64 { return b.Replicas(at)[0].KVCommitted }
+	if _, err := b.Select(costProfile("x", 2000, 0), t0); err != nil { // 32,000 tokens
+		t.Fatal(err)
+	}
+	alone := committed(t0.Add(500 * time.Millisecond))
+	// Two peers whose loads (nothing on a) arrived at t0 and last 2 s.
+	for _, peer := range []string{"p1", "p2"} {
+		b.SetPeerLoad(peer, []ReplicaLoad{{Replica: "a"}}, t0.Add(2*time.Second), t0)
+	}
+	// At 0.5 s, each peer is taken to have sent 32,000 x e^-0.5 tokens/s
+	// for 0.5 s.
+	want := alone + 2*32_000*math.Exp(-0.5)*0.5
+	if got := committed(t0.Add(500 * time.Millisecond)); math.Abs(got-want) > 1 {
+		t.Errorf("with two peers 0.5 s old: %.0f tokens committed, want %.0f (%.0f alone)", got, want, alone)
+	}
+	if got := committed(t0.Add(3 * time.Second)); got != alone {
+		t.Errorf("once the peers' loads expired: %.0f tokens committed, want %.0f as alone", got, alone)
+	}
+}

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -237,6 +238,8 @@ func (b *Balancer) addPending(res *Reservation, tokens float64, now time.Time) {
 	res.prefill = tokens
 	r.pendingPrefill += tokens
 	r.heldPrefill += tokens
+	r.sent = r.sendRate(now) + tokens/sendRateWindow.Seconds()
+	r.sentAt = now
 	r.pendingRequests++
 	r.pace.sent++
 	res.sent = r.pace.sent
@@ -430,3 +433,16 @@ const (
 	maxPrefillRate   = 1e7              // prompt tokens per second of one replica
 	maxKVCacheTokens = MaxKVCacheTokens // KV capacity in tokens (kvclaim.go)
 )
+
+// sendRateWindow is the time constant of a replica's send rate: the
+// prompt tokens sent there, each counting for e^(-age/window).
+const sendRateWindow = time.Second
+
+// sendRate is the prompt tokens (less expected cache hits) this balancer
+// has lately sent the replica per second, decayed to now.
+func (r *replica) sendRate(now time.Time) float64 {
+	if r.sent <= 0 || !now.After(r.sentAt) {
+		return r.sent
+	}
+	return r.sent * math.Exp(-now.Sub(r.sentAt).Seconds()/sendRateWindow.Seconds())
+}

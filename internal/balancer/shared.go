@@ -136,6 +136,7 @@ func (b *Balancer) Load() []ReplicaLoad {
 type peerLoad struct {
 	loads   []ReplicaLoad
 	expires time.Time
+	at      time.Time // when it arrived
 }
 
 // SetPeerLoad records peer's in-flight loads, valid until expires (the
@@ -158,7 +159,7 @@ func (b *Balancer) SetPeerLoad(peer string, loads []ReplicaLoad, expires, now ti
 	// A load claims at most maxPeerLoadTTL: whatever the message says, a
 	// peer that stops publishing stops counting soon.
 	expires = minTime(expires, now.Add(maxPeerLoadTTL))
-	b.peers[peer] = peerLoad{loads: slices.Clone(loads[:min(len(loads), maxPeerLoads)]), expires: expires}
+	b.peers[peer] = peerLoad{loads: slices.Clone(loads[:min(len(loads), maxPeerLoads)]), expires: expires, at: now}
 	b.sumPeers(now)
 }
 
@@ -195,6 +196,26 @@ func (b *Balancer) sumPeers(now time.Time) {
 			}
 		}
 	}
+}
+
+// peersUnseen is the KV the live peers are taken to have sent to the
+// replica since their loads arrived: each as much as this instance sends
+// there, at its recent rate (sendRate), for as long as that peer's load
+// is old. Instances that see the same memory free all send into it in
+// the moments before they see each other's sends; counting the others'
+// as about one's own keeps them from filling it several times over.
+func (b *Balancer) peersUnseen(r *replica, now time.Time) float64 {
+	rate := r.sendRate(now)
+	if rate <= 0 {
+		return 0
+	}
+	unseen := 0.0
+	for _, pl := range b.peers {
+		if now.Before(pl.expires) && now.After(pl.at) {
+			unseen += rate * now.Sub(pl.at).Seconds()
+		}
+	}
+	return unseen
 }
 
 // maxPeerInFlight bounds one peer's claim on one replica, so that a
