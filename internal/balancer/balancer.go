@@ -320,6 +320,9 @@ type Balancer struct {
 	// their expiries.
 	sharer      policy.Sharer
 	peers       map[string]peerLoad
+	peersLive   int       // live peers (sumPeers)
+	peersAgeSum float64   // the sum of their loads' ages at peersSummed, seconds
+	peersSummed time.Time // when sumPeers last ran
 	peersExpire time.Time
 }
 

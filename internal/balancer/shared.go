@@ -176,11 +176,14 @@ func (b *Balancer) sumPeers(now time.Time) {
 		r.peerInFlight, r.peerWeight, r.peerHeld = 0, 0, 0
 	}
 	b.peersExpire = time.Time{}
+	b.peersLive, b.peersAgeSum, b.peersSummed = 0, 0, now
 	for id, pl := range b.peers {
 		if !now.Before(pl.expires) {
 			delete(b.peers, id)
 			continue
 		}
+		b.peersLive++
+		b.peersAgeSum += now.Sub(pl.at).Seconds()
 		if b.peersExpire.IsZero() || pl.expires.Before(b.peersExpire) {
 			b.peersExpire = pl.expires
 		}
@@ -204,18 +207,15 @@ func (b *Balancer) sumPeers(now time.Time) {
 // is old. Instances that see the same memory free all send into it in
 // the moments before they see each other's sends; counting the others'
 // as about one's own keeps them from filling it several times over.
+// The live peers' loads' ages are kept as a count and a sum (sumPeers),
+// so that this costs the same with many peers as with one.
 func (b *Balancer) peersUnseen(r *replica, now time.Time) float64 {
 	rate := r.sendRate(now)
-	if rate <= 0 {
+	if rate <= 0 || b.peersLive == 0 {
 		return 0
 	}
-	unseen := 0.0
-	for _, pl := range b.peers {
-		if now.Before(pl.expires) && now.After(pl.at) {
-			unseen += rate * now.Sub(pl.at).Seconds()
-		}
-	}
-	return unseen
+	ages := b.peersAgeSum + float64(b.peersLive)*now.Sub(b.peersSummed).Seconds()
+	return rate * max(0, ages)
 }
 
 // maxPeerInFlight bounds one peer's claim on one replica, so that a
