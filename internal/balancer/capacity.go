@@ -493,7 +493,8 @@ func (b *Balancer) othersKV(r *replica) float64 {
 	if r.snap.KVCacheTokens <= 0 || r.snap.Running+r.snap.Waiting-float64(r.inFlight+r.peerInFlight) < 1 {
 		return 0
 	}
-	return max(0, r.snap.KVCacheUsage*r.snap.KVCacheTokens-b.kvAccounted(r))
+	// A usage over 1 is a replica's lie: at most the whole cache.
+	return max(0, min(1, r.snap.KVCacheUsage)*r.snap.KVCacheTokens-b.kvAccounted(r))
 }
 
 // kvAccounted is the KV this balancer's requests on the replica and its

@@ -419,6 +419,21 @@ func TestScrapeSoonIsBounded(t *testing.T) {
 	}
 }
 
+// holdLongPrompts routes a 64,000-token prompt to each replica of a
+// two-replica cost fleet at t0 and returns their reservations.
+func holdLongPrompts(t *testing.T, b *Balancer) []*Reservation {
+	t.Helper()
+	var held []*Reservation
+	for _, key := range []string{"x", "y"} {
+		res, err := b.Select(costProfile(key, 4000, 0), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, res)
+	}
+	return held
+}
+
 // TestSaturationFromCommittedKV: a replica is full while the KV the
 // balancer's own requests there hold or will hold (their prompts less cache
 // hits, plus half the mean output each) reaches saturation.kv_commit of the
@@ -441,14 +456,7 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 			c.Policy = "cost"
 			c.Saturation.KVCommit = tc.commit
 		})
-		var held []*Reservation
-		for _, key := range []string{"x", "y"} { // a 64,000-token prompt on each
-			res, err := b.Select(costProfile(key, 4000, 0), t0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, res)
-		}
+		held := holdLongPrompts(t, b)
 		now := t0.Add(time.Second)
 		for _, name := range []string{"a", "b"} {
 			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: tc.capacity}, nil, now)
@@ -559,14 +567,7 @@ func TestReplicaStatusSaysWhyItIsFull(t *testing.T) {
 func TestCommittedKVSharedByPeers(t *testing.T) {
 	cfg := func(c *Config) { c.Policy = "cost" }
 	sender, peer := newFleet(t, 2, cfg), newFleet(t, 2, cfg)
-	var held []*Reservation
-	for _, key := range []string{"x", "y"} { // a 64,000-token prompt on each
-		res, err := sender.Select(costProfile(key, 4000, 0), t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, res)
-	}
+	held := holdLongPrompts(t, sender)
 	now := t0.Add(time.Second)
 	for _, b := range []*Balancer{sender, peer} {
 		for _, name := range []string{"a", "b"} {
@@ -632,6 +633,7 @@ func TestCommittedKVOfOtherClients(t *testing.T) {
 		{"others' requests fill the cache", 3, 1, true},
 		{"others' requests, room left", 3, 0.7, false},
 		{"no others: the usage is the balancer's own", 1, 1, false},
+		{"a usage over 1 counts as a full cache, no more", 3, 50, true},
 	} {
 		b := newFleet(t, 1, func(c *Config) { c.Policy = "cost" })
 		res, err := b.Select(costProfile("x", 2000, 0), t0) // 32,000 tokens
