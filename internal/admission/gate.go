@@ -130,11 +130,11 @@ func (g *Gate) Admit(r *Request, now time.Time) (flowcontrol.Decision, error) {
 	// A tenant sending more than its share of the pool's requests finds
 	// the pool saturated earlier: at each replica's limit less its
 	// reserve, which others' requests may still take.
-	favoured, contested := q.Favoured(r.Tenant, r.Priority)
-	saturated := g.cfg.Enabled && g.bal.SaturatedFor(model, favoured, now)
+	rank := q.Rank(r.Tenant, r.Priority)
+	saturated := g.cfg.Enabled && g.bal.SaturatedFor(model, standing(rank), now)
 	// Room left only in the reserve is room the requests held are not
 	// favoured for: this one need not wait behind them.
-	passes := contested && favoured && !saturated && g.bal.SaturatedFor(model, false, now)
+	passes := rank.Contested && rank.Favoured && !saturated && g.bal.SaturatedFor(model, balancer.OverShare, now)
 	tokens := int64(max(0, r.Profile.PromptTokens)) + int64(max(0, r.Profile.OutputTokens))
 	// Set before the queue holds r: Pump, Expire and Drain, on other
 	// goroutines, read it once they take r out under the queue's lock.
@@ -169,17 +169,17 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 			if !ok {
 				break
 			}
-			favoured, _ := q.Favoured(head.Tenant, head.Priority)
-			if g.bal.SaturatedFor(model, favoured, now) {
+			st := standing(q.Rank(head.Tenant, head.Priority))
+			if g.bal.SaturatedFor(model, st, now) {
 				break
 			}
-			it, ok := g.next(q, head, favoured, now)
+			it, ok := g.next(q, head, st, now)
 			if !ok {
 				break
 			}
 			r := it.Payload.(*Request)
 			var t Ticket
-			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now, favoured, r.Exclude...)
+			t.Res, room, t.Err = g.bal.Dispatch(r.Profile, now, st, r.Exclude...)
 			t.Request, t.Waited = r, now.Sub(r.enqueued)
 			out = append(out, t)
 		}
@@ -196,13 +196,13 @@ func (g *Gate) Pump(now time.Time) []Ticket {
 // a request waits a bounded time for the replica that holds its context
 // while slots elsewhere go to requests with nothing to lose there, instead
 // of computing its whole context again on whichever replica frees first.
-func (g *Gate) next(q *flowcontrol.Queue, head flowcontrol.Item, favoured bool, now time.Time) (flowcontrol.Item, bool) {
+func (g *Gate) next(q *flowcontrol.Queue, head flowcontrol.Item, st balancer.Standing, now time.Time) (flowcontrol.Item, bool) {
 	if g.cfg.LocalityScan <= 1 || now.Sub(head.Enqueued) >= g.cfg.LocalityWait {
 		return q.Next(now)
 	}
 	local := func(it flowcontrol.Item) bool {
 		r := it.Payload.(*Request)
-		return g.bal.Local(r.Profile, favoured, now, r.Exclude...)
+		return g.bal.Local(r.Profile, st, now, r.Exclude...)
 	}
 	if local(head) {
 		return q.Next(now)
@@ -217,6 +217,19 @@ func (g *Gate) next(q *flowcontrol.Queue, head flowcontrol.Item, favoured bool, 
 		}
 	}
 	return q.Next(now)
+}
+
+// standing is the balancer's view of a rank: which reserves the request
+// may take. Outranked also bars a tenant's share: a request both over its
+// tenant's share and below a higher priority may take neither reserve.
+func standing(r flowcontrol.Rank) balancer.Standing {
+	switch {
+	case r.Favoured:
+		return balancer.Favoured
+	case r.Outranked:
+		return balancer.Outranked
+	}
+	return balancer.OverShare
 }
 
 // Remove takes a waiting request out (its client went away). False means

@@ -459,3 +459,50 @@ func TestGateTakesHeldRequestsInTurnWithoutLocality(t *testing.T) {
 		t.Fatalf("pump = %+v, want the second turn (first in turn)", got)
 	}
 }
+
+// TestGateKeepsKVForAHigherPriority: on a replica bound by its KV cache
+// (30,000 tokens, no slot limit), while a higher priority has requests
+// outstanding a lower one is held once the prompts sent there commit two
+// thirds of the cache (saturation.kv_reserve_share): the rest is kept for
+// the higher priority, whose requests start at once until the whole cache
+// is committed.
+func TestGateKeepsKVForAHigherPriority(t *testing.T) {
+	b, err := balancer.New(balancer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddReplica(balancer.ReplicaSpec{Name: "a", URL: "http://a", Models: []string{"m"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveScrape("a", balancer.Snapshot{KVCacheTokens: 30_000}, nil, t0)
+	g := New(b, flowcontrol.DefaultConfig())
+	next := uint64(0)
+	admit := func(prio int) flowcontrol.Outcome {
+		t.Helper()
+		next++ // each prompt 5,000 tokens no other shares
+		r := &Request{ID: next, Profile: &balancer.Profile{Model: "m", PromptTokens: 5_000, PromptBlocks: blocks(next*1000, 5_000/16)},
+			Tenant: "one", Priority: prio}
+		d, err := g.Admit(r, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == flowcontrol.Dispatch {
+			if _, err := b.Select(r.Profile, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d.Outcome
+	}
+	got := []flowcontrol.Outcome{admit(1)}
+	for range 4 {
+		got = append(got, admit(0))
+	}
+	for range 3 {
+		got = append(got, admit(1))
+	}
+	D, Q := flowcontrol.Dispatch, flowcontrol.Queued
+	want := []flowcontrol.Outcome{D, D, D, D, Q, D, D, Q} // 5K, 10K, 15K, 20K of 30K: held; 25K, 30K: full
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("outcomes (-want +got):\n%s", diff)
+	}
+}

@@ -481,15 +481,15 @@ func (b *Balancer) models() []string {
 // Health changes with time only through Tick, ObserveScrape and Release.
 // p.PromptBlocks must not change until the reservation is released.
 func (b *Balancer) Select(p *Profile, now time.Time, exclude ...string) (*Reservation, error) {
-	res, _, err := b.choose(p, now, exclude, false, false)
+	res, _, err := b.choose(p, now, exclude, false, Favoured)
 	return res, err
 }
 
 // choose is Select; roomOnly offers the policy only replicas that are not
-// full (Dispatch; for a barred request, full at their limit less the
-// reserve), or all of them when every one is, and then reports whether
+// full (Dispatch; for a request flow control does not favour, full at
+// their limit less the reserves its standing s may not take), or all of them when every one is, and then reports whether
 // some replica still has room after the reservation.
-func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly, barred bool) (_ *Reservation, roomLeft bool, _ error) {
+func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly bool, s Standing) (_ *Reservation, roomLeft bool, _ error) {
 	if p == nil {
 		return nil, false, errors.New("balancer: nil request profile")
 	}
@@ -501,10 +501,10 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly,
 	// Step 1. Pool: candidates are LIVE and PROBING replicas serving the
 	// model (not draining, not already tried; PROBING ones only below
 	// probing.max_in_flight). EJECTED replicas get no traffic.
-	known, err := b.pool(p.Model, exclude, now, roomOnly, barred)
+	known, err := b.pool(p.Model, exclude, now, roomOnly, s)
 	withRoom := len(b.cands)
 	if err == nil && roomOnly && withRoom == 0 {
-		known, err = b.pool(p.Model, exclude, now, false, false)
+		known, err = b.pool(p.Model, exclude, now, false, Favoured)
 	}
 	if err != nil {
 		return nil, false, err
@@ -543,7 +543,7 @@ func (b *Balancer) choose(p *Profile, now time.Time, exclude []string, roomOnly,
 	}
 	b.policy.Routed(res.Replica, p, c, now)
 	if roomOnly {
-		roomLeft = withRoom > 1 || (withRoom == 1 && b.hasRoom(res.rep, barred, now))
+		roomLeft = withRoom > 1 || (withRoom == 1 && b.hasRoom(res.rep, s, now))
 	}
 	return res, roomLeft, nil
 }
@@ -562,7 +562,7 @@ func (b *Balancer) explain(c *policy.Choice) {
 
 // pool fills b.cands / b.candReps with step 1's routable replicas and returns
 // how many known replicas serve the model and may be tried at all.
-func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly, barred bool) (known int, err error) {
+func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly bool, s Standing) (known int, err error) {
 	b.cands, b.candReps = b.cands[:0], b.candReps[:0]
 	servedBy := 0
 	// The fleet's learned values, once for all candidates.
@@ -583,7 +583,7 @@ func (b *Balancer) pool(model string, exclude []string, now time.Time, roomOnly,
 		if state == health.Ejected || (state == health.Probing && r.inFlight >= b.cfg.Probing.MaxInFlight) {
 			continue
 		}
-		if roomOnly && !b.hasRoom(r, barred, now) {
+		if roomOnly && !b.hasRoom(r, s, now) {
 			continue
 		}
 		running, waiting := r.effective()
@@ -786,7 +786,7 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 			LastScrape: r.lastScrape, LastScrapeOK: r.lastScrapeOK, Requests: r.requests,
 			KVCacheTokens: r.snap.KVCacheTokens, PrefillRate: b.prefillRate(r), DecodeStepSeconds: b.decodeStep(r),
 			PendingPrefill: b.pending(r, now),
-			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), FullBy: b.fullBy(r, false, now), KVCommitted: b.kvHeld(r, now),
+			MaxRunning:     b.limit(r), Occupancy: r.occupancy(), FullBy: b.fullBy(r, Favoured, now), KVCommitted: b.kvHeld(r, now),
 			TentativeMaxRunning: b.tentativeLimit(r),
 		})
 		st := &out[len(out)-1]

@@ -95,6 +95,24 @@ type SaturationConfig struct {
 	// than cost, and for replicas that do not export their capacity, it
 	// never engages.
 	KVCommit float64
+	// KVReserveShare is the share of the KV that KVCommit lets the
+	// balancer's requests commit on each replica kept for the requests
+	// flow control favours (saturation.kv_reserve_share, default a third;
+	// a negative value keeps none): the KV counterpart of ReserveShare.
+	// A request it does not favour (a lower priority while a higher one
+	// has requests outstanding, a tenant over its share while others have
+	// some) finds a replica full once its requests commit the rest. An
+	// engine frees memory only as running requests end, tens of seconds
+	// for long contexts, and admits no request past its queue's head, so
+	// a favoured request that arrives when lower classes have filled the
+	// cache waits for those ends whatever its priority; with memory kept
+	// free it starts at once. On the conversation trace at 2x with 20% of
+	// the requests in a higher class, that class's P99 TTFT went from
+	// 12-17 s to 6-8.5 s, against 5-11 s at 1x (docs/FLOW_CONTROL.md); the
+	// lower classes pay with up to a tenth of the output tokens per second
+	// and more refusals. With one class and one tenant every request is
+	// favoured and all of KVCommit is used.
+	KVReserveShare float64
 }
 
 // DefaultSaturationConfig returns the defaults: limits learned, no
@@ -118,6 +136,9 @@ func (c SaturationConfig) Validate() error {
 	}
 	if c.PrefillBacklog > maxPrefillBacklog {
 		errs = append(errs, fmt.Errorf("saturation.prefill_backlog: must be at most %v (0 = %v, negative = off), got %v", maxPrefillBacklog, defaultPrefillBacklog, c.PrefillBacklog))
+	}
+	if c.KVReserveShare > maxKVReserveShare {
+		errs = append(errs, fmt.Errorf("saturation.kv_reserve_share: must be at most %g (a share of each replica's committed KV; 0 = %.2f, negative = none), got %g", maxKVReserveShare, defaultKVReserveShare, c.KVReserveShare))
 	}
 	if c.KVCommit > maxKVCommit {
 		errs = append(errs, fmt.Errorf("saturation.kv_commit: must be at most %g (a share of each replica's KV capacity; 0 = %g, negative = off), got %g", maxKVCommit, defaultKVCommit, c.KVCommit))
@@ -205,6 +226,29 @@ const maxKVCommit = 4.0
 // kvCommit returns the configured SaturationConfig.KVCommit, 0 when it is
 // off.
 func (c SaturationConfig) kvCommit() float64 { return orDefault(c.KVCommit, defaultKVCommit) }
+
+// defaultKVReserveShare is SaturationConfig.KVReserveShare's default.
+// Measured on the conversation trace at 2x (4 and 8 replicas, two seeds,
+// three rotation starts each; docs/benchmarks/LAB-2026.md): with a
+// quarter the higher class's P99 was within 1.5x of its P99 at 1x on 7
+// of 12 runs, with a third on 9, with 0.4 on 9 and a half on 8 (a tenth,
+// as of slots, helped none).
+const defaultKVReserveShare = 1.0 / 3
+
+// maxKVReserveShare bounds SaturationConfig.KVReserveShare: past it the
+// classes not favoured would keep less of the memory than they leave.
+const maxKVReserveShare = 0.5
+
+// kvCommitFor is kvCommit for a request of standing s: for one a higher
+// priority outranks, the share less its reserve
+// (SaturationConfig.KVReserveShare).
+func (c SaturationConfig) kvCommitFor(s Standing) float64 {
+	share := c.kvCommit()
+	if s == Outranked {
+		share *= 1 - orDefault(c.KVReserveShare, defaultKVReserveShare)
+	}
+	return share
+}
 
 // prefillBacklog returns the configured SaturationConfig.PrefillBacklog,
 // 0 when it is off.
@@ -392,10 +436,11 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 // fills with slots and memory to spare, and the KV the balancer's own
 // requests commit there (kvCommitted), which says a request sent now
 // would wait for memory before a scrape shows it. For a request flow
-// control does not favour (barred) the limit is less its reserve
-// (SaturationConfig.ReserveShare).
-func (b *Balancer) full(r *replica, barred bool, now time.Time) bool {
-	return b.fullBy(r, barred, now) != ""
+// control does not favour (standing s) the limit is less its reserve
+// (SaturationConfig.ReserveShare), and for one a higher priority outranks
+// the committed KV too (SaturationConfig.KVReserveShare).
+func (b *Balancer) full(r *replica, s Standing, now time.Time) bool {
+	return b.fullBy(r, s, now) != ""
 }
 
 // Why a replica is full (ReplicaStatus.FullBy): the signal that says so,
@@ -409,7 +454,8 @@ const (
 
 // fullBy is full with the signal that makes the replica full, "" when none
 // does.
-func (b *Balancer) fullBy(r *replica, barred bool, now time.Time) string {
+func (b *Balancer) fullBy(r *replica, s Standing, now time.Time) string {
+	barred := s != Favoured
 	headroom := float64(b.cfg.Saturation.Headroom)
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return fullByMemory
@@ -417,7 +463,7 @@ func (b *Balancer) fullBy(r *replica, barred bool, now time.Time) string {
 	if b.backlogged(r, now) {
 		return fullByBacklog
 	}
-	if b.kvCommitted(r, now) {
+	if b.kvCommitted(r, s, now) {
 		return fullByKVCommit
 	}
 	limit := b.provisionalLimit(r)
@@ -455,9 +501,10 @@ func (b *Balancer) backlogged(r *replica, now time.Time) bool {
 // saturation.kv_commit of its capacity (SaturationConfig.KVCommit): their
 // prompt tokens computed or to compute there, less cache hits (as the
 // policy counts them: policy cost's HeldPrefill), plus half the fleet's
-// mean output for each.
-func (b *Balancer) kvCommitted(r *replica, now time.Time) bool {
-	share := b.cfg.Saturation.kvCommit()
+// mean output for each. For a request a higher priority outranks (s) that
+// share less its reserve (SaturationConfig.KVReserveShare).
+func (b *Balancer) kvCommitted(r *replica, s Standing, now time.Time) bool {
+	share := b.cfg.Saturation.kvCommitFor(s)
 	if share <= 0 || r.snap.KVCacheTokens <= 0 {
 		return false
 	}
@@ -568,11 +615,11 @@ func (b *Balancer) updateFleetLimit() {
 // requests only up to the largest limit another replica has, or twice the
 // most it has run with none waiting when that is more; then one at a time
 // as above, until its scrapes tell its room.
-func (b *Balancer) hasRoom(r *replica, barred bool, now time.Time) bool {
-	if b.full(r, barred, now) {
+func (b *Balancer) hasRoom(r *replica, s Standing, now time.Time) bool {
+	if b.full(r, s, now) {
 		return false
 	}
-	if b.provisionalLimit(r) > 0 || (barred && b.tentativeLimit(r) > 0) {
+	if b.provisionalLimit(r) > 0 || (s != Favoured && b.tentativeLimit(r) > 0) {
 		return true
 	}
 	if r.snap.Waiting >= 1 {
@@ -596,28 +643,49 @@ func (b *Balancer) routable(r *replica, model string) bool {
 // saturated: such a request fails (or falls back) at once instead of
 // waiting for a fleet that may not come back.
 func (b *Balancer) Saturated(model string, now time.Time) bool {
-	return b.SaturatedFor(model, true, now)
+	return b.SaturatedFor(model, Favoured, now)
 }
 
-// SaturatedFor is Saturated for a request flow control favours or not
-// (flowcontrol.Queue.Favoured): one it does not favour finds a replica
-// full at its limit less the reserve (SaturationConfig.ReserveShare).
-func (b *Balancer) SaturatedFor(model string, favoured bool, now time.Time) bool {
+// Standing is where flow control ranks a request among those outstanding
+// in its pool (flowcontrol.Queue.Rank): which of the replicas' reserves it
+// may take.
+type Standing uint8
+
+const (
+	// Favoured: no request of a higher priority is outstanding, and its
+	// tenant has no more in flight than an equal share (or is alone): it
+	// may take every reserve.
+	Favoured Standing = iota
+	// OverShare: its tenant has more requests in flight than an equal
+	// share of the pool's while others have some: not the reserved slots
+	// (SaturationConfig.ReserveShare).
+	OverShare
+	// Outranked: a request of a higher priority is outstanding: neither
+	// the reserved slots nor the reserved KV
+	// (SaturationConfig.KVReserveShare).
+	Outranked
+)
+
+// SaturatedFor is Saturated for a request of standing s: one flow control
+// does not favour finds a replica full at its limit less the reserve
+// (SaturationConfig.ReserveShare), one a higher priority outranks also at
+// its committed KV less the KV's reserve (SaturationConfig.KVReserveShare).
+func (b *Balancer) SaturatedFor(model string, s Standing, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !favoured {
+	if s != Favoured {
 		b.contestedAt = now
 	}
 	b.refreshPeers(now)
-	return b.saturated(model, !favoured, now)
+	return b.saturated(model, s, now)
 }
 
 // saturated is Saturated under the lock. The cheap test goes first: at
 // saturation every replica is full, and only one needs to be routable.
-func (b *Balancer) saturated(model string, barred bool, now time.Time) bool {
+func (b *Balancer) saturated(model string, s Standing, now time.Time) bool {
 	some := false
 	for _, r := range b.replicas {
-		if b.full(r, barred, now) {
+		if b.full(r, s, now) {
 			some = some || b.routable(r, model)
 			continue
 		}
@@ -632,13 +700,12 @@ func (b *Balancer) saturated(model string, barred bool, now time.Time) bool {
 // among the replicas that have room only (late binding: the first replica
 // that frees up takes the request). With none, it chooses as Select does.
 // roomLeft reports whether some replica still has room after this
-// reservation (false after a choice among full ones). favoured says
-// whether the request may take the replicas' reserved slots
-// (SaturatedFor); roomLeft is for a request like it. exclude is Select's:
-// replicas the request must not go to (the gateway's subset, in `llmlb
-// epp`).
-func (b *Balancer) Dispatch(p *Profile, now time.Time, favoured bool, exclude ...string) (res *Reservation, roomLeft bool, err error) {
-	return b.choose(p, now, exclude, true, !favoured)
+// reservation (false after a choice among full ones). s says which of the
+// replicas' reserves the request may take (SaturatedFor); roomLeft is for
+// a request like it. exclude is Select's: replicas the request must not
+// go to (the gateway's subset, in `llmlb epp`).
+func (b *Balancer) Dispatch(p *Profile, now time.Time, s Standing, exclude ...string) (res *Reservation, roomLeft bool, err error) {
+	return b.choose(p, now, exclude, true, s)
 }
 
 // Serves reports whether some replica serves model (one whose models are
@@ -664,7 +731,7 @@ func (b *Balancer) Serves(model string) bool {
 // sends a held request to whichever replica frees a slot first, and a
 // conversation's next turn sent to a replica without its context computes
 // the whole context again.
-func (b *Balancer) Local(p *Profile, favoured bool, now time.Time, exclude ...string) bool {
+func (b *Balancer) Local(p *Profile, s Standing, now time.Time, exclude ...string) bool {
 	ch, ok := b.policy.(policy.CacheHolder)
 	if !ok || p == nil || len(p.PromptBlocks) == 0 {
 		return true
@@ -679,7 +746,7 @@ func (b *Balancer) Local(p *Profile, favoured bool, now time.Time, exclude ...st
 	if !ok || !b.routable(r, p.Model) || slices.Contains(exclude, name) {
 		return true
 	}
-	return b.hasRoom(r, !favoured, now)
+	return b.hasRoom(r, s, now)
 }
 
 // localMinTokens is the cached prefix below which a held request counts as

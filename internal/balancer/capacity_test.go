@@ -91,7 +91,7 @@ func TestSaturationCountsOwnSendsSinceTheScrape(t *testing.T) {
 	}
 	freed := held[0].Replica
 	for range 4 { // Select's policy may pick any; Dispatch only the one with room
-		d, _, err := b.Dispatch(&Profile{}, t0, true)
+		d, _, err := b.Dispatch(&Profile{}, t0, Favoured)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,12 +246,12 @@ func TestDispatchDoesNotEmptyTheQueueIntoAnUnknownReplica(t *testing.T) {
 	if b.Saturated("", at) {
 		t.Fatal("saturated, with b not full")
 	}
-	if _, roomLeft, err := b.Dispatch(&Profile{}, at, true); err != nil || roomLeft {
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at, Favoured); err != nil || roomLeft {
 		t.Fatalf("Dispatch: room left %v (err %v), want none: b's room is not known", roomLeft, err)
 	}
 	// Once b has shown its queue empty it has room again.
 	b.ObserveScrape("b", Snapshot{Running: 4}, nil, at.Add(time.Second))
-	if _, roomLeft, err := b.Dispatch(&Profile{}, at.Add(time.Second), true); err != nil || !roomLeft {
+	if _, roomLeft, err := b.Dispatch(&Profile{}, at.Add(time.Second), Favoured); err != nil || !roomLeft {
 		t.Fatalf("Dispatch after b showed none waiting: room left %v (err %v), want room", roomLeft, err)
 	}
 }
@@ -267,10 +267,10 @@ func TestSaturationReserve(t *testing.T) {
 	}{{0, true}, {0.05, true}, {-1, false}} {
 		b := newFleet(t, 1, func(c *Config) { c.Saturation.MaxRunning, c.Saturation.ReserveShare = 20, tc.share })
 		selectN(t, b, 19, t0)
-		if b.SaturatedFor("", true, t0) {
+		if b.SaturatedFor("", Favoured, t0) {
 			t.Errorf("share %g: 19 of 20 slots taken, saturated for a favoured request", tc.share)
 		}
-		if got := b.SaturatedFor("", false, t0); got != tc.barredFull {
+		if got := b.SaturatedFor("", OverShare, t0); got != tc.barredFull {
 			t.Errorf("share %g: 19 of 20 slots taken, saturated for a barred request %v, want %v", tc.share, got, tc.barredFull)
 		}
 	}
@@ -299,15 +299,15 @@ func TestSaturationTentativeLimitForContestedRequests(t *testing.T) {
 	held := selectN(t, b, 8, t0)
 	now := scrape(6, 0)
 	now = scrape(8, 2)
-	if b.SaturatedFor("", false, now) {
+	if b.SaturatedFor("", OverShare, now) {
 		t.Fatal("saturated for a contested request before anything was contested")
 	}
 	// From now on flow control asks about requests it does not favour.
 	now = scrape(8, 2)
-	if !b.SaturatedFor("", false, now) {
+	if !b.SaturatedFor("", OverShare, now) {
 		t.Fatal("not saturated for a request flow control does not favour, 8 in flight at a tentative limit of 8")
 	}
-	if b.SaturatedFor("", true, now) {
+	if b.SaturatedFor("", Favoured, now) {
 		t.Fatal("saturated for a favoured request: no limit is learned")
 	}
 	if st := b.Replicas(now)[0]; st.MaxRunning != 0 || st.TentativeMaxRunning != 8 {
@@ -318,12 +318,12 @@ func TestSaturationTentativeLimitForContestedRequests(t *testing.T) {
 	// slot of 8); one more than the tentative limit may go.
 	now = scrape(8, 0)
 	b.Release(held[0], OutcomeOK, now)
-	if b.SaturatedFor("", false, now) {
+	if b.SaturatedFor("", OverShare, now) {
 		t.Fatal("no probe past a tentative limit the replica holds with none waiting")
 	}
 	now = scrape(9, 0) // more ran with none waiting: not the limit
 	selectN(t, b, 4, now)
-	if b.SaturatedFor("", false, now) {
+	if b.SaturatedFor("", OverShare, now) {
 		t.Fatal("the tentative limit outlived a scrape showing more running with none waiting")
 	}
 	for range 3 {
@@ -340,10 +340,10 @@ func TestSaturationTentativeLimitForContestedRequests(t *testing.T) {
 func TestSaturationTentativeLimitIgnoresLowPlateaus(t *testing.T) {
 	b := newFleet(t, 1, nil)
 	selectN(t, b, 6, t0)
-	b.SaturatedFor("", false, t0) // contested
+	b.SaturatedFor("", OverShare, t0) // contested
 	b.ObserveScrape("a", Snapshot{Running: 6}, nil, t0.Add(time.Second))
 	b.ObserveScrape("a", Snapshot{Running: 4, Waiting: 2}, nil, t0.Add(2*time.Second))
-	if b.SaturatedFor("", false, t0.Add(2*time.Second)) {
+	if b.SaturatedFor("", OverShare, t0.Add(2*time.Second)) {
 		t.Fatal("a plateau below what ran free was taken as a tentative limit")
 	}
 }
@@ -359,7 +359,7 @@ func TestScrapeSoonWhileContestedReplicasFill(t *testing.T) {
 	if b.ScrapeSoon("a", at(1)) {
 		t.Fatal("scrape soon with nothing contested")
 	}
-	b.SaturatedFor("", false, at(1))
+	b.SaturatedFor("", OverShare, at(1))
 	b.ObserveScrape("a", Snapshot{Running: 6}, nil, at(2))
 	if !b.ScrapeSoon("a", at(2)) {
 		t.Fatal("no follow-up while a contested replica of unknown limit fills")
@@ -383,13 +383,13 @@ func TestScrapeSoonWhileContestedReplicasFill(t *testing.T) {
 func TestSaturationConfiguredLimitHasNoTentativeOne(t *testing.T) {
 	b := newFleet(t, 1, func(c *Config) { c.Saturation.MaxRunning = 16 })
 	selectN(t, b, 10, t0)
-	b.SaturatedFor("", false, t0) // contested
+	b.SaturatedFor("", OverShare, t0) // contested
 	b.ObserveScrape("a", Snapshot{Running: 8, Waiting: 2}, nil, t0.Add(time.Second))
 	now := t0.Add(time.Second)
 	if st := b.Replicas(now)[0]; st.TentativeMaxRunning != 0 {
 		t.Fatalf("tentative_max_running %v with max_running configured", st.TentativeMaxRunning)
 	}
-	if b.SaturatedFor("", false, now) {
+	if b.SaturatedFor("", OverShare, now) {
 		t.Fatal("held at a tentative limit of 8 below the configured 16")
 	}
 }
@@ -399,7 +399,7 @@ func TestSaturationConfiguredLimitHasNoTentativeOne(t *testing.T) {
 // interval; one that stops rising may ask again later.
 func TestScrapeSoonIsBounded(t *testing.T) {
 	b := newFleet(t, 1, nil)
-	b.SaturatedFor("", false, t0)
+	b.SaturatedFor("", OverShare, t0)
 	soon := 0
 	for i := 1; i <= 3*maxFollowUps; i++ {
 		at := t0.Add(time.Duration(i) * time.Millisecond)
@@ -484,6 +484,54 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 	}
 	if err := (SaturationConfig{KVCommit: 5}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.kv_commit") {
 		t.Errorf("kv_commit 5: Validate() = %v, want an error naming saturation.kv_commit", err)
+	}
+}
+
+// TestKVReserveKeptFromLowerPriorities: while a higher priority has
+// requests outstanding, a lower one finds a replica full once the
+// balancer's requests commit its KV capacity less the reserve
+// (saturation.kv_reserve_share, a third by default); the favoured request
+// and a tenant over its share (who keeps only the slots' reserve from
+// others) find room up to the whole capacity.
+func TestKVReserveKeptFromLowerPriorities(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		reserve   float64
+		outranked bool // full for a request a higher priority outranks
+	}{
+		{"default: 64K tokens held of 80K, a third kept", 0, true},
+		{"a tenth kept", 0.1, false},
+		{"none kept", -1, false},
+	} {
+		b := newFleet(t, 2, func(c *Config) {
+			c.Policy = "cost"
+			c.Saturation.KVReserveShare = tc.reserve
+		})
+		held := holdLongPrompts(t, b)
+		now := t0.Add(time.Second)
+		for _, name := range []string{"a", "b"} {
+			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000}, nil, now)
+		}
+		for _, s := range []struct {
+			standing Standing
+			want     bool
+		}{{Favoured, false}, {OverShare, false}, {Outranked, tc.outranked}} {
+			if got := b.SaturatedFor("", s.standing, now); got != s.want {
+				t.Errorf("%s: saturated for standing %d: %v, want %v", tc.name, s.standing, got, s.want)
+			}
+			if got := b.Local(costProfile("x", 4000, 0), s.standing, now); got == s.want {
+				t.Errorf("%s: the holder has room for standing %d: %v, want %v", tc.name, s.standing, got, !s.want)
+			}
+		}
+		for _, res := range held {
+			b.Release(res, OutcomeOK, now)
+		}
+		if b.SaturatedFor("", Outranked, now) {
+			t.Errorf("%s: saturated for a lower priority once the requests ended", tc.name)
+		}
+	}
+	if err := (SaturationConfig{KVReserveShare: 0.6}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.kv_reserve_share") {
+		t.Errorf("kv_reserve_share 0.6: Validate() = %v, want an error naming saturation.kv_reserve_share", err)
 	}
 }
 

@@ -583,12 +583,28 @@ func (q *Queue) Drain() []Item {
 // contested reports whether the answer matters: requests of another
 // priority or of more than one tenant are outstanding.
 func (q *Queue) Favoured(tenant string, priority int) (favoured, contested bool) {
+	r := q.Rank(tenant, priority)
+	return r.Favoured, r.Contested
+}
+
+// Rank is where a request stands among those outstanding in its pool.
+type Rank struct {
+	Favoured  bool // as Favoured says
+	Outranked bool // a request of a higher priority is outstanding (queued or in flight)
+	Contested bool // as Favoured says
+}
+
+// Rank is Favoured with whether a higher priority outranks the request:
+// the replicas' KV reserve is kept from lower priorities only
+// (balancer.SaturationConfig.KVReserveShare), not from a tenant over its
+// share.
+func (q *Queue) Rank(tenant string, priority int) Rank {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	higher := (q.inflight > 0 && q.topPrio > priority) || (len(q.bh) > 0 && q.bh[0].prio > priority)
 	others := higher || q.inflight > q.byPrio[priority] || len(q.bh) > 1 || (len(q.bh) == 1 && q.bh[0].prio != priority)
 	tf, tc := q.tenantFavoured(tenant)
-	return tf && !higher, tc || others
+	return Rank{Favoured: tf && !higher, Outranked: higher, Contested: tc || others}
 }
 
 // tenantFavoured is Favoured's tenant part.

@@ -651,6 +651,10 @@ func TestFavoured(t *testing.T) {
 		if got := (fav{f, c}); got != want {
 			t.Errorf("%s: Favoured(%q, %d) = %+v, want %+v", what, tenant, prio, got, want)
 		}
+		// Outranked is the priority's part of not being favoured.
+		if r := q.Rank(tenant, prio); r.Favoured != f || r.Contested != c || r.Outranked != strings.HasPrefix(what, "below") {
+			t.Errorf("%s: Rank(%q, %d) = %+v", what, tenant, prio, r)
+		}
 	}
 	check("empty queue", "a", 0, fav{true, false})
 	dispatch(1, 0, "a")
