@@ -96,22 +96,23 @@ type SaturationConfig struct {
 	// never engages.
 	KVCommit float64
 	// KVReserveShare is the share of the KV that KVCommit lets the
-	// balancer's requests commit on each replica kept for the requests
-	// flow control favours (saturation.kv_reserve_share, default a third;
-	// a negative value keeps none): the KV counterpart of ReserveShare.
-	// A request it does not favour (a lower priority while a higher one
-	// has requests outstanding, a tenant over its share while others have
-	// some) finds a replica full once its requests commit the rest. An
-	// engine frees memory only as running requests end, tens of seconds
-	// for long contexts, and admits no request past its queue's head, so
-	// a favoured request that arrives when lower classes have filled the
-	// cache waits for those ends whatever its priority; with memory kept
-	// free it starts at once. On the conversation trace at 2x with 20% of
-	// the requests in a higher class, that class's P99 TTFT went from
-	// 12-17 s to 6-8.5 s, against 5-11 s at 1x (docs/FLOW_CONTROL.md); the
-	// lower classes pay with up to a tenth of the output tokens per second
-	// and more refusals. With one class and one tenant every request is
-	// favoured and all of KVCommit is used.
+	// balancer's requests commit on each replica kept for a higher
+	// priority (saturation.kv_reserve_share, default a third; a negative
+	// value keeps none): the KV counterpart of ReserveShare. A request of
+	// a lower priority while a higher one has requests outstanding
+	// (Outranked) finds a replica full once the requests there commit the
+	// rest; a tenant over its share keeps only the slots' reserve from the
+	// others (tenants that differ in rate are over their share much of the
+	// time, and a third of every cache would idle). An engine frees memory
+	// only as running requests end, tens of seconds for long contexts, and
+	// admits no request past its queue's head, so a higher-priority request
+	// that arrives when lower classes have filled the cache waits for those
+	// ends; with memory kept free it starts at once. On the conversation
+	// trace at 2x with 20% of the requests in a higher class, that class's
+	// P99 TTFT went from a median 14 s to 9.2 s on 4 replicas and to 7.5 s
+	// on 8 (docs/FLOW_CONTROL.md); the lower classes pay with up to a tenth
+	// of the output tokens per second and more refusals. With one priority
+	// all of KVCommit is used.
 	KVReserveShare float64
 }
 
@@ -231,12 +232,12 @@ func (c SaturationConfig) kvCommit() float64 { return orDefault(c.KVCommit, defa
 // Measured on the conversation trace at 2x (4 and 8 replicas, two seeds,
 // three rotation starts each; docs/benchmarks/LAB-2026.md): with a
 // quarter the higher class's P99 was within 1.5x of its P99 at 1x on 7
-// of 12 runs, with a third on 9, with 0.4 on 9 and a half on 8 (a tenth,
-// as of slots, helped none).
+// of 12 runs, with a third on 10 (0.33: 9), with 0.4 on 9 and a half on 8
+// (a tenth, as of slots, helped none).
 const defaultKVReserveShare = 1.0 / 3
 
 // maxKVReserveShare bounds SaturationConfig.KVReserveShare: past it the
-// classes not favoured would keep less of the memory than they leave.
+// lower priorities would keep less of the memory than they leave.
 const maxKVReserveShare = 0.5
 
 // kvCommitFor is kvCommit for a request of standing s: for one a higher
