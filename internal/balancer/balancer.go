@@ -164,6 +164,13 @@ type ReplicaStatus struct {
 	// it against KVCacheTokens.
 	FullBy      string  `json:"full_by,omitempty"`
 	KVCommitted float64 `json:"kv_committed_tokens"`
+	// FullForLowerBy is, for a replica that is not full while flow
+	// control has lately held back requests it does not favour, the signal
+	// that makes it full for a request of a lower priority while a higher
+	// one has requests outstanding (the reserves of slots and of KV it may
+	// not take: SaturationConfig.ReserveShare, KVReserveShare); empty when
+	// none does.
+	FullForLowerBy string `json:"full_for_lower_by,omitempty"`
 	// TentativeMaxRunning is the limit the requests flow control does not
 	// favour are held at while none is learned and requests of several
 	// priorities or tenants compete (0: none; docs/FLOW_CONTROL.md).
@@ -791,6 +798,9 @@ func (b *Balancer) Replicas(now time.Time) []ReplicaStatus {
 		})
 		st := &out[len(out)-1]
 		st.Full = st.FullBy != ""
+		if !st.Full && b.contested(now) {
+			st.FullForLowerBy = b.fullBy(r, Outranked, now)
+		}
 		st.TTFTPredictionError, st.TTFTPredictionRatio = r.ttft.summary()
 		st.TTFTPredictions = r.ttft.total
 		if !r.lastAt.IsZero() {

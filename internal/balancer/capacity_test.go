@@ -523,6 +523,11 @@ func TestKVReserveKeptFromLowerPriorities(t *testing.T) {
 				t.Errorf("%s: the holder has room for standing %d: %v, want %v", tc.name, s.standing, got, !s.want)
 			}
 		}
+		for _, r := range b.Replicas(now) {
+			if want := map[bool]string{true: "kv_commit"}[tc.outranked]; r.Full || r.FullForLowerBy != want {
+				t.Errorf("%s: replica %s full %v, for lower priorities by %q, want false and %q", tc.name, r.Name, r.Full, r.FullForLowerBy, want)
+			}
+		}
 		for _, res := range held {
 			b.Release(res, OutcomeOK, now)
 		}

@@ -148,7 +148,7 @@ function renderReplicas(s) {
     const color = replicaColor(r.name);
     return `<tr data-replica="${esc(r.name)}" data-state="${esc(r.state)}" class="row-${esc(r.state)}">
       <td>${swatch(r.name)}<span class="name">${esc(r.name)}</span><div class="url">${esc(r.url)}</div></td>
-      <td class="state">${stateBadge(r.state)}${r.draining ? '<span class="badge st-draining">draining</span>' : ''}${r.full_by ? `<span class="badge st-full" title="full for flow control: new requests wait in llmlb (${esc(FULL_BY[r.full_by] || r.full_by)})">full: ${esc(r.full_by)}</span>` : ''}</td>
+      <td class="state">${stateBadge(r.state)}${r.draining ? '<span class="badge st-draining">draining</span>' : ''}${r.full_by ? `<span class="badge st-full" title="full for flow control: new requests wait in llmlb (${esc(FULL_BY[r.full_by] || r.full_by)})">full: ${esc(r.full_by)}</span>` : ''}${r.full_for_lower_by ? `<span class="badge st-full-lower" title="full for lower priorities while a higher one has requests outstanding: theirs wait in llmlb (${esc(FULL_BY[r.full_for_lower_by] || r.full_for_lower_by)}, less the reserve kept for the higher one)">full for lower: ${esc(r.full_for_lower_by)}</span>` : ''}</td>
       <td>${fmtDur(r.state_seconds)}</td>
       <td>${cooldown}</td>
       <td class="num running">${r.running.toFixed(0)}</td>
