@@ -253,16 +253,7 @@ func TestGateKeepsAReserveForTenantsBelowTheirShare(t *testing.T) {
 	admit := func(id uint64, tenant string) flowcontrol.Outcome {
 		t.Helper()
 		r := &Request{ID: id, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: tenant}
-		d, err := g.Admit(r, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Outcome == flowcontrol.Dispatch {
-			if _, err := b.Select(r.Profile, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return d.Outcome
+		return admitAndRoute(t, g, b, r)
 	}
 	if got := admit(1, "polite"); got != flowcontrol.Dispatch {
 		t.Fatalf("first polite request: %v", got)
@@ -295,6 +286,22 @@ func TestGateKeepsAReserveForTenantsBelowTheirShare(t *testing.T) {
 	}
 }
 
+// admitAndRoute admits r at t0 and, if the gate dispatches it at once,
+// routes it as the shell would (Select), so that it holds its replica.
+func admitAndRoute(t *testing.T, g *Gate, b *balancer.Balancer, r *Request) flowcontrol.Outcome {
+	t.Helper()
+	d, err := g.Admit(r, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Outcome == flowcontrol.Dispatch {
+		if _, err := b.Select(r.Profile, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d.Outcome
+}
+
 // With one tenant the reserve is never held back.
 func TestGateOneTenantUsesTheWholeLimit(t *testing.T) {
 	b := reserveFleet(t)
@@ -322,16 +329,7 @@ func TestGateKeepsTheReserveForAHigherPriority(t *testing.T) {
 	admit := func(id uint64, prio int) flowcontrol.Outcome {
 		t.Helper()
 		r := &Request{ID: id, Profile: &balancer.Profile{Model: "m", PromptTokens: 100}, Tenant: "one", Priority: prio}
-		d, err := g.Admit(r, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Outcome == flowcontrol.Dispatch {
-			if _, err := b.Select(r.Profile, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return d.Outcome
+		return admitAndRoute(t, g, b, r)
 	}
 	if got := admit(1, 1); got != flowcontrol.Dispatch {
 		t.Fatalf("first high request: %v", got)
@@ -482,16 +480,7 @@ func TestGateKeepsKVForAHigherPriority(t *testing.T) {
 		next++ // each prompt 5,000 tokens no other shares
 		r := &Request{ID: next, Profile: &balancer.Profile{Model: "m", PromptTokens: 5_000, PromptBlocks: blocks(next*1000, 5_000/16)},
 			Tenant: "one", Priority: prio}
-		d, err := g.Admit(r, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Outcome == flowcontrol.Dispatch {
-			if _, err := b.Select(r.Profile, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return d.Outcome
+		return admitAndRoute(t, g, b, r)
 	}
 	got := []flowcontrol.Outcome{admit(1)}
 	for range 4 {

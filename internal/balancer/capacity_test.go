@@ -434,6 +434,23 @@ func holdLongPrompts(t *testing.T, b *Balancer) []*Reservation {
 	return held
 }
 
+// committedFleet is two replicas under policy cost, configured by
+// configure, each holding one 64K-token prompt (holdLongPrompts) and then
+// scraped as snap a second later, which it returns as now.
+func committedFleet(t *testing.T, configure func(*Config), snap Snapshot) (b *Balancer, held []*Reservation, now time.Time) {
+	t.Helper()
+	b = newFleet(t, 2, func(c *Config) {
+		c.Policy = "cost"
+		configure(c)
+	})
+	held = holdLongPrompts(t, b)
+	now = t0.Add(time.Second)
+	for _, name := range []string{"a", "b"} {
+		b.ObserveScrape(name, snap, nil, now)
+	}
+	return b, held, now
+}
+
 // TestSaturationFromCommittedKV: a replica is full while the KV the
 // balancer's own requests there hold or will hold (their prompts less cache
 // hits, plus half the mean output each) reaches saturation.kv_commit of the
@@ -452,15 +469,8 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 		{"off", -1, 60_000, false},
 		{"half of 100K", 0.5, 100_000, true},
 	} {
-		b := newFleet(t, 2, func(c *Config) {
-			c.Policy = "cost"
-			c.Saturation.KVCommit = tc.commit
-		})
-		held := holdLongPrompts(t, b)
-		now := t0.Add(time.Second)
-		for _, name := range []string{"a", "b"} {
-			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: tc.capacity}, nil, now)
-		}
+		b, held, now := committedFleet(t, func(c *Config) { c.Saturation.KVCommit = tc.commit },
+			Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: tc.capacity})
 		for _, r := range b.Replicas(now) {
 			if r.Full != tc.full {
 				t.Errorf("%s: replica %s full %v, want %v", tc.name, r.Name, r.Full, tc.full)
@@ -503,15 +513,8 @@ func TestKVReserveKeptFromLowerPriorities(t *testing.T) {
 		{"a tenth kept", 0.1, false},
 		{"none kept", -1, false},
 	} {
-		b := newFleet(t, 2, func(c *Config) {
-			c.Policy = "cost"
-			c.Saturation.KVReserveShare = tc.reserve
-		})
-		held := holdLongPrompts(t, b)
-		now := t0.Add(time.Second)
-		for _, name := range []string{"a", "b"} {
-			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000}, nil, now)
-		}
+		b, held, now := committedFleet(t, func(c *Config) { c.Saturation.KVReserveShare = tc.reserve },
+			Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000})
 		for _, s := range []struct {
 			standing Standing
 			want     bool
