@@ -110,10 +110,25 @@ type SaturationConfig struct {
 	// ends; with memory kept free it starts at once. On the conversation
 	// trace at 2x with 20% of the requests in a higher class, that class's
 	// P99 TTFT went from a median 14 s to 9.2 s on 4 replicas and to 7.5 s
-	// on 8 (docs/FLOW_CONTROL.md); the lower classes pay with up to a tenth
-	// of the output tokens per second and more refusals. With one priority
-	// all of KVCommit is used.
+	// on 8 with this reserve alone (docs/FLOW_CONTROL.md); the lower
+	// classes pay with up to a tenth of the output tokens per second and
+	// more refusals. With one priority all of KVCommit is used.
 	KVReserveShare float64
+	// LowerPrefillBacklog makes a replica full for a request of a lower
+	// priority, while a higher one has requests outstanding (Outranked),
+	// once the prefill this balancer sent it and has not seen done would
+	// take longer than this to compute, whether or not its scrape shows a
+	// queue (saturation.lower_prefill_backlog; 0 means the default, 2s; a
+	// negative value turns it off): a reserve of prefill time, as
+	// KVReserveShare is of memory. An engine computes prompts first come,
+	// first served, so a higher-priority request sent there waits behind
+	// all of it; held lower-priority requests released together when
+	// memory frees put seconds of prefill ahead of the next higher one
+	// before a scrape shows a queue (PrefillBacklog's condition). On the
+	// Azure code trace at 2x with 20% in a higher class its P99 went from
+	// 4.1-4.9 s to 1.6-2.6 s (and 2.2-5.7 s with neither reserve), at 5%
+	// of the output tokens per second (docs/benchmarks/LAB-2026.md).
+	LowerPrefillBacklog time.Duration
 }
 
 // DefaultSaturationConfig returns the defaults: limits learned, no
@@ -140,6 +155,9 @@ func (c SaturationConfig) Validate() error {
 	}
 	if c.KVReserveShare > maxKVReserveShare {
 		errs = append(errs, fmt.Errorf("saturation.kv_reserve_share: must be at most %g (a share of each replica's committed KV; 0 = %.2f, negative = none), got %g", maxKVReserveShare, defaultKVReserveShare, c.KVReserveShare))
+	}
+	if c.LowerPrefillBacklog > maxPrefillBacklog {
+		errs = append(errs, fmt.Errorf("saturation.lower_prefill_backlog: must be at most %v (0 = %v, negative = off), got %v", maxPrefillBacklog, defaultLowerPrefillBacklog, c.LowerPrefillBacklog))
 	}
 	if c.KVCommit > maxKVCommit {
 		errs = append(errs, fmt.Errorf("saturation.kv_commit: must be at most %g (a share of each replica's KV capacity; 0 = %g, negative = off), got %g", maxKVCommit, defaultKVCommit, c.KVCommit))
@@ -249,6 +267,20 @@ func (c SaturationConfig) kvCommitFor(s Standing) float64 {
 		share *= 1 - orDefault(c.KVReserveShare, defaultKVReserveShare)
 	}
 	return share
+}
+
+// defaultLowerPrefillBacklog is SaturationConfig.LowerPrefillBacklog's
+// default. Measured with the KV reserve on the Azure code trace, the
+// Mooncake traces and the conversation trace at 2x with 20% in a higher
+// class (three rotation starts): 1 s took the higher class's P99 lowest
+// (Azure 1.4-1.5 s) at 6% of the output, 3 s barely moved it (3.0-3.4 s),
+// 5 s not at all.
+const defaultLowerPrefillBacklog = 2 * time.Second
+
+// lowerPrefillBacklog returns the configured
+// SaturationConfig.LowerPrefillBacklog, 0 when it is off.
+func (c SaturationConfig) lowerPrefillBacklog() time.Duration {
+	return orDefault(c.LowerPrefillBacklog, defaultLowerPrefillBacklog)
 }
 
 // prefillBacklog returns the configured SaturationConfig.PrefillBacklog,
@@ -439,7 +471,8 @@ func (r *replica) queued(kvFull float64) (n float64, ok bool) {
 // would wait for memory before a scrape shows it. For a request flow
 // control does not favour (standing s) the limit is less its reserve
 // (SaturationConfig.ReserveShare), and for one a higher priority outranks
-// the committed KV too (SaturationConfig.KVReserveShare).
+// the committed KV and the prefill owed too (SaturationConfig.
+// KVReserveShare, LowerPrefillBacklog).
 func (b *Balancer) full(r *replica, s Standing, now time.Time) bool {
 	return b.fullBy(r, s, now) != ""
 }
@@ -461,7 +494,7 @@ func (b *Balancer) fullBy(r *replica, s Standing, now time.Time) string {
 	if n, ok := r.queued(b.cfg.Saturation.kvFullUsage()); ok && n >= headroom {
 		return fullByMemory
 	}
-	if b.backlogged(r, now) {
+	if b.backlogged(r, now) || (s == Outranked && b.backloggedBelow(r, now)) {
 		return fullByBacklog
 	}
 	if b.kvCommitted(r, s, now) {
@@ -492,6 +525,19 @@ func (b *Balancer) fullBy(r *replica, s Standing, now time.Time) string {
 func (b *Balancer) backlogged(r *replica, now time.Time) bool {
 	limit := b.cfg.Saturation.prefillBacklog()
 	if limit <= 0 || r.snap.Waiting < 1 || r.pendingPrefill <= 0 {
+		return false
+	}
+	return b.pending(r, now)/b.prefillRate(r) > limit.Seconds()
+}
+
+// backloggedBelow reports whether the prefill this balancer sent the
+// replica and has not seen done takes it longer than
+// saturation.lower_prefill_backlog to compute, at its measured rate
+// (SaturationConfig.LowerPrefillBacklog): full for a request a higher
+// priority outranks.
+func (b *Balancer) backloggedBelow(r *replica, now time.Time) bool {
+	limit := b.cfg.Saturation.lowerPrefillBacklog()
+	if limit <= 0 || r.pendingPrefill <= 0 {
 		return false
 	}
 	return b.pending(r, now)/b.prefillRate(r) > limit.Seconds()
@@ -662,8 +708,8 @@ const (
 	// (SaturationConfig.ReserveShare).
 	OverShare
 	// Outranked: a request of a higher priority is outstanding: neither
-	// the reserved slots nor the reserved KV
-	// (SaturationConfig.KVReserveShare).
+	// the reserved slots nor the reserved KV nor prefill past
+	// SaturationConfig.LowerPrefillBacklog.
 	Outranked
 )
 

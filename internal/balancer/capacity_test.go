@@ -513,7 +513,10 @@ func TestKVReserveKeptFromLowerPriorities(t *testing.T) {
 		{"a tenth kept", 0.1, false},
 		{"none kept", -1, false},
 	} {
-		b, held, now := committedFleet(t, func(c *Config) { c.Saturation.KVReserveShare = tc.reserve },
+		b, held, now := committedFleet(t, func(c *Config) {
+			c.Saturation.KVReserveShare = tc.reserve
+			c.Saturation.LowerPrefillBacklog = -1 // the prompts' prefill owed would hold them too
+		},
 			Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000})
 		for _, s := range []struct {
 			standing Standing
@@ -593,6 +596,56 @@ func TestSaturationFromAPrefillBacklog(t *testing.T) {
 		if err := (SaturationConfig{PrefillBacklog: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.prefill_backlog") {
 			t.Errorf("prefill_backlog %v: Validate() = %v, want an error naming saturation.prefill_backlog", bad, err)
 		}
+	}
+}
+
+// TestLowerPriorityHeldBehindAPrefillBacklog: while a higher priority has
+// requests outstanding, a lower one finds a replica full once the prefill
+// the balancer sent it and has not seen done takes longer than
+// saturation.lower_prefill_backlog (2s) to compute, though its scrape shows
+// no queue; the higher one, and a tenant over its share, do not.
+func TestLowerPriorityHeldBehindAPrefillBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		backlog   time.Duration
+		at        time.Duration // after the prompts were sent
+		outranked bool          // full for a request a higher priority outranks
+	}{
+		{"default 2s, 6.3s owed", 0, time.Second, true},
+		{"off", -1, time.Second, false},
+		{"10s", 10 * time.Second, time.Second, false},
+		{"worked off below 2s", 0, 6 * time.Second, false},
+	} {
+		b := newFleet(t, 2, func(c *Config) {
+			c.Policy = "cost"
+			c.Saturation.LowerPrefillBacklog = tc.backlog
+		})
+		// A 64,000-token prompt each: 7.3 s of prefill at the priors.
+		for _, key := range []string{"x", "y"} {
+			if _, err := b.Select(costProfile(key, 4000, 0), t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := t0.Add(tc.at)
+		for _, name := range []string{"a", "b"} {
+			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3}, nil, now)
+		}
+		for _, s := range []struct {
+			standing Standing
+			want     bool
+		}{{Favoured, false}, {OverShare, false}, {Outranked, tc.outranked}} {
+			if got := b.SaturatedFor("", s.standing, now); got != s.want {
+				t.Errorf("%s: saturated for standing %d: %v, want %v", tc.name, s.standing, got, s.want)
+			}
+		}
+		for _, r := range b.Replicas(now) {
+			if want := map[bool]string{true: "prefill_backlog"}[tc.outranked]; r.Full || r.FullForLowerBy != want {
+				t.Errorf("%s: replica %s full %v, for lower priorities by %q, want false and %q", tc.name, r.Name, r.Full, r.FullForLowerBy, want)
+			}
+		}
+	}
+	if err := (SaturationConfig{LowerPrefillBacklog: 11 * time.Minute}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.lower_prefill_backlog") {
+		t.Errorf("lower_prefill_backlog 11m: Validate() = %v, want an error naming saturation.lower_prefill_backlog", err)
 	}
 }
 
