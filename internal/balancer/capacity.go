@@ -55,7 +55,7 @@ type SaturationConfig struct {
 	// requests fill a replica only up to its limit less the reserve
 	// (rounded up), so that another tenant's request arriving at
 	// saturation finds a slot at once instead of waiting for one to end
-	// (trunk reservation; flowcontrol.Queue.Favoured). With one tenant,
+	// (trunk reservation; flowcontrol.Rank). With one tenant,
 	// or tenants in step, every request is favoured and the whole limit
 	// is used.
 	ReserveShare float64

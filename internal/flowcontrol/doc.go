@@ -49,11 +49,13 @@
 // flood absorbs the wait.
 //
 // Reserve: fair order decides who takes a slot that frees, not whether one
-// is free when a request arrives. Favoured tells the shell which requests
-// may take the slots each replica keeps in reserve
+// is free when a request arrives. Rank tells the shell which requests may
+// take the slots each replica keeps in reserve
 // (balancer.SaturationConfig.ReserveShare): not those of a tenant with more
 // than an equal share of the requests in flight, nor those below a priority
-// with requests outstanding (trunk reservation). Such requests find the pool
+// with requests outstanding (trunk reservation); and which a higher
+// priority outranks, from whom the replicas' memory and prefill time are
+// kept too (KVReserveShare, LowerPrefillBacklog). Such requests find the pool
 // saturated earlier; a favoured one arriving while they wait passes them
 // (Item.PassesHeld), since the room left is room they may not take. Pump
 // stops at a head that may not take the reserve, even if a favoured

@@ -569,35 +569,30 @@ func (q *Queue) Drain() []Item {
 	return out
 }
 
-// Favoured reports whether a request of tenant and priority may take the
-// slots each replica keeps in reserve (balancer.SaturationConfig.
-// ReserveShare): no request of a higher priority is outstanding (queued or
-// in flight), and its tenant has no more requests in flight than an equal
-// share of all the pool's among the tenants with requests outstanding, or
-// is the only such tenant. Lower classes and a tenant sending far more
-// than the others fill the pool only up to the reserve, so that a request
-// of a higher class or of another tenant arriving at saturation finds a
-// free slot at once instead of waiting for the next to end (trunk
-// reservation).
-//
-// contested reports whether the answer matters: requests of another
-// priority or of more than one tenant are outstanding.
-func (q *Queue) Favoured(tenant string, priority int) (favoured, contested bool) {
-	r := q.Rank(tenant, priority)
-	return r.Favoured, r.Contested
-}
-
-// Rank is where a request stands among those outstanding in its pool.
+// Rank is where a request of a tenant and priority stands among those
+// outstanding in its pool: which of the replicas' reserves it may take.
 type Rank struct {
-	Favoured  bool // as Favoured says
-	Outranked bool // a request of a higher priority is outstanding (queued or in flight)
-	Contested bool // as Favoured says
+	// Favoured: it may take the slots each replica keeps in reserve
+	// (balancer.SaturationConfig.ReserveShare): no request of a higher
+	// priority is outstanding (queued or in flight), and its tenant has no
+	// more requests in flight than an equal share of all the pool's among
+	// the tenants with requests outstanding, or is the only such tenant.
+	// Lower classes and a tenant sending far more than the others fill the
+	// pool only up to the reserve, so that a request of a higher class or
+	// of another tenant arriving at saturation finds a free slot at once
+	// instead of waiting for the next to end (trunk reservation).
+	Favoured bool
+	// Outranked: a request of a higher priority is outstanding. The
+	// replicas' reserves of KV and of prefill time are kept from it
+	// (balancer.SaturationConfig.KVReserveShare, LowerPrefillBacklog), not
+	// from a tenant over its share.
+	Outranked bool
+	// Contested: the answer matters: requests of another priority or of
+	// more than one tenant are outstanding.
+	Contested bool
 }
 
-// Rank is Favoured with whether a higher priority outranks the request:
-// the replicas' KV reserve is kept from lower priorities only
-// (balancer.SaturationConfig.KVReserveShare), not from a tenant over its
-// share.
+// Rank ranks a request of tenant and priority against those outstanding.
 func (q *Queue) Rank(tenant string, priority int) Rank {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -607,7 +602,7 @@ func (q *Queue) Rank(tenant string, priority int) Rank {
 	return Rank{Favoured: tf && !higher, Outranked: higher, Contested: tc || others}
 }
 
-// tenantFavoured is Favoured's tenant part.
+// tenantFavoured is Rank's tenant part.
 func (q *Queue) tenantFavoured(tenant string) (favoured, contested bool) {
 	t := q.tenants[tenant]
 	if t == nil && len(q.tenants) >= q.cfg.MaxTenants {

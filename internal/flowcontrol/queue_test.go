@@ -633,9 +633,9 @@ func TestOverflowNameCollision(t *testing.T) {
 	}
 }
 
-// Favoured: a tenant over an equal share of the requests in flight, or a
-// request while a higher priority has some outstanding, may not take the
-// reserve; once the higher one is done it may again.
+// TestFavoured: a tenant over an equal share of the requests in flight, or
+// a request while a higher priority has some outstanding (Outranked), may
+// not take the reserve; once the higher one is done it may again.
 func TestFavoured(t *testing.T) {
 	q := New(DefaultConfig())
 	dispatch := func(id uint64, prio int, tenant string) {
@@ -647,13 +647,13 @@ func TestFavoured(t *testing.T) {
 	type fav struct{ favoured, contested bool }
 	check := func(what, tenant string, prio int, want fav) {
 		t.Helper()
-		f, c := q.Favoured(tenant, prio)
-		if got := (fav{f, c}); got != want {
-			t.Errorf("%s: Favoured(%q, %d) = %+v, want %+v", what, tenant, prio, got, want)
+		r := q.Rank(tenant, prio)
+		if got := (fav{r.Favoured, r.Contested}); got != want {
+			t.Errorf("%s: Rank(%q, %d) = %+v, want %+v", what, tenant, prio, got, want)
 		}
 		// Outranked is the priority's part of not being favoured.
-		if r := q.Rank(tenant, prio); r.Favoured != f || r.Contested != c || r.Outranked != strings.HasPrefix(what, "below") {
-			t.Errorf("%s: Rank(%q, %d) = %+v", what, tenant, prio, r)
+		if r.Outranked != strings.HasPrefix(what, "below") {
+			t.Errorf("%s: Rank(%q, %d).Outranked = %v", what, tenant, prio, r.Outranked)
 		}
 	}
 	check("empty queue", "a", 0, fav{true, false})
