@@ -435,16 +435,17 @@ func holdLongPrompts(t *testing.T, b *Balancer) []*Reservation {
 }
 
 // committedFleet is two replicas under policy cost, configured by
-// configure, each holding one 64K-token prompt (holdLongPrompts) and then
-// scraped as snap a second later, which it returns as now.
-func committedFleet(t *testing.T, configure func(*Config), snap Snapshot) (b *Balancer, held []*Reservation, now time.Time) {
+// configure, each sent one 64K-token prompt at t0 (holdLongPrompts; 7.3 s
+// of prefill at the priors) and then scraped as snap after that, which it
+// returns as now.
+func committedFleet(t *testing.T, configure func(*Config), after time.Duration, snap Snapshot) (b *Balancer, held []*Reservation, now time.Time) {
 	t.Helper()
 	b = newFleet(t, 2, func(c *Config) {
 		c.Policy = "cost"
 		configure(c)
 	})
 	held = holdLongPrompts(t, b)
-	now = t0.Add(time.Second)
+	now = t0.Add(after)
 	for _, name := range []string{"a", "b"} {
 		b.ObserveScrape(name, snap, nil, now)
 	}
@@ -469,7 +470,7 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 		{"off", -1, 60_000, false},
 		{"half of 100K", 0.5, 100_000, true},
 	} {
-		b, held, now := committedFleet(t, func(c *Config) { c.Saturation.KVCommit = tc.commit },
+		b, held, now := committedFleet(t, func(c *Config) { c.Saturation.KVCommit = tc.commit }, time.Second,
 			Snapshot{Running: 1, KVCacheUsage: 0.3, KVCacheTokens: tc.capacity})
 		for _, r := range b.Replicas(now) {
 			if r.Full != tc.full {
@@ -497,6 +498,27 @@ func TestSaturationFromCommittedKV(t *testing.T) {
 	}
 }
 
+// fullOnlyForLower checks that b's pool is saturated at now for a request
+// a higher priority outranks, and every replica full for it by signal,
+// exactly when signal is not "", and never for a favoured request or a
+// tenant over its share.
+func fullOnlyForLower(t *testing.T, name string, b *Balancer, now time.Time, signal string) {
+	t.Helper()
+	for _, s := range []struct {
+		standing Standing
+		want     bool
+	}{{Favoured, false}, {OverShare, false}, {Outranked, signal != ""}} {
+		if got := b.SaturatedFor("", s.standing, now); got != s.want {
+			t.Errorf("%s: saturated for standing %d: %v, want %v", name, s.standing, got, s.want)
+		}
+	}
+	for _, r := range b.Replicas(now) {
+		if r.Full || r.FullForLowerBy != signal {
+			t.Errorf("%s: replica %s full %v, for lower priorities by %q, want false and %q", name, r.Name, r.Full, r.FullForLowerBy, signal)
+		}
+	}
+}
+
 // TestKVReserveKeptFromLowerPriorities: while a higher priority has
 // requests outstanding, a lower one finds a replica full once the
 // balancer's requests commit its KV capacity less the reserve
@@ -516,23 +538,10 @@ func TestKVReserveKeptFromLowerPriorities(t *testing.T) {
 		b, held, now := committedFleet(t, func(c *Config) {
 			c.Saturation.KVReserveShare = tc.reserve
 			c.Saturation.LowerPrefillBacklog = -1 // the prompts' prefill owed would hold them too
-		},
-			Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000})
-		for _, s := range []struct {
-			standing Standing
-			want     bool
-		}{{Favoured, false}, {OverShare, false}, {Outranked, tc.outranked}} {
-			if got := b.SaturatedFor("", s.standing, now); got != s.want {
-				t.Errorf("%s: saturated for standing %d: %v, want %v", tc.name, s.standing, got, s.want)
-			}
-			if got := b.Local(costProfile("x", 4000, 0), s.standing, now); got == s.want {
-				t.Errorf("%s: the holder has room for standing %d: %v, want %v", tc.name, s.standing, got, !s.want)
-			}
-		}
-		for _, r := range b.Replicas(now) {
-			if want := map[bool]string{true: "kv_commit"}[tc.outranked]; r.Full || r.FullForLowerBy != want {
-				t.Errorf("%s: replica %s full %v, for lower priorities by %q, want false and %q", tc.name, r.Name, r.Full, r.FullForLowerBy, want)
-			}
+		}, time.Second, Snapshot{Running: 1, KVCacheUsage: 0.6, KVCacheTokens: 80_000})
+		fullOnlyForLower(t, tc.name, b, now, map[bool]string{true: "kv_commit"}[tc.outranked])
+		if got := b.Local(costProfile("x", 4000, 0), Outranked, now); got == tc.outranked {
+			t.Errorf("%s: the holder has room for a lower priority: %v, want %v", tc.name, got, !tc.outranked)
 		}
 		for _, res := range held {
 			b.Release(res, OutcomeOK, now)
@@ -565,21 +574,10 @@ func TestSaturationFromAPrefillBacklog(t *testing.T) {
 		{"10s", 10 * time.Second, 1, time.Second, false},
 		{"worked off below 5s", 0, 1, 3 * time.Second, false},
 	} {
-		b := newFleet(t, 2, func(c *Config) {
-			c.Policy = "cost"
-			c.Saturation.PrefillBacklog = tc.backlog
-		})
 		// A 64,000-token prompt each: at the prior 10K tokens/s and a
 		// 30 ms step per 2,048-token chunk, 7.3 s of prefill.
-		for _, key := range []string{"x", "y"} {
-			if _, err := b.Select(costProfile(key, 4000, 0), t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		now := t0.Add(tc.at)
-		for _, name := range []string{"a", "b"} {
-			b.ObserveScrape(name, Snapshot{Running: 1, Waiting: tc.waiting, KVCacheUsage: 0.3}, nil, now)
-		}
+		b, _, now := committedFleet(t, func(c *Config) { c.Saturation.PrefillBacklog = tc.backlog }, tc.at,
+			Snapshot{Running: 1, Waiting: tc.waiting, KVCacheUsage: 0.3})
 		for _, r := range b.Replicas(now) {
 			if r.Full != tc.full {
 				t.Errorf("%s: replica %s (%.0f tokens owed) full %v, want %v", tc.name, r.Name, r.PendingPrefill, r.Full, tc.full)
@@ -616,33 +614,9 @@ func TestLowerPriorityHeldBehindAPrefillBacklog(t *testing.T) {
 		{"10s", 10 * time.Second, time.Second, false},
 		{"worked off below 2s", 0, 6 * time.Second, false},
 	} {
-		b := newFleet(t, 2, func(c *Config) {
-			c.Policy = "cost"
-			c.Saturation.LowerPrefillBacklog = tc.backlog
-		})
-		// A 64,000-token prompt each: 7.3 s of prefill at the priors.
-		for _, key := range []string{"x", "y"} {
-			if _, err := b.Select(costProfile(key, 4000, 0), t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		now := t0.Add(tc.at)
-		for _, name := range []string{"a", "b"} {
-			b.ObserveScrape(name, Snapshot{Running: 1, KVCacheUsage: 0.3}, nil, now)
-		}
-		for _, s := range []struct {
-			standing Standing
-			want     bool
-		}{{Favoured, false}, {OverShare, false}, {Outranked, tc.outranked}} {
-			if got := b.SaturatedFor("", s.standing, now); got != s.want {
-				t.Errorf("%s: saturated for standing %d: %v, want %v", tc.name, s.standing, got, s.want)
-			}
-		}
-		for _, r := range b.Replicas(now) {
-			if want := map[bool]string{true: "prefill_backlog"}[tc.outranked]; r.Full || r.FullForLowerBy != want {
-				t.Errorf("%s: replica %s full %v, for lower priorities by %q, want false and %q", tc.name, r.Name, r.Full, r.FullForLowerBy, want)
-			}
-		}
+		b, _, now := committedFleet(t, func(c *Config) { c.Saturation.LowerPrefillBacklog = tc.backlog }, tc.at,
+			Snapshot{Running: 1, KVCacheUsage: 0.3})
+		fullOnlyForLower(t, tc.name, b, now, map[bool]string{true: "prefill_backlog"}[tc.outranked])
 	}
 	if err := (SaturationConfig{LowerPrefillBacklog: 11 * time.Minute}).Validate(); err == nil || !strings.Contains(err.Error(), "saturation.lower_prefill_backlog") {
 		t.Errorf("lower_prefill_backlog 11m: Validate() = %v, want an error naming saturation.lower_prefill_backlog", err)
