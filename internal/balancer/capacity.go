@@ -249,9 +249,9 @@ func (c SaturationConfig) kvCommit() float64 { return orDefault(c.KVCommit, defa
 // defaultKVReserveShare is SaturationConfig.KVReserveShare's default.
 // Measured on the conversation trace at 2x (4 and 8 replicas, two seeds,
 // three rotation starts each; docs/benchmarks/LAB-2026.md): with a
-// quarter the higher class's P99 was within 1.5x of its P99 at 1x on 7
-// of 12 runs, with a third on 10 (0.33: 9), with 0.4 on 9 and a half on 8
-// (a tenth, as of slots, helped none).
+// quarter the higher class's P99 was within 1.5x of the same build's P99
+// at 1x on 7 of 12 runs, with a third on 10 (0.33: 9), with 0.4 on 9 and
+// a half on 8 (a tenth, as of slots, helped none).
 const defaultKVReserveShare = 1.0 / 3
 
 // maxKVReserveShare bounds SaturationConfig.KVReserveShare: past it the
