@@ -85,7 +85,11 @@ priority() {
       runs+=("prio-oneshot-${n}x$s|--workload oneshot --replicas $n --duration 10m --speed $s --priority-mix 0.2,0.2 --policies cost,cost+fc")
       runs+=("prio-oneshot-${n}x$s-mr63h0|--workload oneshot --replicas $n --duration 10m --speed $s --priority-mix 0.2,0.2 --policies cost+fc --max-running 63 --headroom 0")
       ts=$(echo "$n/4" | bc -l)
-      runs+=("prio-conv-${n}x$s|--trace traces/mooncake_conversation_head.jsonl --trace-speed $ts --replicas $n --speed $s --priority-mix 0.2,0.2 --policies cost,cost+fc")
+      # One run's P99 is the 3rd-slowest of ~300 high-class requests: three
+      # rotation starts at two seeds.
+      for seed in 1 2; do
+        runs+=("prio-conv-${n}x$s-seed$seed|--trace traces/mooncake_conversation_head.jsonl --trace-speed $ts --replicas $n --speed $s --seed $seed --priority-mix 0.2,0.2 --policies cost,cost+fc,cost:rotation_start=1,cost+fc:rotation_start=1,cost:rotation_start=2,cost+fc:rotation_start=2")
+      done
     done
   done
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -321,8 +322,10 @@ func priorityTable(reps map[string]*bench.Report) {
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, wl := range []string{"oneshot", "conv"} {
 		for _, n := range []int{4, 8} {
-			one, _ := result(reps[fmt.Sprintf("prio-%s-%dx1", wl, n)], "cost")
-			two := reps[fmt.Sprintf("prio-%s-%dx2", wl, n)]
+			run := fmt.Sprintf("prio-%s-%dx", wl, n)
+			suffix := map[string]string{"oneshot": "", "conv": "-seed1"}[wl] // seed 1's start 0
+			one, _ := result(reps[run+"1"+suffix], "cost")
+			two := reps[run+"2"+suffix]
 			c, ok1 := result(two, "cost")
 			f, ok2 := result(two, "cost+fc")
 			if !ok1 || !ok2 || len(one.Priorities) == 0 {
@@ -344,6 +347,42 @@ func priorityTable(reps map[string]*bench.Report) {
 		}
 	}
 	fmt.Println()
+	for _, n := range []int{4, 8} {
+		convRuns(reps, n)
+	}
+}
+
+// convRuns prints, for the conversation trace on n replicas, the high
+// class's P99 under cost+fc at 2x over cost's at 1x (the unloaded
+// reference) run by run, over the two seeds and three rotation starts:
+// one run's P99 is the 3rd-slowest of ~300 requests.
+func convRuns(reps map[string]*bench.Report, n int) {
+	var ratios []float64
+	for _, seed := range []int{1, 2} {
+		one, two := reps[fmt.Sprintf("prio-conv-%dx1-seed%d", n, seed)], reps[fmt.Sprintf("prio-conv-%dx2-seed%d", n, seed)]
+		for _, start := range []string{"", ":rotation_start=1", ":rotation_start=2"} {
+			c, ok1 := result(one, "cost"+start)
+			f, ok2 := result(two, "cost+fc"+start)
+			if !ok1 || !ok2 {
+				continue
+			}
+			if base := byPriority(c)[1].TTFT.P99; base > 0 {
+				ratios = append(ratios, byPriority(f)[1].TTFT.P99/base)
+			}
+		}
+	}
+	if len(ratios) == 0 {
+		return
+	}
+	slices.Sort(ratios)
+	met := 0
+	for _, r := range ratios {
+		if r <= 1.5 {
+			met++
+		}
+	}
+	fmt.Printf("conv %d replicas, %d runs: high class's P99, cost+fc at 2x / cost at 1x: median %.2f (%.2f-%.2f), within 1.5x on %d\n\n",
+		n, len(ratios), ratios[len(ratios)/2]/2+ratios[(len(ratios)-1)/2]/2, ratios[0], ratios[len(ratios)-1], met)
 }
 
 // seriesTable prints a run's saturation series every few windows: the
