@@ -497,3 +497,23 @@ func TestGateKeepsKVForAHigherPriority(t *testing.T) {
 		t.Fatalf("outcomes (-want +got):\n%s", diff)
 	}
 }
+
+// TestStandingKeepsTheMemoryReserveFromLowerPrioritiesOnly: a request a
+// higher priority outranks may take no reserve; a tenant over its share
+// keeps only the slots' reserve from others (not memory or prefill time);
+// a favoured request takes every reserve.
+func TestStandingKeepsTheMemoryReserveFromLowerPrioritiesOnly(t *testing.T) {
+	for _, tc := range []struct {
+		rank flowcontrol.Rank
+		want balancer.Standing
+	}{
+		{flowcontrol.Rank{Favoured: true}, balancer.Favoured},
+		{flowcontrol.Rank{Favoured: true, Contested: true}, balancer.Favoured},
+		{flowcontrol.Rank{Contested: true}, balancer.OverShare},
+		{flowcontrol.Rank{Outranked: true, Contested: true}, balancer.Outranked},
+	} {
+		if got := standing(tc.rank); got != tc.want {
+			t.Errorf("standing(%+v) = %d, want %d", tc.rank, got, tc.want)
+		}
+	}
+}
